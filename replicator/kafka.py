@@ -1,0 +1,203 @@
+"""The boundary with aiokafka: client factories, cluster probes, and error translation.
+
+Every Kafka client the replicator uses is built here from a :class:`ClusterSettings` (so security
+options, per-cluster credentials and timeouts are applied in one place), and every aiokafka
+exception is translated here into :mod:`replicator.errors`, so callers only ask ``retriable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from typing import Any
+
+import aiokafka.errors as kerr
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.helpers import create_ssl_context
+
+from replicator.errors import (
+    AuthenticationFailed,
+    ClusterUnavailable,
+    KafkaFailure,
+    RecordRefused,
+    ReplicatorError,
+)
+from replicator.settings import ClusterSettings, Compression, Settings
+
+_REFUSED = (
+    kerr.MessageSizeTooLargeError,
+    kerr.RecordListTooLargeError,
+    kerr.RecordTooLargeError,
+    kerr.InvalidTopicError,
+    kerr.TopicAuthorizationFailedError,
+    kerr.CorruptRecordException,
+    kerr.InvalidTimestampError,
+    kerr.UnsupportedForMessageFormatError,
+    kerr.PolicyViolationError,
+)
+_AUTH = (
+    kerr.AuthenticationFailedError,
+    kerr.AuthenticationMethodNotSupported,
+    kerr.SaslAuthenticationFailed,
+    kerr.UnsupportedSaslMechanismError,
+    kerr.IllegalSaslStateError,
+    kerr.GroupAuthorizationFailedError,
+    kerr.ClusterAuthorizationFailedError,
+)
+_UNAVAILABLE = (
+    kerr.KafkaConnectionError,
+    kerr.NodeNotReadyError,
+    kerr.NoBrokersAvailable,
+    kerr.KafkaTimeoutError,
+    kerr.RequestTimedOutError,
+    kerr.KafkaUnavailableError,
+    kerr.BrokerNotAvailableError,
+)
+
+
+def translate(exc: BaseException) -> ReplicatorError:
+    """The replicator's view of an exception raised by aiokafka (or the network under it)."""
+    if isinstance(exc, ReplicatorError):
+        return exc
+    name = type(exc).__name__
+    if isinstance(exc, _AUTH):
+        return AuthenticationFailed(f"{name}: credentials or permissions refused")
+    if isinstance(exc, ssl.SSLError):
+        return AuthenticationFailed(f"TLS handshake failed: {exc.reason or name}")
+    if isinstance(exc, _REFUSED):
+        return RecordRefused(name)
+    if isinstance(exc, _UNAVAILABLE | OSError | TimeoutError):
+        return ClusterUnavailable(name)
+    if isinstance(exc, kerr.KafkaError):
+        return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))
+    return KafkaFailure(name, retriable=False)
+
+
+def client_options(cluster: ClusterSettings, settings: Settings) -> dict[str, Any]:
+    """Connection and security options shared by every client of ``cluster``."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": cluster.servers,
+        "security_protocol": cluster.security_protocol.value,
+        "request_timeout_ms": settings.request_timeout_ms,
+        "metadata_max_age_ms": settings.metadata_max_age_ms,
+    }
+    if cluster.uses_ssl:
+        options["ssl_context"] = create_ssl_context(
+            cafile=cluster.ssl_cafile,
+            certfile=cluster.ssl_certfile,
+            keyfile=cluster.ssl_keyfile,
+        )
+    if cluster.uses_sasl:
+        assert cluster.sasl_mechanism is not None and cluster.sasl_password is not None
+        options["sasl_mechanism"] = cluster.sasl_mechanism.value
+        options["sasl_plain_username"] = cluster.sasl_username
+        options["sasl_plain_password"] = cluster.sasl_password.get_secret_value()
+    return options
+
+
+def make_producer(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaProducer:
+    """A destination producer: ``acks=all``, batches kept in order, retried until acknowledged.
+
+    Idempotence stays off (brokers without InitProducerId support reject it); order holds because
+    aiokafka keeps one request in flight per connection and puts a failed batch back at the front
+    of its partition queue. Batches never expire: a batch that timed out while a later one
+    succeeded would reorder the partition when resent, so retriable errors retry until the
+    destination answers, and delivery stalls are reported by the leg instead.
+    """
+    compression = None if settings.compression is Compression.NONE else settings.compression.value
+    producer = AIOKafkaProducer(
+        **client_options(cluster, settings),
+        client_id=client_id,
+        acks="all",
+        enable_idempotence=False,
+        max_batch_size=settings.batch_max_bytes,
+        max_request_size=max(settings.batch_max_bytes * 2, 1024 * 1024),
+        linger_ms=settings.linger_ms,
+        compression_type=compression,
+        retry_backoff_ms=200,
+    )
+    accumulator = producer._message_accumulator
+    if not hasattr(accumulator, "_batch_ttl"):  # pragma: no cover - guards an aiokafka upgrade
+        raise RuntimeError("aiokafka changed: the batch time-to-live can no longer be disabled")
+    accumulator._batch_ttl = float("inf")
+    return producer
+
+
+def make_consumer(
+    cluster: ClusterSettings, settings: Settings, group_id: str, client_id: str
+) -> AIOKafkaConsumer:
+    """A source consumer for one leg: its own group, manual commits, from the earliest record."""
+    return AIOKafkaConsumer(
+        **client_options(cluster, settings),
+        client_id=client_id,
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_bytes=settings.fetch_max_bytes,
+        max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
+    )
+
+
+def make_admin(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaAdminClient:
+    options = client_options(cluster, settings)
+    options.pop("metadata_max_age_ms")
+    return AIOKafkaAdminClient(**options, client_id=client_id)
+
+
+class ClusterClient:
+    """A lazily connected admin client of one cluster, and whether the cluster last answered.
+
+    Connecting is retried on use, so a cluster that is down at start-up (or later) is reported,
+    not fatal, and is picked up again when it returns.
+    """
+
+    def __init__(self, alias: str, cluster: ClusterSettings, settings: Settings) -> None:
+        self.alias = alias
+        self._cluster = cluster
+        self._settings = settings
+        self._admin: AIOKafkaAdminClient | None = None
+        self._lock = asyncio.Lock()
+        self.error: str | None = "not contacted yet"
+
+    async def admin(self) -> AIOKafkaAdminClient:
+        """The connected admin client; raises a translated error if the cluster is unreachable."""
+        async with self._lock:
+            if self._admin is None:
+                admin = make_admin(self._cluster, self._settings, f"replicator-admin-{self.alias}")
+                try:
+                    await admin.start()
+                except BaseException as exc:
+                    await _close_quietly(admin)
+                    if isinstance(exc, Exception):
+                        raise translate(exc) from exc
+                    raise
+                self._admin = admin
+            return self._admin
+
+    async def probe(self) -> None:
+        """Ask the cluster for its metadata; record the outcome in :attr:`error`."""
+        timeout = self._settings.request_timeout_ms / 1000
+        try:
+            admin = await asyncio.wait_for(self.admin(), timeout)
+            await asyncio.wait_for(admin.describe_cluster(), timeout)
+        except Exception as exc:
+            self.error = str(translate(exc)) or type(exc).__name__
+            await self.reset()
+            return
+        self.error = None
+
+    async def reset(self) -> None:
+        async with self._lock:
+            if self._admin is not None:
+                await _close_quietly(self._admin)
+                self._admin = None
+
+    async def close(self) -> None:
+        await self.reset()
+
+
+async def _close_quietly(admin: AIOKafkaAdminClient) -> None:
+    with contextlib.suppress(Exception):
+        await admin.close()

@@ -1,0 +1,64 @@
+"""Upstream offset tracking: which source offsets are safe to commit.
+
+Records of one source partition are sent in ranges (one range per destination batch). A range is
+*acknowledged* when the destination confirmed it with ``acks=all``. The committable offset is the
+end of the longest prefix of acknowledged ranges: committing it can never skip a record that has not
+reached the destination, whatever order acknowledgements arrive in. Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class OffsetTracker:
+    """Contiguous-acknowledgement tracking for one source partition."""
+
+    def __init__(self, start: int) -> None:
+        self._committable = start
+        self._committed = start
+        # first offset -> (end offset, acknowledged?) in the order ranges were registered.
+        self._ranges: OrderedDict[int, tuple[int, bool]] = OrderedDict()
+        self._last_end = start
+
+    @property
+    def committable(self) -> int:
+        """Every record below this offset has been acknowledged by the destination."""
+        return self._committable
+
+    @property
+    def committed(self) -> int:
+        """The last offset committed to the source cluster (see :meth:`mark_committed`)."""
+        return self._committed
+
+    @property
+    def pending(self) -> int:
+        """Ranges sent (or skipped) but not yet part of the committable prefix."""
+        return len(self._ranges)
+
+    @property
+    def needs_commit(self) -> bool:
+        return self._committable > self._committed
+
+    def track(self, first: int, end: int) -> None:
+        """Register the range ``[first, end)`` before it is sent; ranges must come in order."""
+        if end <= first:
+            raise ValueError(f"empty range [{first}, {end})")
+        if first < self._last_end:
+            raise ValueError(f"range [{first}, {end}) overlaps or precedes offset {self._last_end}")
+        self._ranges[first] = (end, False)
+        self._last_end = end
+
+    def ack(self, first: int) -> None:
+        """Mark the range starting at ``first`` acknowledged; advance the committable prefix."""
+        end, _ = self._ranges[first]
+        self._ranges[first] = (end, True)
+        while self._ranges:
+            head, (head_end, done) = next(iter(self._ranges.items()))
+            if not done:
+                break
+            del self._ranges[head]
+            self._committable = head_end
+
+    def mark_committed(self, offset: int) -> None:
+        self._committed = max(self._committed, offset)

@@ -1,0 +1,92 @@
+"""Reading a topic back exactly: every record of every partition, up to its log end.
+
+Log-end offsets are taken from fetch responses (the high watermark), never from ListOffsets
+alone, which some brokers answer wrongly after multi-record batches. Used to count and verify
+replicated data (the demo, the tests); not part of the replication data path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from replicator.provenance import Provenance, parse
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record as stored in a topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+    @property
+    def provenance(self) -> Provenance | None:
+        return parse(self.headers)
+
+
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+    """Partition numbers of ``topic`` (empty if it does not exist), without creating it."""
+    await consumer.topics()  # metadata of every topic; naming a missing one may create it
+    partitions = consumer.partitions_for_topic(topic)
+    return sorted(partitions) if partitions else []
+
+
+async def read_topic(
+    bootstrap_servers: str, topic: str, timeout: float = 30.0, **client_options: object
+) -> list[StoredRecord]:
+    """Every record of ``topic``, partition by partition in offset order."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **client_options,
+    )
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
+        if not partitions:
+            return []
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        records: dict[TopicPartition, list[StoredRecord]] = {tp: [] for tp in partitions}
+        done: set[TopicPartition] = set()
+        deadline = time.monotonic() + timeout
+        while len(done) < len(partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} did not reach the log end in {timeout}s")
+            fetched = await consumer.getmany(timeout_ms=200)
+            for tp, batch in fetched.items():
+                records[tp].extend(
+                    StoredRecord(
+                        r.topic,
+                        r.partition,
+                        r.offset,
+                        r.key,
+                        r.value,
+                        tuple(r.headers),
+                        r.timestamp,
+                    )
+                    for r in batch
+                )
+            for tp in partitions:
+                end = consumer.highwater(tp)
+                if end is not None and await consumer.position(tp) >= end:
+                    done.add(tp)
+        return [r for tp in partitions for r in records[tp]]
+    finally:
+        await consumer.stop()
+
+
+def read_topic_sync(
+    bootstrap_servers: str, topic: str, timeout: float = 30.0
+) -> list[StoredRecord]:
+    return asyncio.run(read_topic(bootstrap_servers, topic, timeout))

@@ -1,0 +1,341 @@
+"""Settings: the only reader of the environment.
+
+Everything the replicator can be told comes from ``REPLICATOR_*`` environment variables, parsed
+once, before the event loop starts, into a frozen :class:`Settings` that is passed down. Invalid
+configuration raises :class:`~replicator.errors.ConfigError` naming the variable at fault; the CLI
+turns that into exit status 2. Secret values are ``SecretStr`` and never appear in messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from contextvars import ContextVar
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
+
+from replicator.errors import ConfigError
+
+ENV_PREFIX = "REPLICATOR_"
+NESTED_DELIMITER = "__"
+
+# Internal topics of Kafka, Kafka Connect and the schema registry are never replicated by default.
+DEFAULT_TOPICS_EXCLUDE = r"__.*|_schemas|_confluent.*|connect-(configs|offsets|status)"
+
+_ALIAS = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_HOST_PORT = re.compile(r"^[^\s:,]+:\d{1,5}$")
+
+
+class SecurityProtocol(StrEnum):
+    """How the replicator talks to one cluster."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+
+class SaslMechanism(StrEnum):
+    """SASL mechanisms supported per cluster."""
+
+    PLAIN = "PLAIN"
+    SCRAM_SHA_256 = "SCRAM-SHA-256"
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+
+
+class Compression(StrEnum):
+    """Compression of the batches written to destination clusters."""
+
+    NONE = "none"
+    GZIP = "gzip"
+    SNAPPY = "snappy"
+    LZ4 = "lz4"
+    ZSTD = "zstd"
+
+
+def _readable_file(path: Path | None) -> Path | None:
+    if path is not None and not (path.is_file() and os.access(path, os.R_OK)):
+        raise ValueError("file does not exist or is not readable")
+    return path
+
+
+ReadableFile = Annotated[Path | None, AfterValidator(_readable_file)]
+
+
+def _compile(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression: {exc}") from None
+    return pattern
+
+
+Regex = Annotated[str, AfterValidator(_compile)]
+
+
+class ClusterSettings(BaseModel):
+    """Connection settings of one datacenter's Kafka cluster, with its own credentials."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str
+    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: ReadableFile = None
+    ssl_certfile: ReadableFile = None
+    ssl_keyfile: ReadableFile = None
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_ports(cls, value: str) -> str:
+        servers = [s.strip() for s in value.split(",") if s.strip()]
+        if not servers:
+            raise ValueError("must list at least one host:port")
+        bad = [s for s in servers if not _HOST_PORT.match(s)]
+        if bad:
+            raise ValueError(f"expected host:port[,host:port...], got {', '.join(bad)}")
+        return ",".join(servers)
+
+    @property
+    def servers(self) -> list[str]:
+        return self.bootstrap_servers.split(",")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in (
+            SecurityProtocol.SASL_PLAINTEXT,
+            SecurityProtocol.SASL_SSL,
+        )
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.security_protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+
+
+class Settings(BaseSettings):
+    """The whole configuration of one replicator (one sidecar beside one cluster)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED_DELIMITER,
+        case_sensitive=False,
+        frozen=True,
+        extra="forbid",
+    )
+
+    local_cluster: str = Field(description="Alias of the cluster this sidecar runs beside.")
+    clusters: dict[str, ClusterSettings] = Field(
+        description="One block per datacenter (local included), keyed by alias."
+    )
+    topics_include: Regex = Field(".*", description="Regex over real topic names to replicate.")
+    topics_exclude: Regex = Field(
+        DEFAULT_TOPICS_EXCLUDE, description="Regex over real topic names never replicated."
+    )
+    replica_suffix: str = Field("_REPLICA", description="Suffix of the topics applications write.")
+    group_prefix: str = Field(
+        "replicator", description="Consumer groups are <prefix>.<source>.<destination>."
+    )
+    http_host: str = Field("0.0.0.0", description="Address of the health and metrics server.")
+    http_port: int = Field(8080, ge=0, le=65535, description="Port of health and metrics.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "console", "auto"] = Field(
+        "auto", description="auto: console on a terminal, JSON otherwise."
+    )
+    batch_max_bytes: int = Field(
+        512 * 1024, ge=1024, description="Largest batch written to a destination partition."
+    )
+    linger_ms: int = Field(5, ge=0, description="How long a destination batch may wait to fill.")
+    compression: Compression = Compression.NONE
+    fetch_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest fetch response.")
+    max_partition_fetch_bytes: int = Field(
+        1024 * 1024, ge=1024, description="Largest fetch per source partition."
+    )
+    partition_queue_max_records: int = Field(
+        20_000, ge=1, description="Records buffered per source partition before fetching pauses."
+    )
+    partition_queue_max_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Bytes buffered per partition before fetching pauses."
+    )
+    commit_interval_ms: int = Field(1000, ge=10, description="How often acked offsets commit.")
+    metadata_max_age_ms: int = Field(
+        3000, ge=100, description="Metadata refresh: bounds how fast new topics are picked up."
+    )
+    request_timeout_ms: int = Field(30_000, ge=1000, description="Kafka request timeout.")
+    send_stall_timeout_ms: int = Field(
+        30_000, ge=100, description="An unacknowledged send older than this marks a leg degraded."
+    )
+    shutdown_grace_ms: int = Field(
+        20_000, ge=0, description="Time to drain in-flight sends on SIGTERM before forcing."
+    )
+    destination_replication_factor: int | None = Field(
+        None, ge=1, description="Replication factor of created topics (default: the source's)."
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _MappingEnvSource(settings_cls))
+
+    @field_validator("local_cluster")
+    @classmethod
+    def _normalise_alias(cls, value: str) -> str:
+        value = value.strip().lower()
+        if not _ALIAS.match(value):
+            raise ValueError("must be a cluster alias: lower-case letters, digits and '-'")
+        return value
+
+    @field_validator("clusters")
+    @classmethod
+    def _aliases(cls, value: dict[str, ClusterSettings]) -> dict[str, ClusterSettings]:
+        bad = [alias for alias in value if not _ALIAS.match(alias)]
+        if bad:
+            raise ValueError(f"invalid cluster alias {', '.join(bad)}")
+        if not value:
+            raise ValueError("at least one cluster must be configured")
+        return value
+
+    @field_validator("replica_suffix")
+    @classmethod
+    def _suffix(cls, value: str) -> str:
+        # An empty suffix would make every real topic a source: the replicator would read its own
+        # output and mirror it forever.
+        if not value or value != value.strip():
+            raise ValueError("must be a non-empty suffix without surrounding spaces")
+        return value
+
+    @model_validator(mode="after")
+    def _topology(self) -> Settings:
+        if self.local_cluster not in self.clusters:
+            known = ", ".join(sorted(self.clusters)) or "none"
+            raise ConfigError(
+                f"{ENV_PREFIX}LOCAL_CLUSTER",
+                f"no cluster named {self.local_cluster!r} is configured (known: {known}); "
+                f"define {ENV_PREFIX}CLUSTERS__{self.local_cluster.upper()}__BOOTSTRAP_SERVERS",
+            )
+        for alias, cluster in self.clusters.items():
+            var = f"{ENV_PREFIX}CLUSTERS__{alias.upper()}__"
+            if cluster.uses_sasl:
+                for field in ("sasl_mechanism", "sasl_username", "sasl_password"):
+                    if getattr(cluster, field) is None:
+                        raise ConfigError(
+                            var + field.upper(),
+                            f"required with security protocol {cluster.security_protocol}",
+                        )
+            if (cluster.ssl_certfile is None) != (cluster.ssl_keyfile is None):
+                raise ConfigError(
+                    var + "SSL_KEYFILE", "SSL_CERTFILE and SSL_KEYFILE must be given together"
+                )
+        return self
+
+    @property
+    def remote_clusters(self) -> list[str]:
+        return sorted(alias for alias in self.clusters if alias != self.local_cluster)
+
+    def masked(self) -> dict[str, Any]:
+        """The effective configuration as plain data, with every secret masked."""
+        return self.model_dump(mode="json")
+
+
+_ENVIRON: ContextVar[Mapping[str, str]] = ContextVar("replicator_environ")
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """Reads the environment handed to :func:`load_settings` instead of ``os.environ``."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        environ: Mapping[str, str] = _ENVIRON.get(os.environ)
+        return parse_env_vars(
+            environ,
+            self.case_sensitive,
+            self.env_ignore_empty,
+            self.env_parse_none_str,
+        )
+
+
+def env_name(loc: tuple[int | str, ...]) -> str:
+    """The environment variable that a validation error location refers to."""
+    return ENV_PREFIX + NESTED_DELIMITER.join(str(part).upper() for part in loc)
+
+
+def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """``REPLICATOR_*`` variables that name no setting: almost always a typo."""
+    top = {name.upper() for name in Settings.model_fields}
+    cluster_fields = {name.upper() for name in ClusterSettings.model_fields}
+    unknown = []
+    for key in environ:
+        upper = key.upper()
+        if not upper.startswith(ENV_PREFIX):
+            continue
+        parts = upper[len(ENV_PREFIX) :].split(NESTED_DELIMITER)
+        if parts[0] == "CLUSTERS":
+            if len(parts) != 3 or parts[2] not in cluster_fields:
+                unknown.append(key)
+        elif len(parts) != 1 or parts[0] not in top:
+            unknown.append(key)
+    return sorted(unknown)
+
+
+_SECRET_FIELDS = {"sasl_password"}
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Build and validate the settings from an environment (``os.environ`` by default)."""
+    env = dict(os.environ if environ is None else environ)
+    unknown = _unknown_variables(env)
+    if unknown:
+        raise ConfigError(unknown[0], "unknown setting (check the spelling)")
+    token = _ENVIRON.set(env)
+    try:
+        return Settings()  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    finally:
+        _ENVIRON.reset(token)
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    err = exc.errors(include_url=False, include_input=False)[0]
+    loc = tuple(err["loc"])
+    ctx = err.get("ctx") or {}
+    inner = ctx.get("error")
+    if isinstance(inner, ConfigError):
+        return inner
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "missing" and loc == ("clusters",):
+        return ConfigError(
+            f"{ENV_PREFIX}CLUSTERS__<ALIAS>__BOOTSTRAP_SERVERS",
+            "no cluster is configured; define one block per datacenter",
+        )
+    if loc and str(loc[-1]) not in _SECRET_FIELDS and err["type"] != "missing":
+        raw = exc.errors(include_url=False)[0].get("input")
+        if isinstance(raw, str | int):
+            message = f"{message} (got {raw!r})"
+    return ConfigError(env_name(loc) if loc else ENV_PREFIX + "*", message)
