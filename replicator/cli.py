@@ -6,6 +6,9 @@ variable at fault.
 
 from __future__ import annotations
 
+import asyncio
+
+import structlog
 import typer
 import uvloop
 
@@ -38,8 +41,10 @@ def run() -> None:
         uvloop.run(service.run())
     except (KeyboardInterrupt, SystemExit):
         raise
-    except BaseException as exc:  # a crashed task stops the service loudly
-        typer.echo(f"replicator stopped on an error: {exc!r}", err=True)
+    except asyncio.CancelledError:  # a second signal forced the exit
+        raise typer.Exit(130) from None
+    except BaseException:  # a crashed task stops the service loudly, with its traceback
+        structlog.get_logger("replicator").exception("replicator crashed")
         raise typer.Exit(1) from None
 
 

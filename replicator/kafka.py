@@ -68,7 +68,7 @@ def translate(exc: BaseException) -> ReplicatorError:
         return AuthenticationFailed(f"TLS handshake failed: {exc.reason or name}")
     if isinstance(exc, _REFUSED):
         return RecordRefused(name)
-    if isinstance(exc, _UNAVAILABLE | OSError | TimeoutError):
+    if isinstance(exc, (*_UNAVAILABLE, OSError, TimeoutError)):
         return ClusterUnavailable(name)
     if isinstance(exc, kerr.KafkaError):
         return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))

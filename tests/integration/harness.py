@@ -1,0 +1,329 @@
+"""Integration harness: real brokers (embedded, or Apache Kafka in containers), real replicators.
+
+The backend is chosen by ``REPLICATOR_TEST_BROKER``: ``embedded`` (default; one local Kafka-protocol
+broker process per datacenter) or ``kafka`` (Apache Kafka through testcontainers, which needs a
+Docker engine and skips with the reason where there is none). Replicators run as real
+``python -m replicator run`` subprocesses, configured only by environment variables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from replicator.embedded import EmbeddedBroker, free_port
+from replicator.readback import StoredRecord, read_topic
+
+BACKEND = os.environ.get("REPLICATOR_TEST_BROKER", "embedded")
+
+
+class Broker(Protocol):
+    alias: str
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass
+class KafkaContainerBroker:
+    """Apache Kafka (KRaft, single node) in a container, for where a Docker engine runs."""
+
+    alias: str
+    container: Any = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return str(self.container.get_bootstrap_server())
+
+    def start(self) -> KafkaContainerBroker:
+        from testcontainers.kafka import KafkaContainer
+
+        self.container = KafkaContainer("confluentinc/cp-kafka:7.7.1").with_kraft()
+        self.container.start()
+        return self
+
+    def stop(self) -> None:
+        if self.container is not None:
+            self.container.stop()
+
+
+def docker_unavailable_reason() -> str | None:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:
+        return f"REPLICATOR_TEST_BROKER=kafka needs a Docker engine, none reachable: {exc}"
+    return None
+
+
+@contextmanager
+def start_clusters(*aliases: str) -> Iterator[dict[str, Broker]]:
+    brokers: dict[str, Broker] = {}
+    if BACKEND == "kafka":
+        reason = docker_unavailable_reason()
+        if reason:
+            pytest.skip(reason)
+    elif BACKEND != "embedded":
+        raise pytest.UsageError(f"REPLICATOR_TEST_BROKER must be embedded or kafka, not {BACKEND}")
+    try:
+        for alias in aliases:
+            if BACKEND == "kafka":
+                brokers[alias] = KafkaContainerBroker(alias).start()
+            else:
+                brokers[alias] = EmbeddedBroker(alias).start()
+        yield brokers
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+
+
+# -- replicator processes ---------------------------------------------------------------------
+
+
+@dataclass
+class ReplicatorProcess:
+    """One ``replicator run`` subprocess beside one cluster."""
+
+    alias: str
+    env: dict[str, str]
+    http_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(
+        default_factory=lambda: Path(tempfile.mkstemp(prefix="replicator-", suffix=".log")[1])
+    )
+
+    def start(self) -> ReplicatorProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+        env.update(self.env)
+        env["REPLICATOR_HTTP_PORT"] = str(self.http_port)
+        env["REPLICATOR_HTTP_HOST"] = "127.0.0.1"
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "replicator", "run"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        return self
+
+    def get(self, path: str) -> tuple[int, Any]:
+        url = f"http://127.0.0.1:{self.http_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                body = response.read()
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            body, status = exc.read(), exc.code
+        if path == "/metrics":
+            return status, body.decode()
+        return status, json.loads(body)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        def ready() -> bool:
+            self.assert_running()
+            try:
+                return self.get("/readyz")[0] == 200
+            except OSError:
+                return False
+
+        wait_until(ready, timeout, f"replicator {self.alias} ready", self.log)
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        def serving() -> bool:
+            self.assert_running()
+            try:
+                self.get("/livez")
+                return True
+            except OSError:
+                return False
+
+        wait_until(serving, timeout, f"replicator {self.alias} serving HTTP", self.log)
+
+    def assert_running(self) -> None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(
+                f"replicator {self.alias} exited with {self.process.returncode}:\n{self.log()}"
+            )
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM, then wait: the exit status of a graceful stop."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(
+                f"replicator {self.alias} ignored SIGTERM:\n{self.log()}"
+            ) from None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-20000:]
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples whose labels include ``labels``."""
+        _, text = self.get("/metrics")
+        total = 0.0
+        for line in text.splitlines():
+            if not line.startswith(name + "{") and not line.startswith(name + " "):
+                continue
+            head, value = line.rsplit(" ", 1)
+            if all(f'{k}="{v}"' in head for k, v in labels.items()):
+                total += float(value)
+        return total
+
+
+def replicator_env(local: str, brokers: dict[str, Broker], **extra: str) -> dict[str, str]:
+    env = {
+        "REPLICATOR_LOCAL_CLUSTER": local,
+        "REPLICATOR_LOG_FORMAT": "json",
+        "REPLICATOR_COMMIT_INTERVAL_MS": "200",
+        "REPLICATOR_METADATA_MAX_AGE_MS": "1000",
+    }
+    for alias, broker in brokers.items():
+        env[f"REPLICATOR_CLUSTERS__{alias.upper()}__BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
+    env.update({f"REPLICATOR_{k.upper()}": v for k, v in extra.items()})
+    return env
+
+
+# -- data helpers -----------------------------------------------------------------------------
+
+
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout: float,
+    what: str,
+    context: Callable[[], str] | None = None,
+) -> float:
+    """Poll ``predicate`` until true; return the seconds it took; fail with context if never."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(0.25)
+    detail = f"\n{context()}" if context else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def _create_topics(bootstrap: str, topics: dict[str, int], configs: dict[str, str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic(name, n, 1, topic_configs=configs) for name, n in topics.items()]
+        )
+    finally:
+        await admin.close()
+
+
+def create_topics(broker: Broker, configs: dict[str, str] | None = None, **topics: int) -> None:
+    run(_create_topics(broker.bootstrap_servers, topics, configs or {}))
+
+
+async def describe(bootstrap: str) -> AIOKafkaAdminClient:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    return admin
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A record as the test produced it, with where it landed."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+
+async def _produce(bootstrap: str, topic: str, records: list[Sent]) -> list[Sent]:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(
+                topic,
+                key=r.key,
+                value=r.value,
+                partition=r.partition,
+                timestamp_ms=r.timestamp,
+                headers=list(r.headers),
+            )
+            for r in records
+        ]
+        placed = await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return [
+        Sent(topic, m.partition, m.offset, r.key, r.value, r.headers, r.timestamp)
+        for r, m in zip(records, placed, strict=True)
+    ]
+
+
+def produce(
+    broker: Broker,
+    topic: str,
+    count: int,
+    partitions: int,
+    tag: str = "",
+    headers: tuple[tuple[str, bytes | None], ...] = (),
+) -> list[Sent]:
+    """Produce ``count`` keyed records round-robin over partitions, with headers and timestamps."""
+    base = int(time.time() * 1000) - 60_000
+    records = [
+        Sent(
+            topic,
+            i % partitions,
+            -1,
+            f"key-{i % 13}".encode(),
+            f"{broker.alias}{tag}-{i}".encode(),
+            (("trace-id", f"t{i}".encode()), ("app", b"orders-service"), *headers),
+            base + i,
+        )
+        for i in range(count)
+    ]
+    return run(_produce(broker.bootstrap_servers, topic, records))
+
+
+def read(broker: Broker, topic: str) -> list[StoredRecord]:
+    return run(read_topic(broker.bootstrap_servers, topic))
+
+
+def count(broker: Broker, topic: str) -> int:
+    return len(read(broker, topic))

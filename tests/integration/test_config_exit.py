@@ -1,0 +1,63 @@
+"""Invalid configuration: ``replicator run`` exits 2, names the variable, never prints secrets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+CANARY = "canary-secret-91c2"
+VALID = {
+    "REPLICATOR_LOCAL_CLUSTER": "dc1",
+    "REPLICATOR_CLUSTERS__DC1__BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVERS": "127.0.0.1:10",
+    "REPLICATOR_CLUSTERS__DC2__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+    "REPLICATOR_CLUSTERS__DC2__SASL_MECHANISM": "SCRAM-SHA-512",
+    "REPLICATOR_CLUSTERS__DC2__SASL_USERNAME": "replicator",
+    "REPLICATOR_CLUSTERS__DC2__SASL_PASSWORD": CANARY,
+}
+
+
+def run_with(env: dict[str, str], drop: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+    clean.update({k: v for k, v in env.items() if k not in drop})
+    return subprocess.run(
+        [sys.executable, "-m", "replicator", "run"],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "drop", "variable"),
+    [
+        ({}, ("REPLICATOR_LOCAL_CLUSTER",), "REPLICATOR_LOCAL_CLUSTER"),
+        ({"REPLICATOR_LOCAL_CLUSTER": "dc7"}, (), "REPLICATOR_LOCAL_CLUSTER"),
+        ({"REPLICATOR_TOPICS_INCLUDE": "(unclosed"}, (), "REPLICATOR_TOPICS_INCLUDE"),
+        ({"REPLICATOR_REPLICA_SUFFIX": ""}, (), "REPLICATOR_REPLICA_SUFFIX"),
+        (
+            {"REPLICATOR_CLUSTERS__DC1__SSL_CAFILE": "/nonexistent/ca.pem"},
+            (),
+            "REPLICATOR_CLUSTERS__DC1__SSL_CAFILE",
+        ),
+        (
+            {},
+            ("REPLICATOR_CLUSTERS__DC2__SASL_USERNAME",),
+            "REPLICATOR_CLUSTERS__DC2__SASL_USERNAME",
+        ),
+        ({"REPLICATOR_HTTP_PORT": "-1"}, (), "REPLICATOR_HTTP_PORT"),
+        ({"REPLICATOR_SHUTDOWN_GRACE": "5"}, (), "REPLICATOR_SHUTDOWN_GRACE"),
+    ],
+)
+def test_invalid_configuration_exits_2_naming_the_variable(
+    change: dict[str, str], drop: tuple[str, ...], variable: str
+) -> None:
+    result = run_with({**VALID, **change}, drop)
+    assert result.returncode == 2, result.stderr
+    assert variable in result.stderr
+    assert CANARY not in result.stderr + result.stdout
