@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -192,11 +192,12 @@ class PartitionSender:
         first = records[0].offset
         count = size = 0
         oldest = records[0].timestamp
+        skipped: Counter[Marking] = Counter()
         for record in records:
             headers = record.headers
             mark = provenance.marking(headers)
             if mark is not Marking.UNTAGGED:
-                self._metrics.records_skipped.labels(self.leg.name, self.target_topic, mark).inc()
+                skipped[mark] += 1
                 continue
             tags = provenance.tagged(headers, Provenance(source, topic, partition, record.offset))
             key, value = record.key, record.value
@@ -209,6 +210,15 @@ class PartitionSender:
             count += 1
             size += record.serialized_key_size + record.serialized_value_size
         await self._hand_over(batch, first, records[-1].offset + 1, count, size, oldest)
+        if skipped:
+            for mark, n in skipped.items():
+                self._metrics.records_skipped.labels(self.leg.name, self.target_topic, mark).inc(n)
+            self._log.info(
+                "records not mirrored again",
+                **{str(mark): n for mark, n in skipped.items()},
+                first_offset=records[0].offset,
+                last_offset=records[-1].offset,
+            )
 
     async def _hand_over(
         self, batch: Any, first: int, end: int, count: int, size: int, oldest_ms: int

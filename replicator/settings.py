@@ -98,14 +98,20 @@ class ClusterSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    bootstrap_servers: str
-    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
-    sasl_mechanism: SaslMechanism | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: ReadableFile = None
-    ssl_certfile: ReadableFile = None
-    ssl_keyfile: ReadableFile = None
+    bootstrap_servers: str = Field(description="host:port[,host:port...] of the cluster.")
+    security_protocol: SecurityProtocol = Field(
+        SecurityProtocol.PLAINTEXT, description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."
+    )
+    sasl_mechanism: SaslMechanism | None = Field(
+        None, description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* protocols)."
+    )
+    sasl_username: str | None = Field(None, description="SASL principal for this cluster.")
+    sasl_password: SecretStr | None = Field(
+        None, description="SASL password for this cluster (secret: never logged or shown)."
+    )
+    ssl_cafile: ReadableFile = Field(None, description="CA bundle to verify the brokers.")
+    ssl_certfile: ReadableFile = Field(None, description="Client certificate (mutual TLS).")
+    ssl_keyfile: ReadableFile = Field(None, description="Client private key (mutual TLS).")
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -159,7 +165,9 @@ class Settings(BaseSettings):
     )
     http_host: str = Field("0.0.0.0", description="Address of the health and metrics server.")
     http_port: int = Field(8080, ge=0, le=65535, description="Port of health and metrics.")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="DEBUG, INFO, WARNING or ERROR."
+    )
     log_format: Literal["json", "console", "auto"] = Field(
         "auto", description="auto: console on a terminal, JSON otherwise."
     )
@@ -167,7 +175,9 @@ class Settings(BaseSettings):
         512 * 1024, ge=1024, description="Largest batch written to a destination partition."
     )
     linger_ms: int = Field(5, ge=0, description="How long a destination batch may wait to fill.")
-    compression: Compression = Compression.NONE
+    compression: Compression = Field(
+        Compression.NONE, description="Destination batches: none, gzip, snappy, lz4 or zstd."
+    )
     fetch_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest fetch response.")
     max_partition_fetch_bytes: int = Field(
         1024 * 1024, ge=1024, description="Largest fetch per source partition."
@@ -182,7 +192,9 @@ class Settings(BaseSettings):
     metadata_max_age_ms: int = Field(
         3000, ge=100, description="Metadata refresh: bounds how fast new topics are picked up."
     )
-    request_timeout_ms: int = Field(30_000, ge=1000, description="Kafka request timeout.")
+    request_timeout_ms: int = Field(
+        30_000, ge=1000, description="Kafka request timeout; must exceed a consumer group join."
+    )
     send_stall_timeout_ms: int = Field(
         30_000, ge=100, description="An unacknowledged send older than this marks a leg degraded."
     )

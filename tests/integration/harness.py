@@ -18,11 +18,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -234,7 +234,10 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
-def run(coro: Any) -> Any:
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
@@ -327,3 +330,8 @@ def read(broker: Broker, topic: str) -> list[StoredRecord]:
 
 def count(broker: Broker, topic: str) -> int:
     return len(read(broker, topic))
+
+
+def holds(broker: Broker, topic: str, records: int) -> Callable[[], bool]:
+    """A predicate for :func:`wait_until`: ``topic`` on ``broker`` holds at least ``records``."""
+    return lambda: count(broker, topic) >= records

@@ -15,6 +15,7 @@ from tests.integration.harness import (
     count,
     create_topics,
     describe,
+    holds,
     produce,
     read,
     replicator_env,
@@ -106,7 +107,7 @@ def test_restart_after_sigterm_resumes_without_loss_or_duplicates(replicators: S
         first.wait_ready()
         produce(brokers["dc1"], "orders_REPLICA", 400, partitions=3, tag="-a")
         for broker in brokers.values():
-            wait_until(lambda b=broker: count(b, "orders") == 400, 30, "first half", first.log)
+            wait_until(holds(broker, "orders", 400), 30, "first half", first.log)
         assert first.stop() == 0
         assert '"stop requested, draining"' in first.log()
 
@@ -115,7 +116,7 @@ def test_restart_after_sigterm_resumes_without_loss_or_duplicates(replicators: S
         second = replicators("dc1", env)
         second.wait_ready()
         for broker in brokers.values():
-            wait_until(lambda b=broker: count(b, "orders") >= 800, 30, "second half", second.log)
+            wait_until(holds(broker, "orders", 800), 30, "second half", second.log)
         time.sleep(2)
         for broker in brokers.values():
             values = Counter(r.value for r in read(broker, "orders"))

@@ -14,6 +14,7 @@ from tests.integration.harness import (
     Sent,
     count,
     create_topics,
+    holds,
     produce,
     read,
     replicator_env,
@@ -77,7 +78,7 @@ def test_two_datacenters_replicate_both_ways_exactly_once(replicators: Start) ->
         produce(brokers["dc1"], "internal_REPLICA", 10, 1)
 
         for broker in brokers.values():
-            wait_until(lambda b=broker: count(b, "orders") >= 600, 60, f"orders on {broker.alias}")
+            wait_until(holds(broker, "orders", 600), 60, f"orders on {broker.alias}")
         time.sleep(2)  # anything mirrored back or twice would arrive by now
         for broker in brokers.values():
             assert_exact_replica(read(broker, "orders"), sent, "orders")
@@ -123,7 +124,7 @@ def test_three_datacenters_each_hold_the_union(replicators: Start) -> None:
             replicator.wait_ready()
         sent = {a: produce(b, "events_REPLICA", 120, partitions=2) for a, b in brokers.items()}
         for broker in brokers.values():
-            wait_until(lambda b=broker: count(b, "events") >= 360, 60, f"events on {broker.alias}")
+            wait_until(holds(broker, "events", 360), 60, f"events on {broker.alias}")
         time.sleep(2)
         for broker in brokers.values():
             assert_exact_replica(read(broker, "events"), sent, "events")

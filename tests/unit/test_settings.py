@@ -42,7 +42,7 @@ def test_local_alias_is_case_insensitive() -> None:
 def test_settings_are_frozen() -> None:
     settings = load_settings(BASE)
     with pytest.raises(Exception, match="frozen"):
-        settings.http_port = 1  # type: ignore[misc]
+        settings.http_port = 1
 
 
 def test_missing_local_cluster_names_the_variable() -> None:
