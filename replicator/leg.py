@@ -19,10 +19,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine, Iterable
+from functools import partial
 from typing import Any
 
 import structlog
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from replicator.kafka import ClusterClient, make_consumer, make_producer, translate
 from replicator.metrics import Metrics
@@ -60,10 +61,15 @@ class LegRunner(ConsumerRebalanceListener):  # type: ignore[misc]
         source = settings.clusters[leg.source]
         destination = settings.clusters[leg.destination]
         client_id = f"replicator-{leg.source}-to-{leg.destination}"
-        self._consumer = make_consumer(
-            source, settings, leg.group_id(settings.group_prefix), client_id
+        group = leg.group_id(settings.group_prefix)
+        self._make_consumer: Callable[[], AIOKafkaConsumer] = partial(
+            make_consumer, source, settings, group, client_id
         )
-        self._producer = make_producer(destination, settings, client_id)
+        self._make_producer: Callable[[], AIOKafkaProducer] = partial(
+            make_producer, destination, settings, client_id
+        )
+        self._consumer = self._make_consumer()
+        self._producer = self._make_producer()
         self._topics = TopicProvisioner(
             source_client, destination_client, settings.destination_replication_factor
         )
@@ -87,25 +93,35 @@ class LegRunner(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._shutdown()
 
     async def _connect(self, stop: asyncio.Event) -> bool:
-        started = False
+        """Start the producer (destination), then the consumer (source); retry each until up.
+
+        A client whose start failed is closed and replaced, so retries leak no connections.
+        """
+        producing = False
         while not stop.is_set():
             try:
-                if not started:
+                if not producing:
                     await self._producer.start()
-                    started = True
+                    producing = True
                 await self._consumer.start()
                 self._consumer.subscribe(pattern=self._rules.subscription_pattern, listener=self)
-                self.connected = True
-                self.last_error = None
-                self._log.info(
-                    "leg connected", group=self.leg.group_id(self._settings.group_prefix)
-                )
-                return True
             except Exception as exc:
                 error = translate(exc)
-                self.last_error = f"cannot connect: {error}"
-                self._log.warning("leg cannot connect, retrying", error=str(error))
+                side = self.leg.source if producing else self.leg.destination
+                self.last_error = f"cannot connect to {side}: {error}"
+                self._log.warning("leg cannot connect, retrying", cluster=side, error=str(error))
+                if producing:
+                    await _stop_quietly(self._consumer.stop())
+                    self._consumer = self._make_consumer()
+                else:
+                    await _stop_quietly(self._producer.stop())
+                    self._producer = self._make_producer()
                 await _wait(stop, _CONNECT_BACKOFF_S)
+                continue
+            self.connected = True
+            self.last_error = None
+            self._log.info("leg connected", group=self.leg.group_id(self._settings.group_prefix))
+            return True
         return False
 
     async def _shutdown(self) -> None:
@@ -294,6 +310,12 @@ class LegRunner(ConsumerRebalanceListener):  # type: ignore[misc]
     @property
     def seconds_since_poll(self) -> float:
         return time.monotonic() - self.last_poll
+
+
+async def _stop_quietly(stopping: Coroutine[Any, Any, None]) -> None:
+    """Close a client whose start failed; its own errors add nothing to the one reported."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(stopping, timeout=5)
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:

@@ -251,6 +251,8 @@ class PartitionSender:
                 await asyncio.sleep(_RETRY_BACKOFF_S)
             if self._closing:
                 return
+        while self._in_flight and self._in_flight[0][0].done():
+            self._in_flight.popleft()
         self._in_flight.append((future, time.monotonic()))
 
         def delivered(done: asyncio.Future[Any]) -> None:
