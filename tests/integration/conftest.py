@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.harness import ReplicatorProcess
+from tests.integration.harness import ReplicatorProcess, Start
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def replicators() -> Iterator[Callable[[str, dict[str, str]], ReplicatorProcess]]:
+def replicators() -> Iterator[Start]:
     """Start replicator subprocesses; any still running at the end of the test is killed."""
     started: list[ReplicatorProcess] = []
 

@@ -202,6 +202,9 @@ class ReplicatorProcess:
         return total
 
 
+Start = Callable[[str, dict[str, str]], ReplicatorProcess]
+
+
 def replicator_env(local: str, brokers: dict[str, Broker], **extra: str) -> dict[str, str]:
     env = {
         "REPLICATOR_LOCAL_CLUSTER": local,
@@ -262,17 +265,7 @@ async def describe(bootstrap: str) -> AIOKafkaAdminClient:
     return admin
 
 
-@dataclass(frozen=True)
-class Sent:
-    """A record as the test produced it, with where it landed."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    timestamp: int
+Sent = StoredRecord  # a record as the test produced it, with where it landed
 
 
 async def _produce(bootstrap: str, topic: str, records: list[Sent]) -> list[Sent]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,21 @@ def test_invalid_configuration_exits_2_naming_the_variable(
     assert result.returncode == 2, result.stderr
     assert variable in result.stderr
     assert CANARY not in result.stderr + result.stdout
+
+
+def test_console_script_and_module_behave_the_same() -> None:
+    script = Path(sys.executable).with_name("replicator")
+    assert script.exists(), "the replicator console script is not installed"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+    by_script = subprocess.run(
+        [str(script), "run"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    by_module = run_with({})
+    assert by_script.returncode == by_module.returncode == 2
+    assert "REPLICATOR_LOCAL_CLUSTER" in by_script.stderr
+    assert "REPLICATOR_LOCAL_CLUSTER" in by_module.stderr
+    helped = subprocess.run(
+        [str(script), "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert helped.returncode == 0
+    assert "run" in helped.stdout and "demo" in helped.stdout

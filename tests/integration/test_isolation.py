@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from replicator.embedded import EmbeddedBroker
 from tests.integration.harness import (
     BACKEND,
-    ReplicatorProcess,
+    Start,
     count,
     create_topics,
     produce,
@@ -15,8 +13,6 @@ from tests.integration.harness import (
     start_clusters,
     wait_until,
 )
-
-Start = Callable[[str, dict[str, str]], ReplicatorProcess]
 
 
 def test_remote_down_local_delivery_continues_and_remote_catches_up(replicators: Start) -> None:

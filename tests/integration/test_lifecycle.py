@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from replicator.topics import describe_partitions
 from tests.integration.harness import (
-    ReplicatorProcess,
+    Start,
     count,
     create_topics,
     describe,
@@ -22,8 +22,6 @@ from tests.integration.harness import (
     start_clusters,
     wait_until,
 )
-
-Start = Callable[[str, dict[str, str]], ReplicatorProcess]
 
 
 def test_topic_created_at_runtime_is_picked_up_within_seconds(replicators: Start) -> None:
@@ -99,26 +97,39 @@ def test_destination_with_fewer_partitions_blocks_only_that_topic(replicators: S
         assert dc1.stop() == 0
 
 
-def test_restart_after_sigterm_resumes_without_loss_or_duplicates(replicators: Start) -> None:
+def test_sigterm_during_a_stream_then_restart_loses_and_repeats_nothing(
+    replicators: Start,
+) -> None:
     with start_clusters("dc1", "dc2") as brokers:
         create_topics(brokers["dc1"], orders_REPLICA=3)
         env = replicator_env("dc1", brokers)
         first = replicators("dc1", env)
         first.wait_ready()
-        produce(brokers["dc1"], "orders_REPLICA", 400, partitions=3, tag="-a")
-        for broker in brokers.values():
-            wait_until(holds(broker, "orders", 400), 30, "first half", first.log)
+        chunks, per_chunk = 20, 200
+
+        def stream() -> None:
+            for chunk in range(chunks):
+                produce(brokers["dc1"], "orders_REPLICA", per_chunk, partitions=3, tag=f"-{chunk}")
+                time.sleep(0.1)
+
+        producer = threading.Thread(target=stream)
+        producer.start()
+        wait_until(holds(brokers["dc2"], "orders", per_chunk), 30, "stream flowing", first.log)
+        # Stopped mid-stream: in-flight batches are drained and committed, the rest is left.
         assert first.stop() == 0
         assert '"stop requested, draining"' in first.log()
+        stopped_at = {alias: count(b, "orders") for alias, b in brokers.items()}
+        producer.join()
+        assert all(n < chunks * per_chunk for n in stopped_at.values()), stopped_at
 
-        # Written while no replicator runs; picked up from the committed offsets on restart.
-        produce(brokers["dc1"], "orders_REPLICA", 400, partitions=3, tag="-b")
         second = replicators("dc1", env)
         second.wait_ready()
         for broker in brokers.values():
-            wait_until(holds(broker, "orders", 800), 30, "second half", second.log)
+            wait_until(holds(broker, "orders", chunks * per_chunk), 30, "the rest", second.log)
         time.sleep(2)
         for broker in brokers.values():
             values = Counter(r.value for r in read(broker, "orders"))
-            assert len(values) == 800 and set(values.values()) == {1}, broker.alias
+            assert len(values) == chunks * per_chunk, broker.alias
+            assert set(values.values()) == {1}, f"duplicates on {broker.alias}"
+        print(f"stopped mid-stream at {stopped_at}; resumed with no loss and no duplicate")
         assert second.stop() == 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 
 from replicator import provenance
 from replicator.provenance import Provenance
@@ -12,6 +11,7 @@ from replicator.readback import StoredRecord
 from tests.integration.harness import (
     ReplicatorProcess,
     Sent,
+    Start,
     count,
     create_topics,
     holds,
@@ -21,8 +21,6 @@ from tests.integration.harness import (
     start_clusters,
     wait_until,
 )
-
-Start = Callable[[str, dict[str, str]], ReplicatorProcess]
 
 
 def assert_exact_replica(
