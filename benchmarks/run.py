@@ -1,0 +1,519 @@
+"""The replicator benchmark: throughput, latency, memory and CPU, side by side in one run.
+
+For each record size (100 B and 1 KiB) the same preloaded ``bench_REPLICA`` topic is replicated to
+``bench`` on two clusters by three contenders, each a separate process on fresh local brokers:
+the naive per-record ``send()`` mirror, the minimal batch-copy loop (the machine's ceiling), and
+the replicator itself. Completion is measured by reading the destinations back (high watermarks
+from fetch responses, never ListOffsets) and the replicator's output is verified record by record.
+Then the replicator's end-to-end latency is measured at a fixed offered rate, and its peak memory
+with a destination that disappears mid-run. The last line printed is one JSON object.
+
+    make bench                      # the full benchmark
+    .venv/bin/python -m benchmarks.run --quick     # a smaller run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+import uvloop
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from rich.console import Console
+from rich.table import Table
+
+from replicator.embedded import EmbeddedBroker, embedded_clusters, free_port, replicator_environment
+from replicator.readback import read_topic
+
+TOPIC = "bench"
+SOURCE = f"{TOPIC}_REPLICA"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    value_bytes: int
+    records: int
+    partitions: int = 8
+
+
+@dataclass
+class RunResult:
+    contender: str
+    workload: str
+    records: int
+    seconds: float
+    records_per_second: float
+    source_mb_per_second: float
+    peak_rss_mb: float
+    cpu_seconds_per_million: float
+    verified: str = "counted"
+
+
+@dataclass
+class LatencyResult:
+    offered_per_second: int
+    seconds: float
+    records: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    by_destination: dict[str, dict[str, float]] = field(default_factory=dict)
+    peak_rss_mb: float = 0.0
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+
+class Monitored:
+    """A contender process, with its peak RSS and CPU time read from /proc."""
+
+    def __init__(self, args: list[str], env: dict[str, str], name: str) -> None:
+        fd, self.log_path = tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")
+        with os.fdopen(fd, "wb") as log:
+            self.process = subprocess.Popen(
+                args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        self.peak_rss_kb = 0
+
+    def cpu_seconds(self) -> float:
+        try:
+            with open(f"/proc/{self.process.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def sample_rss(self) -> None:
+        try:
+            with open(f"/proc/{self.process.pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        self.peak_rss_kb = max(self.peak_rss_kb, int(line.split()[1]))
+        except FileNotFoundError:
+            pass
+
+    @property
+    def peak_rss_mb(self) -> float:
+        return self.peak_rss_kb / 1024
+
+    def stop(self) -> None:
+        self.sample_rss()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+    env.update(extra or {})
+    return env
+
+
+def start_contender(name: str, brokers: dict[str, EmbeddedBroker]) -> Monitored:
+    if name == "replicator":
+        env = replicator_environment("dc1", brokers, free_port(), log_format="json")
+        return Monitored([sys.executable, "-m", "replicator", "run"], child_env(env), name)
+    destinations = ",".join(b.bootstrap_servers for b in brokers.values())
+    args = [sys.executable, "-m", "benchmarks.mirrors", name, "--source"]
+    args += [brokers["dc1"].bootstrap_servers, "--destinations", destinations, "--topic", TOPIC]
+    return Monitored(args, child_env(), name)
+
+
+# -- data ---------------------------------------------------------------------------------------
+
+
+async def create_topics(broker: EmbeddedBroker, partitions: int, *names: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    finally:
+        await admin.close()
+
+
+def value_of(i: int, size: int) -> bytes:
+    head = i.to_bytes(8, "big")
+    return head + b"v" * (size - len(head))
+
+
+async def preload(broker: EmbeddedBroker, workload: Workload) -> None:
+    """Write ``workload.records`` keyed records to the source topic, evenly over partitions."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=broker.bootstrap_servers, acks="all", max_batch_size=512 * 1024
+    )
+    await producer.start()
+    try:
+        pending = []
+        per_call = max(1, 256 * 1024 // (workload.value_bytes + 40))
+        now = int(time.time() * 1000)
+        for start in range(0, workload.records, per_call * workload.partitions):
+            for partition in range(workload.partitions):
+                batch = producer.create_batch()
+                first = start + partition * per_call
+                for i in range(first, min(first + per_call, workload.records)):
+                    batch.append(
+                        timestamp=now,
+                        key=f"key-{i % 1000}".encode(),
+                        value=value_of(i, workload.value_bytes),
+                        headers=[("bench", b"1")],
+                    )
+                if batch.record_count():
+                    pending.append(await producer.send_batch(batch, SOURCE, partition=partition))
+            if len(pending) > 64:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
+class Watermarks:
+    """Log-end offsets of ``bench`` on every destination, from fetch responses (cheap polling)."""
+
+    def __init__(self, brokers: dict[str, EmbeddedBroker], partitions: int) -> None:
+        self._brokers = brokers
+        self._partitions = [TopicPartition(TOPIC, p) for p in range(partitions)]
+        self._consumers: dict[str, AIOKafkaConsumer] = {}
+
+    async def __aenter__(self) -> Watermarks:
+        for alias, broker in self._brokers.items():
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=broker.bootstrap_servers,
+                enable_auto_commit=False,
+                auto_offset_reset="none",
+                fetch_max_wait_ms=10,
+            )
+            await consumer.start()
+            consumer.assign(self._partitions)
+            for tp in self._partitions:
+                consumer.seek(tp, 1 << 40)  # past the end: fetches return no data, only watermarks
+            self._consumers[alias] = consumer
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        for consumer in self._consumers.values():
+            await consumer.stop()
+
+    async def totals(self) -> dict[str, int]:
+        result = {}
+        for alias, consumer in self._consumers.items():
+            await consumer.getmany(timeout_ms=10)
+            result[alias] = sum(consumer.highwater(tp) or 0 for tp in self._partitions)
+        return result
+
+
+async def verify_replica(brokers: dict[str, EmbeddedBroker], expected: int) -> str:
+    """Read every destination back; each source record exactly once, with provenance."""
+    for alias, broker in brokers.items():
+        records = await read_topic(broker.bootstrap_servers, TOPIC, timeout=300)
+        origins = {(p.partition, p.offset) for r in records if (p := r.provenance) is not None}
+        if len(records) != expected or len(origins) != expected:
+            return f"FAILED on {alias}: {len(records)} records, {len(origins)} distinct"
+    return "exact"
+
+
+# -- phases -------------------------------------------------------------------------------------
+
+
+async def throughput(contender: str, workload: Workload) -> RunResult:
+    with embedded_clusters("dc1", "dc2") as brokers:
+        await create_topics(brokers["dc1"], workload.partitions, SOURCE, TOPIC)
+        await create_topics(brokers["dc2"], workload.partitions, TOPIC)
+        await preload(brokers["dc1"], workload)
+        expected = workload.records
+        process = start_contender(contender, brokers)
+        try:
+            async with Watermarks(brokers, workload.partitions) as marks:
+                first = cpu_first = 0.0
+                deadline = time.monotonic() + 600
+                while time.monotonic() < deadline:
+                    if process.process.poll() is not None:
+                        raise RuntimeError(f"{contender} exited; see {process.log_path}")
+                    totals = await marks.totals()
+                    process.sample_rss()
+                    now = time.monotonic()
+                    if not first and any(totals.values()):
+                        first, cpu_first = now, process.cpu_seconds()
+                    if all(t >= expected for t in totals.values()):
+                        break
+                else:
+                    raise TimeoutError(f"{contender} did not finish; see {process.log_path}")
+                seconds = now - first
+                cpu = process.cpu_seconds() - cpu_first
+        finally:
+            process.stop()
+        verified = (
+            await verify_replica(brokers, expected) if contender == "replicator" else "counted"
+        )
+    mb = expected * workload.value_bytes / 1e6
+    return RunResult(
+        contender,
+        workload.name,
+        expected,
+        round(seconds, 3),
+        round(expected / seconds),
+        round(mb / seconds, 1),
+        round(process.peak_rss_mb, 1),
+        round(cpu / expected * 1e6, 2),
+        verified,
+    )
+
+
+async def wait_ready(http_port: int, process: Monitored, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if process.process.poll() is not None:
+                raise RuntimeError(f"replicator exited; see {process.log_path}")
+            try:
+                async with session.get(f"http://127.0.0.1:{http_port}/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"replicator not ready; see {process.log_path}")
+
+
+@contextmanager
+def replicator_beside_dc1(brokers: dict[str, EmbeddedBroker]) -> Iterator[tuple[Monitored, int]]:
+    port = free_port()
+    env = replicator_environment("dc1", brokers, port, log_format="json")
+    process = Monitored([sys.executable, "-m", "replicator", "run"], child_env(env), "replicator")
+    try:
+        yield process, port
+    finally:
+        process.stop()
+
+
+async def latency(rate: int, seconds: float, partitions: int = 8) -> LatencyResult:
+    """Offer ``rate`` records/s of 100 B for ``seconds``; time each record to its destinations."""
+    with embedded_clusters("dc1", "dc2") as brokers:
+        await create_topics(brokers["dc1"], partitions, SOURCE, TOPIC)
+        await create_topics(brokers["dc2"], partitions, TOPIC)
+        with replicator_beside_dc1(brokers) as (process, port):
+            await wait_ready(port, process)
+            samples = {alias: array("d") for alias in brokers}
+            produced = 0
+            done = asyncio.Event()
+
+            async def tail(alias: str, broker: EmbeddedBroker) -> None:
+                consumer = AIOKafkaConsumer(
+                    bootstrap_servers=broker.bootstrap_servers,
+                    enable_auto_commit=False,
+                    fetch_max_wait_ms=5,
+                )
+                await consumer.start()
+                tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+                consumer.assign(tps)
+                await consumer.seek_to_beginning(*tps)
+                try:
+                    while not (done.is_set() and len(samples[alias]) >= produced):
+                        fetched = await consumer.getmany(timeout_ms=50)
+                        now_ms = time.time() * 1000
+                        for records in fetched.values():
+                            samples[alias].extend(now_ms - r.timestamp for r in records)
+                finally:
+                    await consumer.stop()
+
+            async def offer() -> None:
+                nonlocal produced
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=brokers["dc1"].bootstrap_servers, acks="all", linger_ms=0
+                )
+                await producer.start()
+                tick, start = 0.005, time.monotonic()
+                value = b"x" * 100
+                try:
+                    while (elapsed := time.monotonic() - start) < seconds:
+                        due = int(rate * elapsed) - produced
+                        now_ms = int(time.time() * 1000)
+                        for p in range(partitions):
+                            n = due // partitions + (1 if p < due % partitions else 0)
+                            if n <= 0:
+                                continue
+                            batch = producer.create_batch()
+                            for i in range(n):
+                                batch.append(
+                                    timestamp=now_ms, key=b"k%d" % i, value=value, headers=[]
+                                )
+                            await producer.send_batch(batch, SOURCE, partition=p)
+                            produced += n
+                        process.sample_rss()
+                        await asyncio.sleep(tick)
+                    await producer.flush()
+                finally:
+                    await producer.stop()
+                    done.set()
+
+            tails = [asyncio.create_task(tail(a, b)) for a, b in brokers.items()]
+            await offer()
+            await asyncio.wait_for(asyncio.gather(*tails), timeout=120)
+            rss = process.peak_rss_mb
+    every = sorted(x for s in samples.values() for x in s)
+    result = LatencyResult(rate, seconds, produced, *_percentiles(every), peak_rss_mb=round(rss, 1))
+    for alias, values in samples.items():
+        p50, p99, peak = _percentiles(sorted(values))
+        result.by_destination[alias] = {"p50_ms": p50, "p99_ms": p99, "max_ms": peak}
+    return result
+
+
+def _percentiles(values: list[float]) -> tuple[float, float, float]:
+    if not values:
+        return (float("nan"),) * 3
+    pick = lambda q: round(values[min(len(values) - 1, int(q * len(values)))], 1)  # noqa: E731
+    return pick(0.50), pick(0.99), round(values[-1], 1)
+
+
+async def unreachable_destination(workload: Workload) -> dict[str, Any]:
+    """Peak RSS while the remote cluster disappears mid-run; local delivery must still finish."""
+    with embedded_clusters("dc1", "dc2") as brokers:
+        await create_topics(brokers["dc1"], workload.partitions, SOURCE, TOPIC)
+        await create_topics(brokers["dc2"], workload.partitions, TOPIC)
+        await preload(brokers["dc1"], workload)
+        with replicator_beside_dc1(brokers) as (process, _):
+            async with Watermarks({"dc1": brokers["dc1"]}, workload.partitions) as local:
+                async with Watermarks({"dc2": brokers["dc2"]}, workload.partitions) as remote:
+                    while (await remote.totals())["dc2"] == 0:
+                        await asyncio.sleep(0.01)
+                    reached = (await remote.totals())["dc2"]
+                brokers["dc2"].stop()
+                deadline = time.monotonic() + 300
+                while (await local.totals())["dc1"] < workload.records:
+                    process.sample_rss()
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("local delivery stalled while the remote was down")
+                    await asyncio.sleep(0.05)
+            for _ in range(100):  # keep watching memory while the remote stays down
+                process.sample_rss()
+                await asyncio.sleep(0.1)
+            return {
+                "records": workload.records,
+                "value_bytes": workload.value_bytes,
+                "remote_had_when_cut": reached,
+                "local_complete": True,
+                "peak_rss_mb": round(process.peak_rss_mb, 1),
+            }
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def report(runs: list[RunResult], lat: LatencyResult | None, outage: dict[str, Any] | None) -> None:
+    table = Table(title="Throughput: preloaded source replicated to two clusters")
+    for column in ("workload", "contender", "records", "records/s", "source MB/s", "peak RSS MB",
+                   "CPU s / M records", "output"):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("workload", "contender") else "right")
+    for r in runs:
+        table.add_row(
+            r.workload, r.contender, str(r.records), f"{r.records_per_second:,}",
+            f"{r.source_mb_per_second}", f"{r.peak_rss_mb}", f"{r.cpu_seconds_per_million}",
+            r.verified,
+        )  # fmt: skip
+    console.print(table)
+    for name, ratio in ratios(runs).items():
+        console.print(f"  {name}: {ratio}")
+    if lat:
+        console.print(
+            f"Latency at {lat.offered_per_second:,} records/s for {lat.seconds:.0f}s "
+            f"({lat.records:,} records, source timestamp to read back on each destination): "
+            f"p50 {lat.p50_ms} ms, p99 {lat.p99_ms} ms, max {lat.max_ms} ms; "
+            f"peak RSS {lat.peak_rss_mb} MB"
+        )
+    if outage:
+        console.print(
+            f"Remote cut mid-run ({outage['records']:,} x {outage['value_bytes']} B): local "
+            f"delivery complete, peak RSS {outage['peak_rss_mb']} MB"
+        )
+
+
+def ratios(runs: list[RunResult]) -> dict[str, float]:
+    out = {}
+    by = {(r.workload, r.contender): r for r in runs}
+    for workload in dict.fromkeys(r.workload for r in runs):
+        rep = by.get((workload, "replicator"))
+        for other in ("naive", "ceiling"):
+            ref = by.get((workload, other))
+            if rep and ref:
+                key = f"{workload} replicator/{other}"
+                out[key] = round(rep.records_per_second / ref.records_per_second, 2)
+    return out
+
+
+async def main(args: argparse.Namespace) -> None:
+    workloads = [
+        Workload("100B", 100, args.records_100b),
+        Workload("1KiB", 1024, args.records_1kb),
+    ]
+    runs: list[RunResult] = []
+    for workload in workloads:
+        for contender in args.contenders:
+            console.print(f"[bold]{workload.name}[/] {contender} ...")
+            result = await throughput(contender, workload)
+            console.print(f"  {result.records_per_second:,} records/s, {result.verified}")
+            runs.append(result)
+    lat = None
+    if args.latency_seconds > 0:
+        console.print(
+            f"[bold]latency[/] at {args.latency_rate:,}/s for {args.latency_seconds}s ..."
+        )
+        lat = await latency(args.latency_rate, args.latency_seconds)
+    outage = None
+    if args.outage_records > 0:
+        console.print("[bold]remote cut mid-run[/] ...")
+        outage = await unreachable_destination(Workload("1KiB", 1024, args.outage_records))
+    report(runs, lat, outage)
+    print(
+        json.dumps(
+            {
+                "throughput": [asdict(r) for r in runs],
+                "ratios": ratios(runs),
+                "latency": asdict(lat) if lat else None,
+                "remote_outage": outage,
+            }
+        )
+    )
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Replicator benchmark")
+    parser.add_argument("--records-100b", type=int, default=600_000)
+    parser.add_argument("--records-1kb", type=int, default=150_000)
+    parser.add_argument("--latency-rate", type=int, default=20_000)
+    parser.add_argument("--latency-seconds", type=float, default=60)
+    parser.add_argument("--outage-records", type=int, default=150_000)
+    parser.add_argument(
+        "--contenders", nargs="+", default=["naive", "ceiling", "replicator"],
+        choices=["naive", "ceiling", "replicator"],
+    )  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="small sizes, 10 s of latency")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.records_100b, args.records_1kb = 100_000, 30_000
+        args.latency_seconds, args.outage_records = 10, 30_000
+    return args
+
+
+if __name__ == "__main__":
+    uvloop.run(main(parse()))
