@@ -136,6 +136,7 @@ def make_consumer(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         fetch_max_bytes=settings.fetch_max_bytes,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
     )
 

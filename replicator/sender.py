@@ -31,7 +31,7 @@ from replicator.errors import ReplicatorError, TopicMismatch
 from replicator.kafka import translate
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
-from replicator.provenance import Marking, Provenance
+from replicator.provenance import Marking
 from replicator.topics import TopicProvisioner
 from replicator.topology import Leg
 
@@ -86,6 +86,7 @@ class PartitionSender:
         self._wakeup = asyncio.Event()
         self._closing = False
         self._in_flight: deque[tuple[asyncio.Future[Any], float]] = deque()
+        self._tagger = provenance.Tagger(leg.source, tp.topic, tp.partition)
         self._log = log.bind(leg=leg.name, topic=tp.topic, partition=tp.partition)
         self._replicated = metrics.records_replicated.labels(leg.name, target_topic)
         self._bytes = metrics.bytes_replicated.labels(leg.name, target_topic)
@@ -186,27 +187,27 @@ class PartitionSender:
 
     async def _send(self, records: Sequence[ConsumerRecord]) -> None:
         """Pack ``records`` into as many destination batches as they need and send them."""
-        source = self.leg.source
-        topic, partition = self.tp.topic, self.tp.partition
+        # The per-record loop is the replicator's hot path: no avoidable Python work in it.
+        tag, untagged = self._tagger.tag, provenance.untagged
         batch = self._producer.create_batch()
+        append = batch.append
         first = records[0].offset
         count = size = 0
         oldest = records[0].timestamp
         skipped: Counter[Marking] = Counter()
         for record in records:
             headers = record.headers
-            mark = provenance.marking(headers)
-            if mark is not Marking.UNTAGGED:
-                skipped[mark] += 1
+            if headers and not untagged(headers):
+                skipped[provenance.marking(headers)] += 1
                 continue
-            tags = provenance.tagged(headers, Provenance(source, topic, partition, record.offset))
-            key, value = record.key, record.value
-            appended = batch.append(timestamp=record.timestamp, key=key, value=value, headers=tags)
-            if appended is None:
+            key, value, timestamp = record.key, record.value, record.timestamp
+            tags = tag(headers, record.offset)
+            if append(timestamp=timestamp, key=key, value=value, headers=tags) is None:
                 await self._hand_over(batch, first, record.offset, count, size, oldest)
                 batch = self._producer.create_batch()
-                first, count, size, oldest = record.offset, 0, 0, record.timestamp
-                batch.append(timestamp=record.timestamp, key=key, value=value, headers=tags)
+                append = batch.append
+                first, count, size, oldest = record.offset, 0, 0, timestamp
+                append(timestamp=timestamp, key=key, value=value, headers=tags)
             count += 1
             size += record.serialized_key_size + record.serialized_value_size
         await self._hand_over(batch, first, records[-1].offset + 1, count, size, oldest)

@@ -179,6 +179,9 @@ class Settings(BaseSettings):
         Compression.NONE, description="Destination batches: none, gzip, snappy, lz4 or zstd."
     )
     fetch_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest fetch response.")
+    fetch_max_wait_ms: int = Field(
+        20, ge=0, description="Longest a fetch waits for data: bounds added latency when idle."
+    )
     max_partition_fetch_bytes: int = Field(
         1024 * 1024, ge=1024, description="Largest fetch per source partition."
     )

@@ -52,3 +52,18 @@ def test_malformed_provenance_is_detected_not_trusted(
     assert provenance.marking(headers) is Marking.MALFORMED
     with pytest.raises(ProvenanceError):
         provenance.parse(headers)
+
+
+def test_tagger_matches_the_reference_encoding() -> None:
+    tagger = provenance.Tagger("dc1", "orders_REPLICA", 7)
+    own = [("trace", b"abc"), ("empty", None)]
+    assert tagger.tag(own, 123456789012) == provenance.tagged(own, ORIGIN)
+    assert own == [("trace", b"abc"), ("empty", None)], "the record's own headers were modified"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [[], [("a", b"b")], ORIGIN.headers(), [(provenance.ORIGIN_OFFSET, b"1")], [("x", None)]],
+)
+def test_fast_loop_check_agrees_with_marking(headers: list[tuple[str, bytes | None]]) -> None:
+    assert provenance.untagged(headers) == (provenance.marking(headers) is Marking.UNTAGGED)
