@@ -1,13 +1,15 @@
 """The root service: one ``asyncio.TaskGroup`` owning every task of one replicator.
 
-Start order (enforced in :meth:`ReplicatorService.run`):
+Start order (enforced in :meth:`ReplicatorService.run` and :meth:`_replicate`):
   1. HTTP server, so ``/livez`` and ``/readyz`` answer while the rest starts;
   2. heartbeat and cluster probes (reachability of every cluster, for ``/readyz``);
-  3. one :class:`LegRunner` per destination (local first), each connecting on its own.
-Stop is the reverse: the first SIGTERM/SIGINT sets the stop event; legs stop fetching, drain
-in-flight sends within the grace period, commit what was acknowledged and close their clients;
-then probes end, admin clients close and the HTTP server stops last. A second signal cancels
-everything at once.
+  3. one :class:`LegRunner` per destination (local first): its source consumer, then in the
+     background its destination producer, its catch-up fetch and its commit timer;
+  4. the shared :class:`SourceFeed`, which joins the group and fans records out to the legs.
+Stop is the reverse: the first SIGTERM/SIGINT sets the stop event; the feed stops fetching, every
+leg drains in-flight sends within the grace period and commits what was acknowledged, the feed
+leaves its group, the legs close their clients; then probes end, admin clients close and the HTTP
+server stops last. A second signal cancels everything at once.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from collections.abc import Coroutine
 from typing import Any
 
 import structlog
+from aiokafka import TopicPartition
 
 from replicator.health import HttpServer
 from replicator.kafka import ClusterClient
-from replicator.leg import LegRunner
+from replicator.leg import LegRunner, Spawn
 from replicator.metrics import Metrics
 from replicator.settings import Settings
+from replicator.source import SourceFeed
 from replicator.topology import TopicRules, legs_for
 
 log = structlog.get_logger(__name__)
@@ -52,6 +56,7 @@ class ReplicatorService:
         self._signals = 0
         self._main: asyncio.Task[Any] | None = None
         self.legs: list[LegRunner] = []
+        self.feed: SourceFeed | None = None
         self.http = HttpServer(self, settings.http_host, settings.http_port)
 
     def request_stop(self) -> None:
@@ -78,22 +83,38 @@ class ReplicatorService:
                 spawn(self._heartbeat(), "heartbeat")
                 for client in self.clusters.values():
                     spawn(self._probe(client), f"probe:{client.alias}")
-                for leg in legs_for(self.settings):
-                    runner = LegRunner(
-                        leg,
-                        self.settings,
-                        self.rules,
-                        self.metrics,
-                        spawn,
-                        self.clusters[leg.source],
-                        self.clusters[leg.destination],
-                    )
-                    self.legs.append(runner)
-                    spawn(runner.run(self.stop_event), f"leg:{leg.name}")
+                spawn(self._replicate(spawn), "replicate")
         finally:
             await asyncio.gather(*(c.close() for c in self.clusters.values()))
             await self.http.stop()
             log.info("replicator stopped")
+
+    async def _replicate(self, spawn: Spawn) -> None:
+        """Legs first (they hold the committed offsets), then the shared feed; stop in reverse."""
+        stop = self.stop_event
+        for direction in legs_for(self.settings):
+            self.legs.append(
+                LegRunner(
+                    direction,
+                    self.settings,
+                    self.rules,
+                    self.metrics,
+                    spawn,
+                    self.clusters[direction.source],
+                    self.clusters[direction.destination],
+                )
+            )
+        self.feed = SourceFeed(self.settings, self.rules, self.metrics, self.legs)
+        running: list[asyncio.Task[None]] = []
+        try:
+            for leg in self.legs:
+                if not await leg.start_source(stop):
+                    return
+            running = [spawn(leg.run(stop), f"leg:{leg.leg.name}") for leg in self.legs]
+            await self.feed.run(stop)
+        finally:
+            await asyncio.gather(*running, return_exceptions=True)
+            await asyncio.gather(*(leg.close() for leg in self.legs))
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -139,10 +160,13 @@ class ReplicatorService:
         stalled = time.monotonic() - self._tick
         if stalled > _LOOP_STALL_S:
             problems.append(f"event loop blocked for {stalled:.0f}s")
-        for leg in self.legs:
-            if leg.joined and leg.seconds_since_poll > _FETCH_STALL_S:
+        feed = self.feed
+        if feed is not None and feed.joined and feed.seconds_since_poll > _FETCH_STALL_S:
+            problems.append(f"source feed has not polled for {feed.seconds_since_poll:.0f}s")
+        for runner in self.legs:
+            if runner.source_connected and runner.seconds_since_poll > _FETCH_STALL_S:
                 problems.append(
-                    f"leg {leg.leg.name} has not polled for {leg.seconds_since_poll:.0f}s"
+                    f"leg {runner.leg.name} has not polled for {runner.seconds_since_poll:.0f}s"
                 )
         return problems
 
@@ -152,10 +176,12 @@ class ReplicatorService:
             for alias, client in self.clusters.items()
             if client.error is not None
         ]
-        if not self.legs:
+        if self.feed is None:
             problems.append("starting")
-        for leg in self.legs:
-            problems.extend(leg.problems())
+        else:
+            problems.extend(self.feed.problems())
+        for runner in self.legs:
+            problems.extend(runner.problems())
         return problems
 
     def status(self) -> dict[str, Any]:
@@ -166,10 +192,15 @@ class ReplicatorService:
                 alias: {"reachable": client.error is None, "error": client.error}
                 for alias, client in self.clusters.items()
             },
-            "legs": [leg.status() for leg in self.legs],
+            "source_feed": self.feed.status() if self.feed else None,
+            "legs": [leg.status(self._log_end) for leg in self.legs],
         }
+
+    def _log_end(self, tp: TopicPartition) -> int | None:
+        return self.feed.log_end(tp) if self.feed else None
 
     def metrics_exposition(self) -> bytes:
         for leg in self.legs:
             leg.problems()  # refreshes the readiness gauges
+            leg.update_lag(self._log_end)
         return self.metrics.exposition()

@@ -1,16 +1,18 @@
-"""A replication leg: every replica topic of the local cluster into one destination cluster.
+"""A replication leg: the local cluster's replica topics into one destination cluster.
 
-Each leg has its own consumer group on the source cluster, its own producer to the destination and
-its own partition senders, so a slow or unreachable destination stalls only its own leg (contract
-point 4). The leg owns:
+A leg owns everything that is per destination, so that a slow or unreachable destination stalls
+only its own leg (contract point 4):
 
-- connecting (retried until the destination answers; the group is joined only then, so another
-  instance that can reach the destination keeps the partitions meanwhile),
-- the fetch loop (records to partition senders; a partition whose sender is full is paused, which
-  bounds memory by the queue settings rather than by the backlog),
-- rebalances (revoked partitions are drained and their acknowledged offsets committed first),
-- committing upstream offsets: only offsets every record below which the destination acknowledged,
-  on a timer, on revocation and on shutdown.
+- the producer to the destination (connected in the background, retried until it answers),
+- the destination topic provisioning,
+- one :class:`PartitionSender` per assigned source partition,
+- its *catch-up consumer*: a consumer of the source cluster with the leg's own consumer group
+  (``<prefix>.<source>.<destination>``), manually assigned the partitions the shared feed owns.
+  It holds the leg's committed (upstream) offsets, and it fetches for the partitions whose sender
+  is detached from the shared feed (behind it, or full), paused for all the others. Fetching
+  pauses when a sender's queue is full, so memory is bounded by the queue settings,
+- committing upstream offsets: only offsets every record below which the destination
+  acknowledged, on a timer, when partitions are released (rebalance) and on shutdown.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from functools import partial
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from replicator.kafka import ClusterClient, make_consumer, make_producer, translate
 from replicator.metrics import Metrics
@@ -40,8 +42,8 @@ _FETCH_TIMEOUT_MS = 200
 _CONNECT_BACKOFF_S = 2.0
 
 
-class LegRunner(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Runs one leg: fetch, fan out to partition senders, commit what was acknowledged."""
+class LegRunner:
+    """Runs one leg: destination producer, partition senders, catch-up fetch, commits."""
 
     def __init__(
         self,
@@ -61,156 +63,188 @@ class LegRunner(ConsumerRebalanceListener):  # type: ignore[misc]
         source = settings.clusters[leg.source]
         destination = settings.clusters[leg.destination]
         client_id = f"replicator-{leg.source}-to-{leg.destination}"
-        group = leg.group_id(settings.group_prefix)
+        self.group = leg.group_id(settings.group_prefix)
         self._make_consumer: Callable[[], AIOKafkaConsumer] = partial(
-            make_consumer, source, settings, group, client_id
+            make_consumer, source, settings, self.group, client_id
         )
         self._make_producer: Callable[[], AIOKafkaProducer] = partial(
             make_producer, destination, settings, client_id
         )
         self._consumer = self._make_consumer()
         self._producer = self._make_producer()
+        self.destination_ready = asyncio.Event()
         self._topics = TopicProvisioner(
             source_client, destination_client, settings.destination_replication_factor
         )
-        self._senders: dict[TopicPartition, PartitionSender] = {}
+        self.senders: dict[TopicPartition, PartitionSender] = {}
         self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
-        self.connected = False
-        self.joined = False
+        self._positions: dict[TopicPartition, int] = {}
+        self.source_connected = False
         self.last_error: str | None = None
         self.last_poll = time.monotonic()
         self._log = log.bind(leg=leg.name)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Connect, replicate until ``stop`` is set, then drain, commit and close."""
-        try:
-            if await self._connect(stop):
-                self._spawn(self._commit_loop(stop), f"commit:{self.leg.name}")
-                await self._fetch_loop(stop)
-        finally:
-            await self._shutdown()
-
-    async def _connect(self, stop: asyncio.Event) -> bool:
-        """Start the producer (destination), then the consumer (source); retry each until up.
-
-        A client whose start failed is closed and replaced, so retries leak no connections.
-        """
-        producing = False
+    async def start_source(self, stop: asyncio.Event) -> bool:
+        """Start the catch-up consumer (source cluster); retry until up or stopped."""
         while not stop.is_set():
             try:
-                if not producing:
-                    await self._producer.start()
-                    producing = True
                 await self._consumer.start()
-                self._consumer.subscribe(pattern=self._rules.subscription_pattern, listener=self)
+                self.source_connected = True
+                return True
             except Exception as exc:
                 error = translate(exc)
-                side = self.leg.source if producing else self.leg.destination
-                self.last_error = f"cannot connect to {side}: {error}"
-                self._log.warning("leg cannot connect, retrying", cluster=side, error=str(error))
-                if producing:
-                    await _stop_quietly(self._consumer.stop())
-                    self._consumer = self._make_consumer()
-                else:
-                    await _stop_quietly(self._producer.stop())
-                    self._producer = self._make_producer()
-                await _wait(stop, _CONNECT_BACKOFF_S)
-                continue
-            self.connected = True
-            self.last_error = None
-            self._log.info("leg connected", group=self.leg.group_id(self._settings.group_prefix))
-            return True
+                self.last_error = f"cannot connect to {self.leg.source}: {error}"
+                self._log.warning("cannot reach the source, retrying", error=str(error))
+                await _stop_quietly(self._consumer.stop())
+                self._consumer = self._make_consumer()
+                await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
         return False
 
-    async def _shutdown(self) -> None:
-        grace = self._settings.shutdown_grace_ms / 1000
-        senders = list(self._senders.values())
-        await self._drain(senders, grace)
-        if self.connected:
-            await self._commit(senders)
+    async def run(self, stop: asyncio.Event) -> None:
+        """Connect the destination, then fetch for detached partitions and commit until stop."""
+        self._spawn(self._connect_destination(stop), f"connect:{self.leg.name}")
+        self._spawn(self._commit_loop(stop), f"commit:{self.leg.name}")
+        await self._catch_up_loop(stop)
+
+    async def _connect_destination(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
             try:
-                await asyncio.wait_for(self._consumer.stop(), timeout=max(grace, 1.0))
+                await self._producer.start()
             except Exception as exc:
-                self._log.warning("consumer did not stop cleanly", error=str(translate(exc)))
-        try:
-            # A producer whose destination is down would wait for ever to flush.
-            await asyncio.wait_for(self._producer.stop(), timeout=max(grace, 1.0))
-        except Exception as exc:
-            self._log.warning("producer did not stop cleanly", error=str(translate(exc)))
+                error = translate(exc)
+                self.last_error = f"cannot connect to {self.leg.destination}: {error}"
+                self._log.warning("cannot reach the destination, retrying", error=str(error))
+                await _stop_quietly(self._producer.stop())
+                self._producer = self._make_producer()
+                for sender in self.senders.values():
+                    sender.use_producer(self._producer)
+                await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
+                continue
+            self.last_error = None
+            self.destination_ready.set()
+            self._log.info("destination connected")
+            return
+
+    async def close(self) -> None:
+        """Close the clients (after :meth:`release` of every partition)."""
+        grace = max(self._settings.shutdown_grace_ms / 1000, 1.0)
+        if self.source_connected:
+            await _stop_quietly(self._consumer.stop(), grace)
+        # A producer whose destination is down would wait for ever to flush.
+        await _stop_quietly(self._producer.stop(), grace)
         self._metrics.assigned_partitions.labels(self.leg.name).set(0)
         self._log.info("leg stopped")
 
-    # -- fetch ----------------------------------------------------------------------------------
+    # -- partitions (called by the shared feed on rebalance) ------------------------------------
 
-    async def _fetch_loop(self, stop: asyncio.Event) -> None:
-        consumer = self._consumer
-        while not stop.is_set():
-            try:
-                fetched = await consumer.getmany(timeout_ms=_FETCH_TIMEOUT_MS)
-            except Exception as exc:
-                error = translate(exc)
-                self.last_error = f"fetch failed: {error}"
-                self._log.warning("fetch failed", error=str(error), retriable=error.retriable)
-                await _wait(stop, _CONNECT_BACKOFF_S)
-                continue
-            self.last_poll = time.monotonic()
-            for tp, records in fetched.items():
-                sender = self._senders.get(tp)
-                if sender is None or not records:
-                    continue
-                if not sender.offer(records):
-                    consumer.pause(tp)
-
-    def _resume(self, tp: TopicPartition) -> None:
-        sender = self._senders.get(tp)
-        if sender is not None and not sender.halted and tp in self._consumer.assignment():
-            self._consumer.resume(tp)
-
-    def _pause(self, tp: TopicPartition) -> None:
-        if tp in self._consumer.assignment():
-            self._consumer.pause(tp)
-
-    # -- rebalance (called by aiokafka) ---------------------------------------------------------
-
-    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        senders = [self._senders.pop(tp) for tp in revoked if tp in self._senders]
-        if not senders:
-            return
-        await self._drain(senders, self._settings.shutdown_grace_ms / 1000)
-        await self._commit(senders)
-        self._log.info("partitions revoked", partitions=len(senders))
-
-    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        self.joined = True
-        self._metrics.rebalances.labels(self.leg.name).inc()
-        added = 0
-        for tp in assigned:
+    async def assign(self, partitions: list[TopicPartition]) -> None:
+        """Take ``partitions``: read the leg's committed offsets, start one sender each."""
+        replicated = [tp for tp in partitions if self._rules.target(tp.topic) is not None]
+        self._consumer.assign(replicated)
+        for tp in replicated:
+            committed = await self._consumer.committed(tp)
             target = self._rules.target(tp.topic)
-            if target is None or tp in self._senders:
-                if target is None:
-                    self._consumer.pause(tp)
-                continue
+            assert target is not None
             sender = PartitionSender(
                 leg=self.leg,
                 tp=tp,
                 target_topic=target,
                 producer=self._producer,
+                destination_ready=self.destination_ready,
                 topics=self._topics,
                 metrics=self._metrics,
                 max_records=self._settings.partition_queue_max_records,
                 max_bytes=self._settings.partition_queue_max_bytes,
-                on_room=self._resume,
-                on_halt=self._pause,
+                next_offset=committed,
+                on_detach=self._detached,
+                on_attach=self._attached,
+                on_room=self._room,
             )
-            self._senders[tp] = sender
+            self.senders[tp] = sender
+            self._consumer.pause(tp)  # the shared feed serves it while attached
             self._tasks[tp] = self._spawn(
                 sender.run(), f"send:{self.leg.name}:{tp.topic}:{tp.partition}"
             )
-            added += 1
-        self._metrics.assigned_partitions.labels(self.leg.name).set(len(self._senders))
-        self._log.info("partitions assigned", added=added, total=len(self._senders))
+        self._metrics.assigned_partitions.labels(self.leg.name).set(len(self.senders))
+        self._log.info("partitions assigned", partitions=len(self.senders))
+
+    async def release(self, partitions: Iterable[TopicPartition]) -> None:
+        """Give ``partitions`` up: drain their senders, commit what was acknowledged."""
+        senders = [self.senders.pop(tp) for tp in partitions if tp in self.senders]
+        if not senders:
+            return
+        await self._drain(senders, self._settings.shutdown_grace_ms / 1000)
+        await self._commit(senders)
+        for sender in senders:
+            self._positions.pop(sender.tp, None)
+        with contextlib.suppress(Exception):
+            self._consumer.assign(list(self.senders))
+        self._metrics.assigned_partitions.labels(self.leg.name).set(len(self.senders))
+
+    def _detached(self, sender: PartitionSender) -> None:
+        """A sender left the shared feed: fetch for it here, from where it stands."""
+        if sender.halted:
+            return
+        self._log.info(
+            "partition detached from the shared fetch",
+            topic=sender.tp.topic,
+            partition=sender.tp.partition,
+            next_offset=sender.next_offset,
+        )
+        if sender.has_room:
+            self._resume(sender)
+
+    def _attached(self, sender: PartitionSender) -> None:
+        with contextlib.suppress(Exception):
+            self._consumer.pause(sender.tp)
+        self._positions.pop(sender.tp, None)
+
+    def _room(self, sender: PartitionSender) -> None:
+        if not sender.attached and sender.open:
+            self._resume(sender)
+
+    def _resume(self, sender: PartitionSender) -> None:
+        tp = sender.tp
+        if tp not in self._consumer.assignment() or sender.next_offset is None:
+            return
+        if tp in self._positions and tp not in self._consumer.paused():
+            return  # already fetching
+        self._consumer.seek(tp, sender.next_offset)
+        self._positions[tp] = sender.next_offset
+        self._consumer.resume(tp)
+
+    # -- catch-up fetch -------------------------------------------------------------------------
+
+    async def _catch_up_loop(self, stop: asyncio.Event) -> None:
+        consumer = self._consumer
+        while not stop.is_set():
+            if not self._consumer.assignment():
+                self.last_poll = time.monotonic()
+                await sleep_unless_stopped(stop, _FETCH_TIMEOUT_MS / 1000)
+                continue
+            consumer = self._consumer
+            try:
+                fetched = await consumer.getmany(timeout_ms=_FETCH_TIMEOUT_MS)
+            except Exception as exc:
+                error = translate(exc)
+                self.last_error = f"catch-up fetch failed: {error}"
+                self._log.warning("catch-up fetch failed", error=str(error))
+                await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
+                continue
+            self.last_poll = time.monotonic()
+            for tp, records in fetched.items():
+                sender = self.senders.get(tp)
+                start = self._positions.get(tp)
+                if sender is None or start is None or not records:
+                    continue
+                end = records[-1].offset + 1
+                self._positions[tp] = end
+                if not sender.take_fetched(records, start, end):
+                    consumer.pause(tp)
+                    if sender.open and not sender.attached and sender.has_room:
+                        self._resume(sender)  # refused as stale: fetch again from its position
 
     # -- drain and commit -----------------------------------------------------------------------
 
@@ -227,7 +261,7 @@ class LegRunner(ConsumerRebalanceListener):  # type: ignore[misc]
         offsets = {
             s.tp: s.tracker.committable for s in senders if s.tracker and s.tracker.needs_commit
         }
-        if not offsets:
+        if not offsets or not self.source_connected:
             return
         try:
             await self._consumer.commit(offsets)
@@ -244,18 +278,19 @@ class LegRunner(ConsumerRebalanceListener):  # type: ignore[misc]
     async def _commit_loop(self, stop: asyncio.Event) -> None:
         interval = self._settings.commit_interval_ms / 1000
         while not stop.is_set():
-            await _wait(stop, interval)
+            await sleep_unless_stopped(stop, interval)
             if stop.is_set():
                 return
-            await self._commit(list(self._senders.values()))
-            self._update_lag()
+            await self._commit(list(self.senders.values()))
 
-    def _update_lag(self) -> None:
-        for tp, sender in self._senders.items():
-            end = self._consumer.highwater(tp)
+    def update_lag(self, log_end: Callable[[TopicPartition], int | None]) -> None:
+        for tp, sender in self.senders.items():
+            end = log_end(tp)
             if end is None:
                 continue
-            committed = sender.tracker.committed if sender.tracker else end
+            committed = sender.tracker.committed if sender.tracker else sender.next_offset
+            if committed is None:
+                continue
             self._metrics.commit_lag.labels(self.leg.name, tp.topic, str(tp.partition)).set(
                 max(0, end - committed)
             )
@@ -265,43 +300,40 @@ class LegRunner(ConsumerRebalanceListener):  # type: ignore[misc]
     def problems(self) -> list[str]:
         """Why this leg is not ready; empty when it is."""
         found: list[str] = []
-        if not self.connected:
+        if not self.destination_ready.is_set():
             found.append(f"leg {self.leg.name} not connected: {self.last_error or 'starting'}")
-            return found
-        if not self.joined:
-            found.append(f"leg {self.leg.name} has not joined its consumer group yet")
         stall = self._settings.send_stall_timeout_ms / 1000
-        for sender in self._senders.values():
+        for sender in self.senders.values():
             where = f"leg {self.leg.name} {sender.tp.topic}[{sender.tp.partition}]"
             if sender.halted:
                 found.append(f"{where} {sender.state}: {sender.last_error}")
             elif sender.oldest_unacked_age > stall:
                 found.append(f"{where} unacknowledged for {sender.oldest_unacked_age:.0f}s")
         self._metrics.leg_ready.labels(self.leg.name).set(0 if found else 1)
-        blocked = {s.tp.topic for s in self._senders.values() if s.halted}
+        blocked = {s.tp.topic for s in self.senders.values() if s.halted}
         self._metrics.topics_blocked.labels(self.leg.name).set(len(blocked))
         return found
 
-    def status(self) -> dict[str, Any]:
+    def status(self, log_end: Callable[[TopicPartition], int | None]) -> dict[str, Any]:
         partitions = []
-        for tp, sender in sorted(self._senders.items()):
+        for tp, sender in sorted(self.senders.items()):
             entry = sender.status()
-            end = self._consumer.highwater(tp) if self.connected else None
+            end = log_end(tp)
+            committed = sender.tracker.committed if sender.tracker else sender.next_offset
             entry["log_end_offset"] = end
-            committed = sender.tracker.committed if sender.tracker else None
             entry["lag"] = None if end is None or committed is None else max(0, end - committed)
             partitions.append(entry)
         return {
             "leg": self.leg.name,
             "source": self.leg.source,
             "destination": self.leg.destination,
-            "group": self.leg.group_id(self._settings.group_prefix),
-            "connected": self.connected,
-            "joined": self.joined,
-            "assigned_partitions": len(self._senders),
+            "group": self.group,
+            "connected": self.destination_ready.is_set(),
+            "assigned_partitions": len(self.senders),
             "replicating": sum(
-                1 for s in self._senders.values() if s.state is PartitionState.REPLICATING
+                1 for s in self.senders.values() if s.state is PartitionState.REPLICATING
             ),
+            "detached_partitions": sum(1 for s in self.senders.values() if not s.attached),
             "last_error": self.last_error,
             "refused_topics": dict(self._topics.refused),
             "partitions": partitions,
@@ -312,13 +344,13 @@ class LegRunner(ConsumerRebalanceListener):  # type: ignore[misc]
         return time.monotonic() - self.last_poll
 
 
-async def _stop_quietly(stopping: Coroutine[Any, Any, None]) -> None:
-    """Close a client whose start failed; its own errors add nothing to the one reported."""
+async def _stop_quietly(stopping: Coroutine[Any, Any, None], timeout: float = 5.0) -> None:
+    """Close a client; its own errors add nothing to the one already reported."""
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(stopping, timeout=5)
+        await asyncio.wait_for(stopping, timeout=timeout)
 
 
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
+async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds`` or until ``stop`` is set, whichever comes first."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=seconds)

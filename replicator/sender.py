@@ -1,16 +1,23 @@
-"""The ordered sender: one task per assigned source partition of one leg.
+"""The ordered sender: one task per source partition and destination (leg).
 
-The leg's fetch loop hands each partition's records to its :class:`PartitionSender`. The sender
-checks every record for provenance (the loop check), tags the ones it replicates, packs them into
-destination batches for the *same partition number* of the real topic, and sends the batches in
-source order. Delivery is pipelined: the producer holds at most one batch per partition queued
-behind one in flight, and keeps failed batches at the front, so order holds without idempotence.
-Each batch covers a range of source offsets that the :class:`OffsetTracker` marks acknowledged
-when the destination confirms it; the leg commits only that contiguous prefix.
+Records reach a :class:`PartitionSender` two ways, always in source order:
+
+- *attached*: the shared source feed built this destination's batches together with the other
+  destinations' (one fetch, one pass over the records for all legs);
+- *detached*: the leg's own catch-up consumer fetched the records, and the sender builds its own
+  batches. A sender detaches when its queue is full (its destination is slow or down), so the
+  shared feed never waits for it, and re-attaches once it has caught up with the feed.
+
+Whatever the path, :attr:`PartitionSender.next_offset` is the next source offset this destination
+needs, and input is only accepted if it continues from there: no gap, no repeat. Batches go out in
+order; the producer holds at most one batch per partition queued behind one in flight and keeps a
+failed batch at the front, so order holds without idempotence. Each batch covers a range of
+source offsets that the :class:`OffsetTracker` marks acknowledged when the destination confirms
+it; the leg commits only that contiguous prefix.
 
 A partition whose destination topic cannot take it (too few partitions) is *blocked*; one whose
 batch the destination refused for good (too large, not authorised) is *failed*. Either stops that
-partition alone, commits nothing past the problem, and is reported in ``/status`` and metrics.
+partition on that leg alone, commits nothing past the problem, and is reported.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -26,18 +34,32 @@ import structlog
 from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 
-from replicator import provenance
+from replicator import batching
+from replicator.batching import OutboundBatch, Target
 from replicator.errors import ReplicatorError, TopicMismatch
 from replicator.kafka import translate
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
-from replicator.provenance import Marking
+from replicator.provenance import Marking, Tagger
 from replicator.topics import TopicProvisioner
 from replicator.topology import Leg
 
 log = structlog.get_logger(__name__)
 
 _RETRY_BACKOFF_S = 0.5
+
+
+@dataclass(slots=True)
+class _Work:
+    """A queue entry: batches the shared feed built, or records the leg fetched itself."""
+
+    records: int
+    size: int
+    batches: list[OutboundBatch] | None = None
+    skipped: Counter[Marking] | None = None
+    fetched: list[ConsumerRecord] | None = None
+    start: int = 0
+    end: int = 0
 
 
 class PartitionState(StrEnum):
@@ -60,12 +82,15 @@ class PartitionSender:
         tp: TopicPartition,
         target_topic: str,
         producer: AIOKafkaProducer,
+        destination_ready: asyncio.Event,
         topics: TopicProvisioner,
         metrics: Metrics,
         max_records: int,
         max_bytes: int,
-        on_room: Callable[[TopicPartition], None],
-        on_halt: Callable[[TopicPartition], None],
+        next_offset: int | None,
+        on_detach: Callable[[PartitionSender], None],
+        on_attach: Callable[[PartitionSender], None],
+        on_room: Callable[[PartitionSender], None],
     ) -> None:
         self.leg = leg
         self.tp = tp
@@ -73,26 +98,30 @@ class PartitionSender:
         self.state = PartitionState.STARTING
         self.last_error: str | None = None
         self.tracker: OffsetTracker | None = None
+        self.next_offset = next_offset
+        self.attached = True
         self._producer = producer
+        self._destination_ready = destination_ready
         self._topics = topics
         self._metrics = metrics
         self._max_records = max_records
         self._max_bytes = max_bytes
+        self._on_detach = on_detach
+        self._on_attach = on_attach
         self._on_room = on_room
-        self._on_halt = on_halt
-        self._queue: deque[list[ConsumerRecord]] = deque()
+        self._queue: deque[_Work] = deque()
         self._queued_records = 0
         self._queued_bytes = 0
         self._wakeup = asyncio.Event()
         self._closing = False
         self._in_flight: deque[tuple[asyncio.Future[Any], float]] = deque()
-        self._tagger = provenance.Tagger(leg.source, tp.topic, tp.partition)
+        self.tagger = Tagger(leg.source, tp.topic, tp.partition)
         self._log = log.bind(leg=leg.name, topic=tp.topic, partition=tp.partition)
         self._replicated = metrics.records_replicated.labels(leg.name, target_topic)
         self._bytes = metrics.bytes_replicated.labels(leg.name, target_topic)
         self._latency = metrics.latency.labels(leg.name)
 
-    # -- the fetch loop's side ------------------------------------------------------------------
+    # -- input: the shared feed and the leg's catch-up consumer ----------------------------------
 
     @property
     def has_room(self) -> bool:
@@ -102,25 +131,81 @@ class PartitionSender:
     def halted(self) -> bool:
         return self.state in (PartitionState.BLOCKED, PartitionState.FAILED)
 
-    def offer(self, records: list[ConsumerRecord]) -> bool:
-        """Queue fetched records; return ``False`` when the partition should stop fetching.
+    @property
+    def open(self) -> bool:
+        return not self.halted and not self._closing
 
-        Records offered to a halted or closing partition are dropped here: nothing past them is
-        ever committed, so they are fetched again by whoever owns the partition next.
+    def joins(self, start: int, end: int) -> bool:
+        """Whether this sender takes the shared feed's records ``[start, end)``.
+
+        Attaches (or stays attached) when it has room and the chunk continues exactly where this
+        destination stands; detaches when it is full or the feed has gone past it. A sender ahead
+        of the feed (after a restart, say) stays attached and waits for the feed to reach it.
         """
-        if self.halted or self._closing:
+        if not self.open:
             return False
-        self._queue.append(records)
-        self._queued_records += len(records)
-        self._queued_bytes += sum(r.serialized_key_size + r.serialized_value_size for r in records)
-        self._wakeup.set()
+        position = start if self.next_offset is None else self.next_offset
+        if position > end and self.attached:
+            return False  # ahead of the feed: nothing in this chunk for it yet
+        if self.has_room and start <= position <= end:
+            if not self.attached:
+                self.attached = True
+                self._on_attach(self)
+            self.next_offset = position
+            return True
+        if self.attached:
+            self.attached = False
+            self._on_detach(self)
+        return False
+
+    def use_producer(self, producer: AIOKafkaProducer) -> None:
+        """Send through ``producer`` from now on (the leg replaced one that failed to start)."""
+        self._producer = producer
+
+    def target(self) -> Target:
+        """Where this destination's records start in the chunk being built, and its batches."""
+        assert self.next_offset is not None
+        return Target(self.next_offset, self._producer.create_batch)
+
+    def take_built(self, target: Target, end: int) -> None:
+        """Queue the batches the shared feed built for this destination."""
+        work = _Work(
+            records=sum(b.count for b in target.batches),
+            size=sum(b.size for b in target.batches),
+            batches=target.batches,
+            skipped=target.skipped,
+        )
+        self._enqueue(work)
+        self.next_offset = end
+
+    def take_fetched(self, records: list[ConsumerRecord], start: int, end: int) -> bool:
+        """Queue records the leg's own consumer fetched from ``start``; ``False``: stop fetching.
+
+        Records that do not continue from :attr:`next_offset` are refused, so that a late or
+        stale fetch can never repeat or skip a record.
+        """
+        if not self.open or self.attached:
+            return False
+        position = start if self.next_offset is None else self.next_offset
+        if start > position:
+            return False  # a gap: the leg must fetch again from next_offset
+        if end <= position:
+            return self.has_room  # already had all of it
+        size = sum(r.serialized_key_size + r.serialized_value_size for r in records)
+        self._enqueue(_Work(len(records), size, fetched=records, start=position, end=end))
+        self.next_offset = end
         return self.has_room
+
+    def _enqueue(self, work: _Work) -> None:
+        self._queue.append(work)
+        self._queued_records += work.records
+        self._queued_bytes += work.size
+        self._wakeup.set()
 
     @property
     def oldest_unacked_age(self) -> float:
         """Seconds since the oldest unacknowledged batch was handed to the producer."""
-        while self._in_flight and self._in_flight[0][0].done():
-            self._in_flight.popleft()
+        self._prune()
         if not self._in_flight:
             return 0.0
         return time.monotonic() - self._in_flight[0][1]
@@ -128,21 +213,36 @@ class PartitionSender:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """The partition's send task: prepare the destination, then send until closed."""
+        """The send task: prepare the destination, then send queued work until closed."""
         if not await self._prepare():
             return
         self.state = PartitionState.REPLICATING
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            if self._closing or self.halted:
+            while self._queue and self.open:
+                work = self._queue.popleft()
+                if work.fetched is not None:
+                    target = Target(work.start, self._producer.create_batch)
+                    batching.build(work.fetched, work.end, self.tagger, [target])
+                    work.batches, work.skipped = target.batches, target.skipped
+                assert work.batches is not None
+                for batch in work.batches:
+                    await self._hand_over(batch)
+                    if not self.open:
+                        return
+                if work.skipped:
+                    self._count_skipped(work.skipped, work.batches)
+                was_full = not self.has_room
+                self._queued_records -= work.records
+                self._queued_bytes -= work.size
+                if was_full and self.has_room:
+                    self._on_room(self)
+            if not self.open:
                 return
-            while self._queue and not self._closing and not self.halted:
-                records = self._take()
-                await self._send(records)
 
     async def drain(self, timeout: float) -> None:
-        """Stop taking records and wait (up to ``timeout``) for batches already handed over."""
+        """Stop taking work and wait (up to ``timeout``) for batches already handed over."""
         self._closing = True
         self._queue.clear()
         self._wakeup.set()
@@ -157,8 +257,10 @@ class PartitionSender:
     # -- internals ------------------------------------------------------------------------------
 
     async def _prepare(self) -> bool:
-        """Ensure the destination topic; ``False`` if this partition must not be replicated."""
-        while not self._closing:
+        """Wait for the destination, ensure its topic; ``False`` if this must not replicate."""
+        while self.open:
+            # Cancelled by the leg if it stops first (the destination never came up).
+            await self._destination_ready.wait()
             try:
                 await self._topics.ensure(self.tp.topic, self.target_topic)
                 return True
@@ -174,68 +276,31 @@ class PartitionSender:
                 await asyncio.sleep(_RETRY_BACKOFF_S)
         return False
 
-    def _take(self) -> list[ConsumerRecord]:
-        records: list[ConsumerRecord] = []
-        while self._queue:
-            records.extend(self._queue.popleft())
-        was_full = not self.has_room
-        self._queued_records = 0
-        self._queued_bytes = 0
-        if was_full:
-            self._on_room(self.tp)
-        return records
+    def _count_skipped(self, skipped: Counter[Marking], batches: list[OutboundBatch]) -> None:
+        if not skipped:
+            return
+        for mark, n in skipped.items():
+            self._metrics.records_skipped.labels(self.leg.name, self.target_topic, mark).inc(n)
+        self._log.info(
+            "records not mirrored again",
+            **{str(mark): n for mark, n in skipped.items()},
+            first_offset=batches[0].first if batches else None,
+            end_offset=batches[-1].end if batches else None,
+        )
 
-    async def _send(self, records: Sequence[ConsumerRecord]) -> None:
-        """Pack ``records`` into as many destination batches as they need and send them."""
-        # The per-record loop is the replicator's hot path: no avoidable Python work in it.
-        tag, untagged = self._tagger.tag, provenance.untagged
-        batch = self._producer.create_batch()
-        append = batch.append
-        first = records[0].offset
-        count = size = 0
-        oldest = records[0].timestamp
-        skipped: Counter[Marking] = Counter()
-        for record in records:
-            headers = record.headers
-            if headers and not untagged(headers):
-                skipped[provenance.marking(headers)] += 1
-                continue
-            key, value, timestamp = record.key, record.value, record.timestamp
-            tags = tag(headers, record.offset)
-            if append(timestamp=timestamp, key=key, value=value, headers=tags) is None:
-                await self._hand_over(batch, first, record.offset, count, size, oldest)
-                batch = self._producer.create_batch()
-                append = batch.append
-                first, count, size, oldest = record.offset, 0, 0, timestamp
-                append(timestamp=timestamp, key=key, value=value, headers=tags)
-            count += 1
-            size += record.serialized_key_size + record.serialized_value_size
-        await self._hand_over(batch, first, records[-1].offset + 1, count, size, oldest)
-        if skipped:
-            for mark, n in skipped.items():
-                self._metrics.records_skipped.labels(self.leg.name, self.target_topic, mark).inc(n)
-            self._log.info(
-                "records not mirrored again",
-                **{str(mark): n for mark, n in skipped.items()},
-                first_offset=records[0].offset,
-                last_offset=records[-1].offset,
-            )
-
-    async def _hand_over(
-        self, batch: Any, first: int, end: int, count: int, size: int, oldest_ms: int
-    ) -> None:
+    async def _hand_over(self, batch: OutboundBatch) -> None:
         """Give one batch covering source offsets ``[first, end)`` to the producer."""
         if self.tracker is None:
-            self.tracker = OffsetTracker(first)
-        self.tracker.track(first, end)
-        if count == 0:  # every record of the range was skipped
-            self.tracker.ack(first)
+            self.tracker = OffsetTracker(batch.first)
+        self.tracker.track(batch.first, batch.end)
+        if batch.count == 0:  # every record of the range was skipped
+            self.tracker.ack(batch.first)
             return
-        batch.close()
+        batch.builder.close()
         while True:
             try:
                 future = await self._producer.send_batch(
-                    batch, self.target_topic, partition=self.tp.partition
+                    batch.builder, self.target_topic, partition=self.tp.partition
                 )
                 break
             except KafkaTimeoutError:
@@ -252,9 +317,9 @@ class PartitionSender:
                 await asyncio.sleep(_RETRY_BACKOFF_S)
             if self._closing:
                 return
-        while self._in_flight and self._in_flight[0][0].done():
-            self._in_flight.popleft()
+        self._prune()
         self._in_flight.append((future, time.monotonic()))
+        first, count, size, oldest_ms = batch.first, batch.count, batch.size, batch.oldest_ms
 
         def delivered(done: asyncio.Future[Any]) -> None:
             if done.cancelled():
@@ -272,6 +337,10 @@ class PartitionSender:
 
         future.add_done_callback(delivered)
 
+    def _prune(self) -> None:
+        while self._in_flight and self._in_flight[0][0].done():
+            self._in_flight.popleft()
+
     def _refused(self, error: ReplicatorError) -> None:
         self._metrics.send_errors.labels(
             self.leg.name, self.target_topic, type(error).__name__
@@ -286,7 +355,9 @@ class PartitionSender:
         self._queue.clear()
         self._wakeup.set()
         self._log.error("partition halted", state=state, reason=reason)
-        self._on_halt(self.tp)
+        if self.attached:
+            self.attached = False
+            self._on_detach(self)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -294,6 +365,8 @@ class PartitionSender:
             "partition": self.tp.partition,
             "target_topic": self.target_topic,
             "state": self.state.value,
+            "attached_to_shared_fetch": self.attached,
+            "next_offset": self.next_offset,
             "acknowledged_offset": self.tracker.committable if self.tracker else None,
             "committed_offset": self.tracker.committed if self.tracker else None,
             "queued_records": self._queued_records,

@@ -1,0 +1,201 @@
+"""The shared source feed: one fetch of the local cluster, fanned out to every leg.
+
+One consumer (group ``<prefix>.<source>``) subscribes to the replica topics and owns the
+partition assignment; replicas of the same datacenter share the partitions through it. Each
+fetched chunk of a partition is handed to a :class:`PartitionFanout`, which builds, in one pass
+over the records, the batches of every leg whose sender is attached and continues exactly where
+the chunk starts. A leg that cannot keep up (its queue is full: destination slow or down) is
+detached and fetches for itself with its catch-up consumer, so the feed never waits for the
+slowest destination. Committed offsets stay per leg, in each leg's own group.
+
+On assignment the feed starts each partition at the lowest committed offset of the legs (a leg
+that is further on waits for the feed to reach it); on revocation and shutdown every leg drains
+and commits its senders before the partitions are given up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+from aiokafka import ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+
+from replicator import batching
+from replicator.kafka import make_consumer, translate
+from replicator.leg import LegRunner, sleep_unless_stopped
+from replicator.metrics import Metrics
+from replicator.provenance import Tagger
+from replicator.sender import PartitionSender
+from replicator.settings import Settings
+from replicator.topology import TopicRules
+
+log = structlog.get_logger(__name__)
+
+_FETCH_TIMEOUT_MS = 200
+_CONNECT_BACKOFF_S = 2.0
+
+
+class PartitionFanout:
+    """One source partition's records, built into batches for every attached leg at once."""
+
+    def __init__(self, tp: TopicPartition, senders: list[PartitionSender], position: int) -> None:
+        self.tp = tp
+        self.senders = senders
+        self.position = position
+        self._tagger = Tagger(senders[0].leg.source, tp.topic, tp.partition) if senders else None
+
+    def deliver(self, records: list[ConsumerRecord]) -> None:
+        start, end = self.position, records[-1].offset + 1
+        self.position = end
+        joining = [s for s in self.senders if s.joins(start, end)]
+        if not joining or self._tagger is None:
+            return
+        targets = [s.target() for s in joining]
+        batching.build(records, end, self._tagger, targets)
+        for sender, target in zip(joining, targets, strict=True):
+            sender.take_built(target, end)
+
+
+class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
+    """The shared fetch of the local cluster's replica topics."""
+
+    def __init__(
+        self, settings: Settings, rules: TopicRules, metrics: Metrics, legs: list[LegRunner]
+    ) -> None:
+        self._settings = settings
+        self._rules = rules
+        self._metrics = metrics
+        self._legs = legs
+        source = settings.clusters[settings.local_cluster]
+        self.group = f"{settings.group_prefix}.{settings.local_cluster}"
+        self._consumer = make_consumer(
+            source, settings, self.group, f"replicator-{settings.local_cluster}-feed"
+        )
+        self._fanouts: dict[TopicPartition, PartitionFanout] = {}
+        self.connected = False
+        self.joined = False
+        self.last_error: str | None = None
+        self.last_poll = time.monotonic()
+        self._log = log.bind(feed=settings.local_cluster)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Join the group and fan records out until ``stop``; then release every partition."""
+        try:
+            if await self._connect(stop):
+                await self._fetch_loop(stop)
+        finally:
+            await self._release(list(self._fanouts))
+            if self.connected:
+                grace = max(self._settings.shutdown_grace_ms / 1000, 1.0)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._consumer.stop(), timeout=grace)
+            self._log.info("source feed stopped")
+
+    async def _connect(self, stop: asyncio.Event) -> bool:
+        while not stop.is_set():
+            try:
+                await self._consumer.start()
+            except Exception as exc:
+                error = translate(exc)
+                self.last_error = f"cannot connect to {self._settings.local_cluster}: {error}"
+                self._log.warning("cannot reach the source, retrying", error=str(error))
+                with contextlib.suppress(Exception):
+                    await self._consumer.stop()
+                self._consumer = make_consumer(
+                    self._settings.clusters[self._settings.local_cluster],
+                    self._settings,
+                    self.group,
+                    f"replicator-{self._settings.local_cluster}-feed",
+                )
+                await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
+                continue
+            self._consumer.subscribe(pattern=self._rules.subscription_pattern, listener=self)
+            self.connected = True
+            self.last_error = None
+            self._log.info("source feed connected", group=self.group)
+            return True
+        return False
+
+    async def _fetch_loop(self, stop: asyncio.Event) -> None:
+        consumer = self._consumer
+        while not stop.is_set():
+            try:
+                fetched = await consumer.getmany(timeout_ms=_FETCH_TIMEOUT_MS)
+            except Exception as exc:
+                error = translate(exc)
+                self.last_error = f"fetch failed: {error}"
+                self._log.warning("fetch failed", error=str(error), retriable=error.retriable)
+                await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
+                continue
+            self.last_poll = time.monotonic()
+            for tp, records in fetched.items():
+                fanout = self._fanouts.get(tp)
+                if fanout is not None and records:
+                    fanout.deliver(records)
+
+    # -- rebalance (called by aiokafka) ---------------------------------------------------------
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._release(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        self.joined = True
+        partitions = [tp for tp in assigned if self._rules.target(tp.topic) is not None]
+        for tp in set(assigned) - set(partitions):
+            self._consumer.pause(tp)
+        for leg in self._legs:
+            self._metrics.rebalances.labels(leg.leg.name).inc()
+        await asyncio.gather(*(leg.assign(partitions) for leg in self._legs))
+        for tp in partitions:
+            senders = [leg.senders[tp] for leg in self._legs if tp in leg.senders]
+            starts = [s.next_offset for s in senders]
+            if senders and all(offset is not None for offset in starts):
+                self._consumer.seek(tp, min(o for o in starts if o is not None))
+            else:
+                await self._consumer.seek_to_beginning(tp)
+            position = await self._consumer.position(tp)
+            self._fanouts[tp] = PartitionFanout(tp, senders, position)
+        self._log.info("partitions assigned", partitions=len(partitions))
+
+    async def _release(self, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
+        for tp in partitions:
+            self._fanouts.pop(tp, None)
+        await asyncio.gather(*(leg.release(partitions) for leg in self._legs))
+        self._log.info("partitions released", partitions=len(partitions))
+
+    # -- what the legs and health checks need ---------------------------------------------------
+
+    def log_end(self, tp: TopicPartition) -> int | None:
+        """The source partition's log-end offset, as last seen in a fetch response."""
+        if not self.connected:
+            return None
+        with contextlib.suppress(Exception):
+            end: int | None = self._consumer.highwater(tp)
+            return end
+        return None
+
+    def problems(self) -> list[str]:
+        if not self.connected:
+            return [f"source feed not connected: {self.last_error or 'starting'}"]
+        if not self.joined:
+            return ["source feed has not joined its consumer group yet"]
+        return []
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "connected": self.connected,
+            "joined": self.joined,
+            "assigned_partitions": len(self._fanouts),
+            "last_error": self.last_error,
+        }
+
+    @property
+    def seconds_since_poll(self) -> float:
+        return time.monotonic() - self.last_poll
