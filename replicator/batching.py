@@ -14,10 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import ConsumerRecord
-
 from replicator import provenance
 from replicator.provenance import Marking, Tagger
+from replicator.records import SourceRecord
 
 
 @dataclass(slots=True)
@@ -42,9 +41,7 @@ class Target:
     skipped: Counter[Marking] = field(default_factory=Counter)
 
 
-def build(
-    records: Sequence[ConsumerRecord], end: int, tagger: Tagger, targets: list[Target]
-) -> None:
+def build(records: Sequence[SourceRecord], end: int, tagger: Tagger, targets: list[Target]) -> None:
     """Fill each target's ``batches`` with the records at or after its ``start``, up to ``end``.
 
     The hot loop of the replicator: no avoidable Python work per record.
@@ -74,7 +71,7 @@ def build(
             continue
         key, value, timestamp = record.key, record.value, record.timestamp
         tags = tag(headers, offset)
-        size = record.serialized_key_size + record.serialized_value_size
+        size = (len(key) if key else 0) + (len(value) if value else 0)
         for i in indices:
             if not aligned and offset < starts[i]:
                 continue

@@ -28,6 +28,7 @@ def run() -> None:
     """Run the replicator beside the local cluster (configured by REPLICATOR_* variables)."""
     from replicator.app import ReplicatorService
     from replicator.logs import configure_logging
+    from replicator.records import use_decoded_records
     from replicator.settings import load_settings
 
     try:
@@ -36,6 +37,7 @@ def run() -> None:
         typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     configure_logging(settings.log_level, settings.log_format)
+    use_decoded_records()
     service = ReplicatorService(settings)
     try:
         uvloop.run(service.run())

@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 
 from replicator import batching
@@ -41,6 +41,7 @@ from replicator.kafka import translate
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
 from replicator.provenance import Marking, Tagger
+from replicator.records import SourceRecord, payload_size
 from replicator.topics import TopicProvisioner
 from replicator.topology import Leg
 
@@ -57,7 +58,7 @@ class _Work:
     size: int
     batches: list[OutboundBatch] | None = None
     skipped: Counter[Marking] | None = None
-    fetched: list[ConsumerRecord] | None = None
+    fetched: list[SourceRecord] | None = None
     start: int = 0
     end: int = 0
 
@@ -178,7 +179,7 @@ class PartitionSender:
         self._enqueue(work)
         self.next_offset = end
 
-    def take_fetched(self, records: list[ConsumerRecord], start: int, end: int) -> bool:
+    def take_fetched(self, records: list[SourceRecord], start: int, end: int) -> bool:
         """Queue records the leg's own consumer fetched from ``start``; ``False``: stop fetching.
 
         Records that do not continue from :attr:`next_offset` are refused, so that a late or
@@ -191,7 +192,7 @@ class PartitionSender:
             return False  # a gap: the leg must fetch again from next_offset
         if end <= position:
             return self.has_room  # already had all of it
-        size = sum(r.serialized_key_size + r.serialized_value_size for r in records)
+        size = payload_size(records)
         self._enqueue(_Work(len(records), size, fetched=records, start=position, end=end))
         self.next_offset = end
         return self.has_room

@@ -22,13 +22,14 @@ from collections.abc import Iterable
 from typing import Any
 
 import structlog
-from aiokafka import ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 
 from replicator import batching
 from replicator.kafka import make_consumer, translate
 from replicator.leg import LegRunner, sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.provenance import Tagger
+from replicator.records import SourceRecord
 from replicator.sender import PartitionSender
 from replicator.settings import Settings
 from replicator.topology import TopicRules
@@ -48,7 +49,7 @@ class PartitionFanout:
         self.position = position
         self._tagger = Tagger(senders[0].leg.source, tp.topic, tp.partition) if senders else None
 
-    def deliver(self, records: list[ConsumerRecord]) -> None:
+    def deliver(self, records: list[SourceRecord]) -> None:
         start, end = self.position, records[-1].offset + 1
         self.position = end
         joining = [s for s in self.senders if s.joins(start, end)]
