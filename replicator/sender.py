@@ -110,6 +110,8 @@ class PartitionSender:
         self._on_detach = on_detach
         self._on_attach = on_attach
         self._on_room = on_room
+        # Set by the shared feed while it waits for this sender to have room again.
+        self.feed_waiting: Callable[[], None] | None = None
         self._queue: deque[_Work] = deque()
         self._queued_records = 0
         self._queued_bytes = 0
@@ -139,25 +141,31 @@ class PartitionSender:
     def joins(self, start: int, end: int) -> bool:
         """Whether this sender takes the shared feed's records ``[start, end)``.
 
-        Attaches (or stays attached) when it has room and the chunk continues exactly where this
-        destination stands; detaches when it is full or the feed has gone past it. A sender ahead
-        of the feed (after a restart, say) stays attached and waits for the feed to reach it.
+        An attached sender takes every chunk that continues where this destination stands (the
+        feed pauses while an attached sender is full, see :meth:`detach`); a detached one
+        re-attaches when it has room and the chunk continues from its position. A sender ahead
+        of the feed (after a restart, say) stays attached and waits for the feed to reach it;
+        one the feed has gone past detaches and fetches for itself.
         """
         if not self.open:
             return False
         position = start if self.next_offset is None else self.next_offset
         if position > end and self.attached:
             return False  # ahead of the feed: nothing in this chunk for it yet
-        if self.has_room and start <= position <= end:
+        if start <= position <= end and (self.attached or self.has_room):
             if not self.attached:
                 self.attached = True
                 self._on_attach(self)
             self.next_offset = position
             return True
+        self.detach()
+        return False
+
+    def detach(self) -> None:
+        """Leave the shared feed (too slow for it, or behind it): the leg fetches for it."""
         if self.attached:
             self.attached = False
             self._on_detach(self)
-        return False
 
     def use_producer(self, producer: AIOKafkaProducer) -> None:
         """Send through ``producer`` from now on (the leg replaced one that failed to start)."""
@@ -239,6 +247,8 @@ class PartitionSender:
                 self._queued_bytes -= work.size
                 if was_full and self.has_room:
                     self._on_room(self)
+                    if self.feed_waiting is not None:
+                        self.feed_waiting()
             if not self.open:
                 return
 
@@ -356,9 +366,9 @@ class PartitionSender:
         self._queue.clear()
         self._wakeup.set()
         self._log.error("partition halted", state=state, reason=reason)
-        if self.attached:
-            self.attached = False
-            self._on_detach(self)
+        self.detach()
+        if self.feed_waiting is not None:
+            self.feed_waiting()
 
     def status(self) -> dict[str, Any]:
         return {

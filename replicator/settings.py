@@ -178,18 +178,23 @@ class Settings(BaseSettings):
     compression: Compression = Field(
         Compression.NONE, description="Destination batches: none, gzip, snappy, lz4 or zstd."
     )
-    fetch_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest fetch response.")
+    fetch_max_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="Largest fetch response.")
     fetch_max_wait_ms: int = Field(
         20, ge=0, description="Longest a fetch waits for data: bounds added latency when idle."
     )
     max_partition_fetch_bytes: int = Field(
-        1024 * 1024, ge=1024, description="Largest fetch per source partition."
+        512 * 1024, ge=1024, description="Largest fetch per source partition."
     )
     partition_queue_max_records: int = Field(
-        20_000, ge=1, description="Records buffered per source partition before fetching pauses."
+        5_000, ge=1, description="Records buffered per source partition before fetching pauses."
     )
     partition_queue_max_bytes: int = Field(
-        8 * 1024 * 1024, ge=1024, description="Bytes buffered per partition before fetching pauses."
+        1024 * 1024, ge=1024, description="Bytes buffered per partition before fetching pauses."
+    )
+    detach_after_ms: int = Field(
+        2000,
+        ge=0,
+        description="How long the shared fetch waits for a full leg before it fetches alone.",
     )
     commit_interval_ms: int = Field(1000, ge=10, description="How often acked offsets commit.")
     metadata_max_age_ms: int = Field(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
@@ -41,24 +41,61 @@ _CONNECT_BACKOFF_S = 2.0
 
 
 class PartitionFanout:
-    """One source partition's records, built into batches for every attached leg at once."""
+    """One source partition's records, built into batches for every attached leg at once.
 
-    def __init__(self, tp: TopicPartition, senders: list[PartitionSender], position: int) -> None:
+    Backpressure: while an attached leg's queue is full, the feed pauses this partition, so the
+    legs move together at the pace of the slowest healthy one. A leg that stays full for longer
+    than ``detach_after`` seconds is detached (it fetches for itself) and the feed goes on for
+    the others: one slow or unreachable destination delays the others by that much, once.
+    """
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        senders: list[PartitionSender],
+        position: int,
+        pause: Callable[[TopicPartition], None],
+        resume: Callable[[TopicPartition], None],
+        detach_after: float,
+    ) -> None:
         self.tp = tp
         self.senders = senders
         self.position = position
+        self._pause = pause
+        self._resume = resume
+        self._detach_after = detach_after
+        self._paused_since: float | None = None
         self._tagger = Tagger(senders[0].leg.source, tp.topic, tp.partition) if senders else None
+        for sender in senders:
+            sender.feed_waiting = self.check
 
     def deliver(self, records: list[SourceRecord]) -> None:
         start, end = self.position, records[-1].offset + 1
         self.position = end
         joining = [s for s in self.senders if s.joins(start, end)]
-        if not joining or self._tagger is None:
+        if joining and self._tagger is not None:
+            targets = [s.target() for s in joining]
+            batching.build(records, end, self._tagger, targets)
+            for sender, target in zip(joining, targets, strict=True):
+                sender.take_built(target, end)
+        if self._paused_since is None and any(
+            s.attached and s.open and not s.has_room for s in self.senders
+        ):
+            self._paused_since = time.monotonic()
+            self._pause(self.tp)
+
+    def check(self) -> None:
+        """Resume once every attached leg has room; detach legs that stayed full too long."""
+        if self._paused_since is None:
             return
-        targets = [s.target() for s in joining]
-        batching.build(records, end, self._tagger, targets)
-        for sender, target in zip(joining, targets, strict=True):
-            sender.take_built(target, end)
+        full = [s for s in self.senders if s.attached and s.open and not s.has_room]
+        if full and time.monotonic() - self._paused_since > self._detach_after:
+            for sender in full:
+                sender.detach()
+            full = []
+        if not full:
+            self._paused_since = None
+            self._resume(self.tp)
 
 
 class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -137,6 +174,8 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 fanout = self._fanouts.get(tp)
                 if fanout is not None and records:
                     fanout.deliver(records)
+            for fanout in self._fanouts.values():
+                fanout.check()
 
     # -- rebalance (called by aiokafka) ---------------------------------------------------------
 
@@ -159,8 +198,23 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             else:
                 await self._consumer.seek_to_beginning(tp)
             position = await self._consumer.position(tp)
-            self._fanouts[tp] = PartitionFanout(tp, senders, position)
+            self._fanouts[tp] = PartitionFanout(
+                tp,
+                senders,
+                position,
+                self._pause,
+                self._resume,
+                self._settings.detach_after_ms / 1000,
+            )
         self._log.info("partitions assigned", partitions=len(partitions))
+
+    def _pause(self, tp: TopicPartition) -> None:
+        if tp in self._consumer.assignment():
+            self._consumer.pause(tp)
+
+    def _resume(self, tp: TopicPartition) -> None:
+        if tp in self._consumer.assignment():
+            self._consumer.resume(tp)
 
     async def _release(self, partitions: list[TopicPartition]) -> None:
         if not partitions:
