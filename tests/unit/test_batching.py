@@ -1,0 +1,103 @@
+"""Building destination batches: ranges, provenance, per-destination starts, full batches."""
+
+from __future__ import annotations
+
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch
+
+from replicator import provenance
+from replicator.batching import OutboundBatch, Target, build
+from replicator.provenance import Marking, Provenance, Tagger
+from tests.unit.sample import Record
+
+TAGGER = Tagger("dc1", "orders_REPLICA", 3)
+
+
+def new_batch(size: int = 64 * 1024) -> BatchBuilder:
+    return BatchBuilder(size, 0)
+
+
+def contents(
+    batch: OutboundBatch,
+) -> list[tuple[int, bytes | None, list[tuple[str, bytes | None]]]]:
+    """(origin offset, value, headers) of each record in a built batch."""
+    batch.builder.close()
+    decoded = DefaultRecordBatch(bytes(batch.builder._build()))
+    out = []
+    for record in decoded:
+        origin = provenance.parse(record.headers)
+        assert origin is not None
+        out.append((origin.offset, record.value, record.headers))
+    return out
+
+
+def test_one_target_gets_every_record_tagged_in_one_range() -> None:
+    records = [Record(o, headers=[("trace", b"t%d" % o)]) for o in range(10, 15)]
+    target = Target(10, new_batch)
+    build(records, 15, TAGGER, [target])
+    assert [(b.first, b.end, b.count) for b in target.batches] == [(10, 15, 5)]
+    got = contents(target.batches[0])
+    assert [offset for offset, _, _ in got] == [10, 11, 12, 13, 14]
+    assert got[0][2] == provenance.tagged(
+        [("trace", b"t10")], Provenance("dc1", "orders_REPLICA", 3, 10)
+    )
+    assert target.batches[0].size == 5 * (1 + 10)
+
+
+def test_each_destination_starts_at_its_own_offset() -> None:
+    records = [Record(o) for o in range(100, 110)]
+    behind, ahead = Target(100, new_batch), Target(106, new_batch)
+    build(records, 110, TAGGER, [behind, ahead])
+    assert [(b.first, b.end, b.count) for b in behind.batches] == [(100, 110, 10)]
+    assert [(b.first, b.end, b.count) for b in ahead.batches] == [(106, 110, 4)]
+    assert [o for o, _, _ in contents(ahead.batches[0])] == [106, 107, 108, 109]
+
+
+def test_a_full_batch_is_closed_and_the_ranges_stay_contiguous() -> None:
+    records = [Record(o, value=b"x" * 200) for o in range(0, 50)]
+    target = Target(0, lambda: new_batch(1024))
+    build(records, 50, TAGGER, [target])
+    assert len(target.batches) > 3
+    assert target.batches[0].first == 0 and target.batches[-1].end == 50
+    for before, after in zip(target.batches, target.batches[1:], strict=False):
+        assert before.end == after.first
+    assert sum(b.count for b in target.batches) == 50
+    origins = [o for b in target.batches for o, _, _ in contents(b)]
+    assert origins == list(range(50))
+
+
+def test_tagged_and_malformed_records_are_skipped_but_covered_by_the_range() -> None:
+    tagged = Provenance("dc2", "orders_REPLICA", 0, 7).headers()
+    records = [
+        Record(0),
+        Record(1, headers=list(tagged)),
+        Record(2, headers=[(provenance.ORIGIN_CLUSTER, b"dc2")]),
+        Record(3),
+    ]
+    target = Target(0, new_batch)
+    build(records, 4, TAGGER, [target])
+    assert [(b.first, b.end, b.count) for b in target.batches] == [(0, 4, 2)]
+    assert target.skipped == {Marking.TAGGED: 1, Marking.MALFORMED: 1}
+    assert [o for o, _, _ in contents(target.batches[0])] == [0, 3]
+
+
+def test_a_range_with_nothing_to_send_still_advances() -> None:
+    records = [Record(5, headers=list(Provenance("dc2", "t", 0, 1).headers()))]
+    target = Target(5, new_batch)
+    build(records, 6, TAGGER, [target])
+    assert [(b.first, b.end, b.count) for b in target.batches] == [(5, 6, 0)]
+
+
+def test_gaps_in_source_offsets_are_covered() -> None:
+    records = [Record(0), Record(4), Record(9)]  # compacted log
+    target = Target(0, new_batch)
+    build(records, 10, TAGGER, [target])
+    assert [(b.first, b.end, b.count) for b in target.batches] == [(0, 10, 3)]
+
+
+def test_null_keys_values_and_header_values_are_kept() -> None:
+    records = [Record(0, key=None, value=None, headers=[("h", None)])]
+    target = Target(0, new_batch)
+    build(records, 1, TAGGER, [target])
+    ((_, value, headers),) = contents(target.batches[0])
+    assert value is None and headers[0] == ("h", None)

@@ -1,0 +1,115 @@
+"""A sender accepts input only if it continues exactly where its destination stands."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+
+from replicator.kafka import ClusterClient
+from replicator.metrics import Metrics
+from replicator.sender import PartitionSender
+from replicator.settings import load_settings
+from replicator.topics import TopicProvisioner
+from replicator.topology import Leg
+from tests.unit.sample import Record
+
+SETTINGS = load_settings(
+    {
+        "REPLICATOR_LOCAL_CLUSTER": "dc1",
+        "REPLICATOR_CLUSTERS__DC1__BOOTSTRAP_SERVERS": "127.0.0.1:9",
+        "REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVERS": "127.0.0.1:10",
+    }
+)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def detach(self, _: PartitionSender) -> None:
+        self.seen.append("detach")
+
+    def attach(self, _: PartitionSender) -> None:
+        self.seen.append("attach")
+
+    def room(self, _: PartitionSender) -> None:
+        self.seen.append("room")
+
+
+def sender(next_offset: int | None, events: Events, max_records: int = 100) -> PartitionSender:
+    clients = [ClusterClient(a, SETTINGS.clusters[a], SETTINGS) for a in ("dc1", "dc2")]
+    return PartitionSender(
+        leg=Leg("dc1", "dc2"),
+        tp=TopicPartition("orders_REPLICA", 0),
+        target_topic="orders",
+        producer=AIOKafkaProducer(bootstrap_servers="127.0.0.1:10"),
+        destination_ready=asyncio.Event(),
+        topics=TopicProvisioner(clients[0], clients[1], None),
+        metrics=Metrics(),
+        max_records=max_records,
+        max_bytes=1 << 20,
+        next_offset=next_offset,
+        on_detach=events.detach,
+        on_attach=events.attach,
+        on_room=events.room,
+    )
+
+
+async def test_attached_sender_takes_continuing_chunks() -> None:
+    events = Events()
+    s = sender(None, events)
+    assert s.joins(0, 10)  # no committed offset: starts wherever the feed starts
+    target = s.target()
+    assert target.start == 0
+    s.take_built(target, 10)
+    assert s.next_offset == 10
+    assert s.joins(10, 20) and s.attached and events.seen == []
+
+
+async def test_sender_ahead_of_the_feed_waits_attached() -> None:
+    events = Events()
+    s = sender(500, events)
+    assert not s.joins(0, 100)
+    assert s.attached and events.seen == []
+    assert s.joins(450, 520) and s.target().start == 500
+
+
+async def test_sender_the_feed_went_past_detaches() -> None:
+    events = Events()
+    s = sender(50, events)
+    assert not s.joins(60, 70)
+    assert not s.attached and events.seen == ["detach"]
+
+
+async def test_detached_sender_reattaches_when_it_has_room_and_continues() -> None:
+    events = Events()
+    s = sender(50, events)
+    s.detach()
+    assert s.take_fetched([Record(o) for o in range(50, 60)], 50, 60)
+    assert s.next_offset == 60
+    assert s.joins(55, 65)  # overlaps where it stands: takes the feed again from 60
+    assert s.attached and s.target().start == 60
+    assert events.seen == ["detach", "attach"]
+
+
+async def test_full_detached_sender_stays_detached() -> None:
+    events = Events()
+    s = sender(0, events, max_records=5)
+    s.detach()
+    assert not s.take_fetched([Record(o) for o in range(0, 10)], 0, 10)  # now full
+    assert not s.joins(10, 20)
+    assert not s.attached
+
+
+async def test_fetched_records_must_continue_from_next_offset() -> None:
+    events = Events()
+    s = sender(100, events)
+    assert not s.take_fetched([Record(100)], 100, 101), "refused while attached to the feed"
+    s.detach()
+    assert not s.take_fetched([Record(o) for o in range(120, 130)], 120, 130), "a gap"
+    assert s.next_offset == 100
+    assert s.take_fetched([Record(o) for o in range(90, 100)], 90, 100), "stale, ignored"
+    assert s.next_offset == 100
+    assert s.take_fetched([Record(o) for o in range(95, 105)], 95, 105)
+    assert s.next_offset == 105
