@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint unit integration clean
+.PHONY: install demo test bench bench-quick lint unit integration clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,9 +22,16 @@ demo: $(STAMP)
 test: lint $(STAMP)
 	$(BIN)/pytest -q
 
+## Throughput, latency and memory, side by side with a naive mirror and a batch-copy ceiling.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m benchmarks.run --quick
+
 lint: $(STAMP)
-	$(BIN)/ruff check replicator tests
-	$(BIN)/ruff format --check replicator tests
+	$(BIN)/ruff check replicator tests benchmarks
+	$(BIN)/ruff format --check replicator tests benchmarks
 	$(BIN)/mypy
 
 unit: $(STAMP)
