@@ -25,11 +25,11 @@ import tempfile
 import time
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import uvloop
@@ -41,6 +41,7 @@ from rich.table import Table
 from replicator.embedded import EmbeddedBroker, embedded_clusters, free_port, replicator_environment
 from replicator.readback import read_topic
 
+T = TypeVar("T")
 TOPIC = "bench"
 SOURCE = f"{TOPIC}_REPLICA"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -592,16 +593,18 @@ async def main(args: argparse.Namespace) -> None:
                 median.verified = "; ".join(sorted({r.verified for r in results}))
             runs.append(median)
     lat = floor = None
+    failures: dict[str, str] = {}
     if args.latency_seconds > 0:
         rate, seconds = args.latency_rate, args.latency_seconds
         console.print(f"[bold]latency floor[/] (no replicator) at {rate:,}/s for {seconds}s ...")
-        floor = await latency(rate, seconds, replicated=False)
+        floor = await phase("latency_floor", latency(rate, seconds, replicated=False), failures)
         console.print(f"[bold]latency[/] through the replicator at {rate:,}/s for {seconds}s ...")
-        lat = await latency(rate, seconds)
+        lat = await phase("latency", latency(rate, seconds), failures)
     outage = None
     if args.outage_records > 0:
         console.print("[bold]remote cut mid-run[/] ...")
-        outage = await unreachable_destination(Workload("1KiB", 1024, args.outage_records))
+        workload = Workload("1KiB", 1024, args.outage_records)
+        outage = await phase("remote_outage", unreachable_destination(workload), failures)
     report(runs, lat, floor, outage)
     print(
         json.dumps(
@@ -611,9 +614,20 @@ async def main(args: argparse.Namespace) -> None:
                 "latency": asdict(lat) if lat else None,
                 "latency_floor": asdict(floor) if floor else None,
                 "remote_outage": outage,
+                "failed_phases": failures,
             }
         )
     )
+
+
+async def phase(name: str, work: Coroutine[Any, Any, T], failures: dict[str, str]) -> T | None:
+    """Run one benchmark phase; a failure is reported, and the other phases still run."""
+    try:
+        return await work
+    except Exception as exc:
+        failures[name] = repr(exc)
+        console.print(f"[red]{name} failed:[/] {exc!r}")
+        return None
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -621,7 +635,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records-100b", type=int, default=600_000)
     parser.add_argument("--records-1kb", type=int, default=150_000)
     parser.add_argument("--latency-rate", type=int, default=20_000)
-    parser.add_argument("--latency-seconds", type=float, default=60)
+    # 30 s: the embedded test broker slows down past about 700,000 records in one topic.
+    parser.add_argument("--latency-seconds", type=float, default=30)
     parser.add_argument("--outage-records", type=int, default=150_000)
     parser.add_argument(
         "--contenders", nargs="+", default=["naive", "ceiling", "replicator"],

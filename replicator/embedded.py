@@ -56,15 +56,18 @@ class EmbeddedBroker:
     alias: str
     port: int = field(default_factory=free_port)
     host: str = "127.0.0.1"
+    # Clients are told to connect here (a proxy in front of the broker, say); default: port.
+    advertised_port: int | None = None
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"{self.host}:{self.advertised_port or self.port}"
 
     def start(self, timeout: float = 15.0) -> EmbeddedBroker:
         url = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.host}:{self.advertised_port or self.port}"
         fd, name = tempfile.mkstemp(prefix=f"broker-{self.alias}-", suffix=".log")
         self.log_path = Path(name)
         with os.fdopen(fd, "wb") as log:
@@ -75,7 +78,7 @@ class EmbeddedBroker:
                     "--listener-url",
                     url,
                     "--advertised-listener-url",
-                    url,
+                    advertised,
                     "--cluster-id",
                     self.alias,
                 ],

@@ -15,9 +15,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -328,3 +330,106 @@ def count(broker: Broker, topic: str) -> int:
 def holds(broker: Broker, topic: str, records: int) -> Callable[[], bool]:
     """A predicate for :func:`wait_until`: ``topic`` on ``broker`` holds at least ``records``."""
     return lambda: count(broker, topic) >= records
+
+
+@dataclass
+class Oracle:
+    """Record-level comparison of a source replica topic with one real topic."""
+
+    source_records: int
+    delivered: int
+    missing: list[tuple[int, int]]
+    duplicates: int
+    out_of_order: list[tuple[int, int]]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.source_records} source records, {self.delivered} delivered, "
+            f"{len(self.missing)} missing (e.g. {self.missing[:3]}), {self.duplicates} duplicates, "
+            f"{len(self.out_of_order)} out of order (e.g. {self.out_of_order[:3]})"
+        )
+
+
+def oracle(source: list[StoredRecord], destination: list[StoredRecord], origin: str) -> Oracle:
+    """Check ``destination`` against ``source`` (records of cluster ``origin``) by provenance.
+
+    Missing: a source record absent from the destination. Duplicates: extra copies (allowed only
+    for batches in flight at a crash). Out of order: in a destination partition, a record whose
+    first occurrence comes after that of a later source record of the same partition.
+    """
+    wanted = {(r.partition, r.offset): r for r in source}
+    seen: Counter[tuple[int, int]] = Counter()
+    last: dict[int, int] = {}
+    out_of_order = []
+    for record in destination:
+        tag = record.provenance
+        if tag is None or tag.cluster != origin:
+            continue
+        key = (tag.partition, tag.offset)
+        seen[key] += 1
+        if seen[key] > 1:
+            continue
+        if tag.offset < last.get(tag.partition, -1):
+            out_of_order.append(key)
+        last[tag.partition] = max(last.get(tag.partition, -1), tag.offset)
+        assert record.partition == tag.partition, "partition number changed"
+        source_record = wanted.get(key)
+        assert source_record is not None, f"{key} is not a source record"
+        assert (record.key, record.value) == (source_record.key, source_record.value)
+    return Oracle(
+        source_records=len(wanted),
+        delivered=len(seen),
+        missing=sorted(set(wanted) - set(seen)),
+        duplicates=sum(n - 1 for n in seen.values()),
+        out_of_order=out_of_order,
+    )
+
+
+def peak_rss_mb(process: ReplicatorProcess) -> float:
+    """The replicator process's peak resident memory so far (VmHWM), in MB."""
+    assert process.process is not None
+    with open(f"/proc/{process.process.pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Stream:
+    """Produces ``per_tick`` records every ``tick`` seconds in a thread until stopped."""
+
+    def __init__(self, broker: Broker, topic: str, partitions: int, per_tick: int = 50) -> None:
+        self.broker, self.topic, self.partitions, self.per_tick = (
+            broker,
+            topic,
+            partitions,
+            per_tick,
+        )
+        self.produced = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Stream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        chunk = 0
+        while not self._stop.is_set():
+            try:
+                sent = produce(
+                    self.broker, self.topic, self.per_tick, self.partitions, tag=f"-s{chunk}"
+                )
+                self.produced += len(sent)
+            except Exception as exc:  # reported by the test, never swallowed silently
+                self.errors.append(repr(exc))
+            chunk += 1
+            time.sleep(0.1)

@@ -1,0 +1,135 @@
+"""Faults: the contract holds while clusters are cut off, slow, or reset mid-batch.
+
+Each test streams records into the local cluster's replica topic while a fault-injecting proxy
+sits between the replicator and the remote cluster, then compares every destination with the
+source record by record (:func:`oracle`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from replicator.embedded import EmbeddedBroker, free_port
+from tests.integration.faults import FaultProxy
+from tests.integration.harness import (
+    BACKEND,
+    Broker,
+    Start,
+    Stream,
+    count,
+    create_topics,
+    oracle,
+    peak_rss_mb,
+    read,
+    replicator_env,
+    start_clusters,
+    wait_until,
+)
+
+pytestmark = pytest.mark.skipif(
+    BACKEND != "embedded", reason="the proxy needs a broker that advertises the proxy's address"
+)
+
+RSS_LIMIT_MB = 200
+
+
+@contextmanager
+def remote_behind_proxy(alias: str) -> Iterator[tuple[EmbeddedBroker, FaultProxy]]:
+    """A broker whose clients all connect through a fault-injecting proxy."""
+    broker_port, proxy_port = free_port(), free_port()
+    proxy = FaultProxy(proxy_port, broker_port).start()
+    broker = EmbeddedBroker(alias, port=broker_port, advertised_port=proxy_port).start()
+    try:
+        yield broker, proxy
+    finally:
+        proxy.stop()
+        broker.stop()
+
+
+def check_replica(source: Broker, destination: Broker, origin: str = "dc1") -> str:
+    report = oracle(read(source, "orders_REPLICA"), read(destination, "orders"), origin)
+    assert not report.missing, f"{destination.alias}: {report}"
+    assert not report.out_of_order, f"{destination.alias}: {report}"
+    return str(report)
+
+
+def test_remote_cut_off_for_30s(replicators: Start) -> None:
+    with start_clusters("dc1") as brokers, remote_behind_proxy("dc2") as (dc2, proxy):
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=3)
+        dc1 = replicators("dc1", replicator_env("dc1", {"dc1": local, "dc2": dc2}))
+        dc1.wait_ready()
+        with Stream(local, "orders_REPLICA", 3) as stream:
+            wait_until(lambda: count(dc2, "orders") > 0, 30, "first records on dc2", dc1.log)
+            proxy.cut()
+            cut_at = time.monotonic()
+            local_at_cut = count(local, "orders")
+
+            def reported() -> bool:
+                status, body = dc1.get("/readyz")
+                return status == 503 and any("dc2" in p for p in body["problems"])
+
+            wait_until(reported, 20, "/readyz reporting the remote leg", dc1.log)
+            while time.monotonic() - cut_at < 30:
+                time.sleep(2)
+                assert dc1.get("/livez")[0] == 200
+            local_after = count(local, "orders")
+            assert local_after > local_at_cut + 1000, "local delivery stalled during the outage"
+            proxy.restore()
+            restored_at = time.monotonic()
+        assert not stream.errors, stream.errors
+        total = count(local, "orders_REPLICA")
+        wait_until(lambda: count(dc2, "orders") >= total, 90, "dc2 catching up", dc1.log)
+        recovery = time.monotonic() - restored_at
+        wait_until(lambda: count(local, "orders") >= total, 30, "local complete", dc1.log)
+        dc1.wait_ready(timeout=30)
+        local_report = check_replica(local, local)
+        remote_report = check_replica(local, dc2)
+        rss = peak_rss_mb(dc1)
+        print(
+            f"remote cut 30s: local {local_report}; remote {remote_report}; "
+            f"remote caught up {recovery:.1f}s after restore; peak RSS {rss:.0f} MB"
+        )
+        assert rss < RSS_LIMIT_MB
+        assert dc1.stop() == 0
+
+
+def test_slow_remote_link(replicators: Start) -> None:
+    with start_clusters("dc1") as brokers, remote_behind_proxy("dc2") as (dc2, proxy):
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=3)
+        dc1 = replicators("dc1", replicator_env("dc1", {"dc1": local, "dc2": dc2}))
+        dc1.wait_ready()
+        proxy.slow(delay=0.05, bytes_per_second=256 * 1024)
+        with Stream(local, "orders_REPLICA", 3):
+            time.sleep(15)
+        total = count(local, "orders_REPLICA")
+        wait_until(lambda: count(local, "orders") >= total, 30, "local complete", dc1.log)
+        proxy.restore()
+        wait_until(lambda: count(dc2, "orders") >= total, 90, "dc2 complete", dc1.log)
+        print(f"slow link: {check_replica(local, dc2)}; peak RSS {peak_rss_mb(dc1):.0f} MB")
+        check_replica(local, local)
+        assert peak_rss_mb(dc1) < RSS_LIMIT_MB
+        assert dc1.stop() == 0
+
+
+def test_connections_reset_mid_batch(replicators: Start) -> None:
+    with start_clusters("dc1") as brokers, remote_behind_proxy("dc2") as (dc2, proxy):
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=3)
+        dc1 = replicators("dc1", replicator_env("dc1", {"dc1": local, "dc2": dc2}))
+        dc1.wait_ready()
+        proxy.reset_connections(every=1.5)
+        with Stream(local, "orders_REPLICA", 3, per_tick=100):
+            time.sleep(15)
+        proxy.restore()
+        total = count(local, "orders_REPLICA")
+        wait_until(lambda: count(dc2, "orders") >= total, 90, "dc2 complete", dc1.log)
+        report = check_replica(local, dc2)
+        print(f"connection resets ({proxy.connections_reset} connections reset): {report}")
+        assert proxy.connections_reset > 5
+        assert dc1.stop() == 0
