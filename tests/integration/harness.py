@@ -433,3 +433,17 @@ class Stream:
                 self.errors.append(repr(exc))
             chunk += 1
             time.sleep(0.1)
+
+
+def holds_distinct(broker: Broker, topic: str, records: int) -> Callable[[], bool]:
+    """A predicate: ``topic`` holds at least ``records`` distinct source records (by provenance)."""
+
+    def check() -> bool:
+        origins = {
+            (p.cluster, p.partition, p.offset)
+            for r in read(broker, topic)
+            if (p := r.provenance) is not None
+        }
+        return len(origins) >= records
+
+    return check

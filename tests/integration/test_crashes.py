@@ -1,0 +1,101 @@
+"""Crashes and membership changes: SIGKILL during a two-way stream, replicas joining and leaving."""
+
+from __future__ import annotations
+
+import time
+
+from tests.integration.harness import (
+    Start,
+    Stream,
+    count,
+    create_topics,
+    holds,
+    holds_distinct,
+    oracle,
+    read,
+    replicator_env,
+    start_clusters,
+    wait_until,
+)
+
+
+def test_sigkill_five_times_during_a_two_way_stream(replicators: Start) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        for broker in brokers.values():
+            create_topics(broker, orders_REPLICA=3)
+        envs = {alias: replicator_env(alias, brokers) for alias in brokers}
+        running = {alias: replicators(alias, envs[alias]) for alias in brokers}
+        for replicator in running.values():
+            replicator.wait_ready()
+        recoveries = []
+        streams = [Stream(b, "orders_REPLICA", 3) for b in brokers.values()]
+        with streams[0], streams[1]:
+            for kill in range(5):
+                victim = "dc1" if kill % 2 == 0 else "dc2"
+                time.sleep(3)
+                running[victim].kill()  # SIGKILL: no drain, no commit
+                time.sleep(1)
+                running[victim] = replicators(victim, envs[victim])
+                started = time.monotonic()
+                running[victim].wait_ready(timeout=60)
+                recoveries.append(round(time.monotonic() - started, 1))
+            time.sleep(2)
+        assert not streams[0].errors and not streams[1].errors
+        expected = sum(count(b, "orders_REPLICA") for b in brokers.values())
+        for broker in brokers.values():
+            wait_until(holds_distinct(broker, "orders", expected), 90, f"all on {broker.alias}")
+        duplicates = 0
+        for destination in brokers.values():
+            stored = read(destination, "orders")
+            for origin, source in brokers.items():
+                report = oracle(read(source, "orders_REPLICA"), stored, origin)
+                assert not report.missing, f"{origin} -> {destination.alias}: {report}"
+                assert not report.out_of_order, f"{origin} -> {destination.alias}: {report}"
+                duplicates += report.duplicates
+        print(
+            f"5 SIGKILLs: {expected} source records, 0 lost, {duplicates} duplicates "
+            f"(in flight at the kills), ready again after {recoveries} s"
+        )
+        for replicator in running.values():
+            assert replicator.stop() == 0
+
+
+def test_second_replica_joins_and_leaves_during_a_stream(replicators: Start) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=6)
+        env = replicator_env("dc1", brokers)
+        first = replicators("dc1", env)
+        first.wait_ready()
+        with Stream(local, "orders_REPLICA", 6, per_tick=60):
+            time.sleep(3)
+            second = replicators("dc1", env)  # the same datacenter: shares the partitions
+
+            def second_has_partitions() -> bool:
+                try:
+                    return bool(second.get("/status")[1]["source_feed"]["assigned_partitions"])
+                except (OSError, TypeError):
+                    return False
+
+            wait_until(
+                second_has_partitions, 60, "the second replica taking partitions", second.log
+            )
+            shared = {
+                "first": first.get("/status")[1]["source_feed"]["assigned_partitions"],
+                "second": second.get("/status")[1]["source_feed"]["assigned_partitions"],
+            }
+            time.sleep(3)
+            assert second.stop() == 0  # leaves: its partitions move back
+            time.sleep(3)
+        total = count(local, "orders_REPLICA")
+        for broker in brokers.values():
+            wait_until(holds(broker, "orders", total), 60, f"{broker.alias} complete", first.log)
+            report = oracle(read(local, "orders_REPLICA"), read(broker, "orders"), "dc1")
+            assert not report.missing and not report.out_of_order, f"{broker.alias}: {report}"
+            print(f"replica joined (partitions {shared}) and left: {broker.alias}: {report}")
+        wait_until(
+            lambda: first.get("/status")[1]["source_feed"]["assigned_partitions"] == 6,
+            30,
+            "the first replica owning every partition again",
+        )
+        assert first.stop() == 0
