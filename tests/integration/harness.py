@@ -447,3 +447,18 @@ def holds_distinct(broker: Broker, topic: str, records: int) -> Callable[[], boo
         return len(origins) >= records
 
     return check
+
+
+@dataclass
+class FaultFigures:
+    """One fault scenario's outcome, for the summary the suite prints at the end."""
+
+    scenario: str
+    source_records: int
+    lost: int
+    duplicates: int
+    peak_rss_mb: float
+    recovery_s: str
+
+
+FAULT_SUMMARY: list[FaultFigures] = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 from tests.integration.harness import (
+    FAULT_SUMMARY,
+    FaultFigures,
     Start,
     Stream,
     count,
@@ -12,6 +14,7 @@ from tests.integration.harness import (
     holds,
     holds_distinct,
     oracle,
+    peak_rss_mb,
     read,
     replicator_env,
     start_clusters,
@@ -44,7 +47,7 @@ def test_sigkill_five_times_during_a_two_way_stream(replicators: Start) -> None:
         expected = sum(count(b, "orders_REPLICA") for b in brokers.values())
         for broker in brokers.values():
             wait_until(holds_distinct(broker, "orders", expected), 90, f"all on {broker.alias}")
-        duplicates = 0
+        duplicates, rss = 0, max(peak_rss_mb(r) for r in running.values())
         for destination in brokers.values():
             stored = read(destination, "orders")
             for origin, source in brokers.items():
@@ -55,6 +58,16 @@ def test_sigkill_five_times_during_a_two_way_stream(replicators: Start) -> None:
         print(
             f"5 SIGKILLs: {expected} source records, 0 lost, {duplicates} duplicates "
             f"(in flight at the kills), ready again after {recoveries} s"
+        )
+        FAULT_SUMMARY.append(
+            FaultFigures(
+                "SIGKILL x5 during a two-way stream",
+                expected,
+                0,
+                duplicates,
+                rss,
+                f"ready {max(recoveries)} s after restart",
+            )
         )
         for replicator in running.values():
             assert replicator.stop() == 0
@@ -93,6 +106,16 @@ def test_second_replica_joins_and_leaves_during_a_stream(replicators: Start) -> 
             report = oracle(read(local, "orders_REPLICA"), read(broker, "orders"), "dc1")
             assert not report.missing and not report.out_of_order, f"{broker.alias}: {report}"
             print(f"replica joined (partitions {shared}) and left: {broker.alias}: {report}")
+            FAULT_SUMMARY.append(
+                FaultFigures(
+                    f"replica joins and leaves ({broker.alias})",
+                    report.source_records,
+                    len(report.missing),
+                    report.duplicates,
+                    peak_rss_mb(first),
+                    "-",
+                )
+            )
         wait_until(
             lambda: first.get("/status")[1]["source_feed"]["assigned_partitions"] == 6,
             30,

@@ -17,7 +17,10 @@ from replicator.embedded import EmbeddedBroker, free_port
 from tests.integration.faults import FaultProxy
 from tests.integration.harness import (
     BACKEND,
+    FAULT_SUMMARY,
     Broker,
+    FaultFigures,
+    Oracle,
     Start,
     Stream,
     count,
@@ -50,11 +53,24 @@ def remote_behind_proxy(alias: str) -> Iterator[tuple[EmbeddedBroker, FaultProxy
         broker.stop()
 
 
-def check_replica(source: Broker, destination: Broker, origin: str = "dc1") -> str:
+def check_replica(source: Broker, destination: Broker, origin: str = "dc1") -> Oracle:
     report = oracle(read(source, "orders_REPLICA"), read(destination, "orders"), origin)
     assert not report.missing, f"{destination.alias}: {report}"
     assert not report.out_of_order, f"{destination.alias}: {report}"
-    return str(report)
+    return report
+
+
+def summarise(scenario: str, reports: list[Oracle], rss: float, recovery: str) -> None:
+    FAULT_SUMMARY.append(
+        FaultFigures(
+            scenario,
+            reports[0].source_records,
+            sum(len(r.missing) for r in reports),
+            sum(r.duplicates for r in reports),
+            rss,
+            recovery,
+        )
+    )
 
 
 def test_remote_cut_off_for_30s(replicators: Start) -> None:
@@ -94,6 +110,9 @@ def test_remote_cut_off_for_30s(replicators: Start) -> None:
             f"remote cut 30s: local {local_report}; remote {remote_report}; "
             f"remote caught up {recovery:.1f}s after restore; peak RSS {rss:.0f} MB"
         )
+        summarise(
+            "remote cut off for 30 s", [local_report, remote_report], rss, f"{recovery:.1f} s"
+        )
         assert rss < RSS_LIMIT_MB
         assert dc1.stop() == 0
 
@@ -111,8 +130,9 @@ def test_slow_remote_link(replicators: Start) -> None:
         wait_until(lambda: count(local, "orders") >= total, 30, "local complete", dc1.log)
         proxy.restore()
         wait_until(lambda: count(dc2, "orders") >= total, 90, "dc2 complete", dc1.log)
-        print(f"slow link: {check_replica(local, dc2)}; peak RSS {peak_rss_mb(dc1):.0f} MB")
-        check_replica(local, local)
+        reports = [check_replica(local, dc2), check_replica(local, local)]
+        print(f"slow link: {reports[0]}; peak RSS {peak_rss_mb(dc1):.0f} MB")
+        summarise("slow link (50 ms, 256 KiB/s)", reports, peak_rss_mb(dc1), "-")
         assert peak_rss_mb(dc1) < RSS_LIMIT_MB
         assert dc1.stop() == 0
 
@@ -131,5 +151,11 @@ def test_connections_reset_mid_batch(replicators: Start) -> None:
         wait_until(lambda: count(dc2, "orders") >= total, 90, "dc2 complete", dc1.log)
         report = check_replica(local, dc2)
         print(f"connection resets ({proxy.connections_reset} connections reset): {report}")
+        summarise(
+            f"connections reset every 1.5 s ({proxy.connections_reset})",
+            [report],
+            peak_rss_mb(dc1),
+            "-",
+        )
         assert proxy.connections_reset > 5
         assert dc1.stop() == 0
