@@ -38,7 +38,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
 
-from replicator.embedded import EmbeddedBroker, embedded_clusters, free_port, replicator_environment
+from replicator.embedded import (
+    EmbeddedBroker,
+    embedded_clusters,
+    free_port,
+    replicator_environment,
+    wait_until_ready,
+)
 from replicator.readback import read_topic
 
 T = TypeVar("T")
@@ -294,22 +300,6 @@ async def throughput(contender: str, workload: Workload) -> RunResult:
     )
 
 
-async def wait_ready(http_port: int, process: Monitored, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            if process.process.poll() is not None:
-                raise RuntimeError(f"replicator exited; see {process.log_path}")
-            try:
-                async with session.get(f"http://127.0.0.1:{http_port}/readyz") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise TimeoutError(f"replicator not ready; see {process.log_path}")
-
-
 @contextmanager
 def replicator_beside_dc1(
     brokers: dict[str, EmbeddedBroker], start: bool = True
@@ -339,7 +329,7 @@ async def latency(
         await create_topics(brokers["dc2"], partitions, TOPIC)
         with replicator_beside_dc1(brokers, start=replicated) as (process, port):
             if process is not None:
-                await wait_ready(port, process)
+                await wait_until_ready(port, process.process, process.log_path)
             readers = brokers if replicated else {"dc1": brokers["dc1"]}
             samples = {alias: array("d") for alias in readers}
             produced = 0

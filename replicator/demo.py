@@ -17,13 +17,18 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-import aiohttp
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
 
-from replicator.embedded import EmbeddedBroker, embedded_clusters, free_port, replicator_environment
+from replicator.embedded import (
+    EmbeddedBroker,
+    embedded_clusters,
+    free_port,
+    replicator_environment,
+    wait_until_ready,
+)
 from replicator.readback import read_topic
 
 TOPIC = "orders"
@@ -53,23 +58,6 @@ def start_sidecar(alias: str, brokers: dict[str, EmbeddedBroker]) -> Sidecar:
             stdin=subprocess.DEVNULL,
         )
     return Sidecar(alias, port, process, log_path)
-
-
-async def wait_ready(sidecar: Sidecar, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    url = f"http://127.0.0.1:{sidecar.http_port}/readyz"
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            if sidecar.process.poll() is not None:
-                raise RuntimeError(f"replicator {sidecar.alias} exited; log: {sidecar.log_path}")
-            try:
-                async with session.get(url) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.5)
-    raise TimeoutError(f"replicator {sidecar.alias} not ready after {timeout}s: {sidecar.log_path}")
 
 
 async def create_replica_topic(broker: EmbeddedBroker) -> None:
@@ -133,7 +121,9 @@ async def run_demo(seconds: float, rate: int) -> int:
             await create_replica_topic(broker)
         sidecars = [start_sidecar(alias, brokers) for alias in aliases]
         try:
-            await asyncio.gather(*(wait_ready(s) for s in sidecars))
+            await asyncio.gather(
+                *(wait_until_ready(s.http_port, s.process, s.log_path) for s in sidecars)
+            )
             console.print(
                 f"replicators ready; producing {rate} records/s to {TOPIC}_REPLICA "
                 f"in each datacenter for {seconds:.0f}s"

@@ -7,6 +7,7 @@ Nothing here is used by ``replicator run``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -16,6 +17,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import aiohttp
 
 
 class EmbeddedBrokerError(RuntimeError):
@@ -130,3 +133,21 @@ def replicator_environment(
         env[f"REPLICATOR_CLUSTERS__{alias.upper()}__BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
     env.update({f"REPLICATOR_{key.upper()}": value for key, value in extra.items()})
     return env
+
+
+async def wait_until_ready(
+    http_port: int, process: subprocess.Popen[bytes], log_path: object, timeout: float = 60.0
+) -> None:
+    """Poll a local replicator's ``/readyz`` until 200; fail early if the process exits."""
+    deadline = time.monotonic() + timeout
+    url = f"http://127.0.0.1:{http_port}/readyz"
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise EmbeddedBrokerError(f"replicator exited; see {log_path}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"replicator not ready after {timeout}s; see {log_path}")
