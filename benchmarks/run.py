@@ -345,8 +345,7 @@ async def latency(
                 tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
                 consumer.assign(tps)
                 for tp in tps:
-                    # The topic is new and empty: offset 0 is its beginning. (Resolving "earliest"
-                    # lazily, after the first records arrived, missed some on the test broker.)
+                    # The topic is new and empty: offset 0 is its beginning.
                     consumer.seek(tp, 0)
                 try:
                     while True:
