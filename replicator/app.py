@@ -15,7 +15,6 @@ server stops last. A second signal cancels everything at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import time
 from collections.abc import Coroutine
@@ -27,6 +26,7 @@ from aiokafka import TopicPartition
 from replicator.health import HttpServer
 from replicator.kafka import ClusterClient
 from replicator.leg import LegRunner, Spawn
+from replicator.lifecycle import sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.settings import Settings
 from replicator.source import SourceFeed
@@ -137,8 +137,7 @@ class ReplicatorService:
     async def _heartbeat(self) -> None:
         while not self.stop_event.is_set():
             self._tick = time.monotonic()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop_event.wait(), _HEARTBEAT_S)
+            await sleep_unless_stopped(self.stop_event, _HEARTBEAT_S)
 
     async def _probe(self, client: ClusterClient) -> None:
         previous: str | None = "unknown"
@@ -150,8 +149,7 @@ class ReplicatorService:
                 else:
                     log.warning("cluster unreachable", cluster=client.alias, error=client.error)
                 previous = client.error
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop_event.wait(), _PROBE_INTERVAL_S)
+            await sleep_unless_stopped(self.stop_event, _PROBE_INTERVAL_S)
 
     # -- what /livez, /readyz, /status and /metrics show ----------------------------------------
 

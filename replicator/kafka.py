@@ -8,7 +8,6 @@ exception is translated here into :mod:`replicator.errors`, so callers only ask 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from typing import Any
 
@@ -24,6 +23,7 @@ from replicator.errors import (
     RecordRefused,
     ReplicatorError,
 )
+from replicator.lifecycle import close_quietly
 from replicator.settings import ClusterSettings, Compression, Settings
 
 _REFUSED = (
@@ -170,7 +170,7 @@ class ClusterClient:
                 try:
                     await admin.start()
                 except BaseException as exc:
-                    await _close_quietly(admin)
+                    await close_quietly(admin.close())
                     if isinstance(exc, Exception):
                         raise translate(exc) from exc
                     raise
@@ -192,13 +192,8 @@ class ClusterClient:
     async def reset(self) -> None:
         async with self._lock:
             if self._admin is not None:
-                await _close_quietly(self._admin)
+                await close_quietly(self._admin.close())
                 self._admin = None
 
     async def close(self) -> None:
         await self.reset()
-
-
-async def _close_quietly(admin: AIOKafkaAdminClient) -> None:
-    with contextlib.suppress(Exception):
-        await admin.close()

@@ -28,6 +28,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from replicator.kafka import ClusterClient, make_consumer, make_producer, translate
+from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.sender import PartitionSender, PartitionState
 from replicator.settings import Settings
@@ -97,7 +98,7 @@ class LegRunner:
                 error = translate(exc)
                 self.last_error = f"cannot connect to {self.leg.source}: {error}"
                 self._log.warning("cannot reach the source, retrying", error=str(error))
-                await _stop_quietly(self._consumer.stop())
+                await close_quietly(self._consumer.stop())
                 self._consumer = self._make_consumer()
                 await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
         return False
@@ -116,7 +117,7 @@ class LegRunner:
                 error = translate(exc)
                 self.last_error = f"cannot connect to {self.leg.destination}: {error}"
                 self._log.warning("cannot reach the destination, retrying", error=str(error))
-                await _stop_quietly(self._producer.stop())
+                await close_quietly(self._producer.stop())
                 self._producer = self._make_producer()
                 for sender in self.senders.values():
                     sender.use_producer(self._producer)
@@ -131,9 +132,9 @@ class LegRunner:
         """Close the clients (after :meth:`release` of every partition)."""
         grace = max(self._settings.shutdown_grace_ms / 1000, 1.0)
         if self.source_connected:
-            await _stop_quietly(self._consumer.stop(), grace)
+            await close_quietly(self._consumer.stop(), grace)
         # A producer whose destination is down would wait for ever to flush.
-        await _stop_quietly(self._producer.stop(), grace)
+        await close_quietly(self._producer.stop(), grace)
         self._metrics.assigned_partitions.labels(self.leg.name).set(0)
         self._log.info("leg stopped")
 
@@ -218,7 +219,6 @@ class LegRunner:
     # -- catch-up fetch -------------------------------------------------------------------------
 
     async def _catch_up_loop(self, stop: asyncio.Event) -> None:
-        consumer = self._consumer
         while not stop.is_set():
             if not self._consumer.assignment():
                 self.last_poll = time.monotonic()
@@ -288,7 +288,7 @@ class LegRunner:
             end = log_end(tp)
             if end is None:
                 continue
-            committed = sender.tracker.committed if sender.tracker else sender.next_offset
+            committed = _committed(sender)
             if committed is None:
                 continue
             self._metrics.commit_lag.labels(self.leg.name, tp.topic, str(tp.partition)).set(
@@ -319,7 +319,7 @@ class LegRunner:
         for tp, sender in sorted(self.senders.items()):
             entry = sender.status()
             end = log_end(tp)
-            committed = sender.tracker.committed if sender.tracker else sender.next_offset
+            committed = _committed(sender)
             entry["log_end_offset"] = end
             entry["lag"] = None if end is None or committed is None else max(0, end - committed)
             partitions.append(entry)
@@ -344,13 +344,6 @@ class LegRunner:
         return time.monotonic() - self.last_poll
 
 
-async def _stop_quietly(stopping: Coroutine[Any, Any, None], timeout: float = 5.0) -> None:
-    """Close a client; its own errors add nothing to the one already reported."""
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(stopping, timeout=timeout)
-
-
-async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds`` or until ``stop`` is set, whichever comes first."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
+def _committed(sender: PartitionSender) -> int | None:
+    """The leg's committed offset for a partition: the last commit, else where it started."""
+    return sender.tracker.committed if sender.tracker else sender.next_offset

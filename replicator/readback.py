@@ -7,7 +7,6 @@ replicated data (the demo, the tests); not part of the replication data path.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 
@@ -84,9 +83,3 @@ async def read_topic(
         return [r for tp in partitions for r in records[tp]]
     finally:
         await consumer.stop()
-
-
-def read_topic_sync(
-    bootstrap_servers: str, topic: str, timeout: float = 30.0
-) -> list[StoredRecord]:
-    return asyncio.run(read_topic(bootstrap_servers, topic, timeout))

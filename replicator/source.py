@@ -19,16 +19,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import structlog
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from replicator import batching
 from replicator.kafka import make_consumer, translate
-from replicator.leg import LegRunner, sleep_unless_stopped
+from replicator.leg import LegRunner
+from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
-from replicator.provenance import Tagger
 from replicator.records import SourceRecord
 from replicator.sender import PartitionSender
 from replicator.settings import Settings
@@ -65,7 +66,6 @@ class PartitionFanout:
         self._resume = resume
         self._detach_after = detach_after
         self._paused_since: float | None = None
-        self._tagger = Tagger(senders[0].leg.source, tp.topic, tp.partition) if senders else None
         for sender in senders:
             sender.feed_waiting = self.check
 
@@ -73,9 +73,10 @@ class PartitionFanout:
         start, end = self.position, records[-1].offset + 1
         self.position = end
         joining = [s for s in self.senders if s.joins(start, end)]
-        if joining and self._tagger is not None:
+        if joining:
             targets = [s.target() for s in joining]
-            batching.build(records, end, self._tagger, targets)
+            # Every leg tags a partition's records alike: build with the first leg's tagger.
+            batching.build(records, end, joining[0].tagger, targets)
             for sender, target in zip(joining, targets, strict=True):
                 sender.take_built(target, end)
         if self._paused_since is None and any(
@@ -108,11 +109,15 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self._rules = rules
         self._metrics = metrics
         self._legs = legs
-        source = settings.clusters[settings.local_cluster]
         self.group = f"{settings.group_prefix}.{settings.local_cluster}"
-        self._consumer = make_consumer(
-            source, settings, self.group, f"replicator-{settings.local_cluster}-feed"
+        self._make_consumer: Callable[[], AIOKafkaConsumer] = partial(
+            make_consumer,
+            settings.clusters[settings.local_cluster],
+            settings,
+            self.group,
+            f"replicator-{settings.local_cluster}-feed",
         )
+        self._consumer = self._make_consumer()
         self._fanouts: dict[TopicPartition, PartitionFanout] = {}
         self.connected = False
         self.joined = False
@@ -129,8 +134,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._release(list(self._fanouts))
             if self.connected:
                 grace = max(self._settings.shutdown_grace_ms / 1000, 1.0)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._consumer.stop(), timeout=grace)
+                await close_quietly(self._consumer.stop(), grace)
             self._log.info("source feed stopped")
 
     async def _connect(self, stop: asyncio.Event) -> bool:
@@ -141,14 +145,8 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 error = translate(exc)
                 self.last_error = f"cannot connect to {self._settings.local_cluster}: {error}"
                 self._log.warning("cannot reach the source, retrying", error=str(error))
-                with contextlib.suppress(Exception):
-                    await self._consumer.stop()
-                self._consumer = make_consumer(
-                    self._settings.clusters[self._settings.local_cluster],
-                    self._settings,
-                    self.group,
-                    f"replicator-{self._settings.local_cluster}-feed",
-                )
+                await close_quietly(self._consumer.stop())
+                self._consumer = self._make_consumer()
                 await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
                 continue
             self._consumer.subscribe(pattern=self._rules.subscription_pattern, listener=self)

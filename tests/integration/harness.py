@@ -261,7 +261,8 @@ def create_topics(broker: Broker, configs: dict[str, str] | None = None, **topic
     run(_create_topics(broker.bootstrap_servers, topics, configs or {}))
 
 
-async def describe(bootstrap: str) -> AIOKafkaAdminClient:
+async def admin_client(bootstrap: str) -> AIOKafkaAdminClient:
+    """A started admin client of one cluster (the caller closes it)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     return admin

@@ -21,10 +21,12 @@ from tests.integration.harness import (
     Broker,
     FaultFigures,
     Oracle,
+    ReplicatorProcess,
     Start,
     Stream,
     count,
     create_topics,
+    holds,
     oracle,
     peak_rss_mb,
     read,
@@ -41,16 +43,26 @@ RSS_LIMIT_MB = 200
 
 
 @contextmanager
-def remote_behind_proxy(alias: str) -> Iterator[tuple[EmbeddedBroker, FaultProxy]]:
-    """A broker whose clients all connect through a fault-injecting proxy."""
+def remote_behind_proxy(
+    replicators: Start,
+) -> Iterator[tuple[Broker, EmbeddedBroker, FaultProxy, ReplicatorProcess]]:
+    """dc1 with ``orders_REPLICA`` (3 partitions) and its ready replicator; dc2 behind a proxy.
+
+    Every client connection to dc2, the replicator's included, passes through the proxy.
+    """
     broker_port, proxy_port = free_port(), free_port()
     proxy = FaultProxy(proxy_port, broker_port).start()
-    broker = EmbeddedBroker(alias, port=broker_port, advertised_port=proxy_port).start()
+    remote = EmbeddedBroker("dc2", port=broker_port, advertised_port=proxy_port).start()
     try:
-        yield broker, proxy
+        with start_clusters("dc1") as brokers:
+            local = brokers["dc1"]
+            create_topics(local, orders_REPLICA=3)
+            dc1 = replicators("dc1", replicator_env("dc1", {"dc1": local, "dc2": remote}))
+            dc1.wait_ready()
+            yield local, remote, proxy, dc1
     finally:
         proxy.stop()
-        broker.stop()
+        remote.stop()
 
 
 def check_replica(source: Broker, destination: Broker, origin: str = "dc1") -> Oracle:
@@ -74,13 +86,9 @@ def summarise(scenario: str, reports: list[Oracle], rss: float, recovery: str) -
 
 
 def test_remote_cut_off_for_30s(replicators: Start) -> None:
-    with start_clusters("dc1") as brokers, remote_behind_proxy("dc2") as (dc2, proxy):
-        local = brokers["dc1"]
-        create_topics(local, orders_REPLICA=3)
-        dc1 = replicators("dc1", replicator_env("dc1", {"dc1": local, "dc2": dc2}))
-        dc1.wait_ready()
+    with remote_behind_proxy(replicators) as (local, dc2, proxy, dc1):
         with Stream(local, "orders_REPLICA", 3) as stream:
-            wait_until(lambda: count(dc2, "orders") > 0, 30, "first records on dc2", dc1.log)
+            wait_until(holds(dc2, "orders", 1), 30, "first records on dc2", dc1.log)
             proxy.cut()
             cut_at = time.monotonic()
             local_at_cut = count(local, "orders")
@@ -99,9 +107,9 @@ def test_remote_cut_off_for_30s(replicators: Start) -> None:
             restored_at = time.monotonic()
         assert not stream.errors, stream.errors
         total = count(local, "orders_REPLICA")
-        wait_until(lambda: count(dc2, "orders") >= total, 90, "dc2 catching up", dc1.log)
+        wait_until(holds(dc2, "orders", total), 90, "dc2 catching up", dc1.log)
         recovery = time.monotonic() - restored_at
-        wait_until(lambda: count(local, "orders") >= total, 30, "local complete", dc1.log)
+        wait_until(holds(local, "orders", total), 30, "local complete", dc1.log)
         dc1.wait_ready(timeout=30)
         local_report = check_replica(local, local)
         remote_report = check_replica(local, dc2)
@@ -118,18 +126,14 @@ def test_remote_cut_off_for_30s(replicators: Start) -> None:
 
 
 def test_slow_remote_link(replicators: Start) -> None:
-    with start_clusters("dc1") as brokers, remote_behind_proxy("dc2") as (dc2, proxy):
-        local = brokers["dc1"]
-        create_topics(local, orders_REPLICA=3)
-        dc1 = replicators("dc1", replicator_env("dc1", {"dc1": local, "dc2": dc2}))
-        dc1.wait_ready()
+    with remote_behind_proxy(replicators) as (local, dc2, proxy, dc1):
         proxy.slow(delay=0.05, bytes_per_second=256 * 1024)
         with Stream(local, "orders_REPLICA", 3):
             time.sleep(15)
         total = count(local, "orders_REPLICA")
-        wait_until(lambda: count(local, "orders") >= total, 30, "local complete", dc1.log)
+        wait_until(holds(local, "orders", total), 30, "local complete", dc1.log)
         proxy.restore()
-        wait_until(lambda: count(dc2, "orders") >= total, 90, "dc2 complete", dc1.log)
+        wait_until(holds(dc2, "orders", total), 90, "dc2 complete", dc1.log)
         reports = [check_replica(local, dc2), check_replica(local, local)]
         print(f"slow link: {reports[0]}; peak RSS {peak_rss_mb(dc1):.0f} MB")
         summarise("slow link (50 ms, 256 KiB/s)", reports, peak_rss_mb(dc1), "-")
@@ -138,17 +142,13 @@ def test_slow_remote_link(replicators: Start) -> None:
 
 
 def test_connections_reset_mid_batch(replicators: Start) -> None:
-    with start_clusters("dc1") as brokers, remote_behind_proxy("dc2") as (dc2, proxy):
-        local = brokers["dc1"]
-        create_topics(local, orders_REPLICA=3)
-        dc1 = replicators("dc1", replicator_env("dc1", {"dc1": local, "dc2": dc2}))
-        dc1.wait_ready()
+    with remote_behind_proxy(replicators) as (local, dc2, proxy, dc1):
         proxy.reset_connections(every=1.5)
         with Stream(local, "orders_REPLICA", 3, per_tick=100):
             time.sleep(15)
         proxy.restore()
         total = count(local, "orders_REPLICA")
-        wait_until(lambda: count(dc2, "orders") >= total, 90, "dc2 complete", dc1.log)
+        wait_until(holds(dc2, "orders", total), 90, "dc2 complete", dc1.log)
         report = check_replica(local, dc2)
         print(f"connection resets ({proxy.connections_reset} connections reset): {report}")
         summarise(

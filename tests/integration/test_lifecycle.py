@@ -12,9 +12,9 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from replicator.topics import describe_partitions
 from tests.integration.harness import (
     Start,
+    admin_client,
     count,
     create_topics,
-    describe,
     holds,
     produce,
     read,
@@ -53,7 +53,7 @@ def test_destination_topic_gets_source_partitions_and_configs(replicators: Start
         wait_until(lambda: count(brokers["dc2"], "audit") == 25, 30, "audit replicated", dc1.log)
 
         async def inspect() -> tuple[int, dict[str, str]]:
-            admin = await describe(brokers["dc2"].bootstrap_servers)
+            admin = await admin_client(brokers["dc2"].bootstrap_servers)
             try:
                 partitions = (await describe_partitions(admin))["audit"]
                 responses = await admin.describe_configs(
