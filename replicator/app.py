@@ -113,6 +113,7 @@ class ReplicatorService:
             running = [spawn(leg.run(stop), f"leg:{leg.leg.name}") for leg in self.legs]
             await self.feed.run(stop)
         finally:
+            stop.set()  # the feed only ends on stop, or on a failure that must stop the legs too
             await asyncio.gather(*running, return_exceptions=True)
             await asyncio.gather(*(leg.close() for leg in self.legs))
 

@@ -12,7 +12,7 @@ import ssl
 from typing import Any
 
 import aiokafka.errors as kerr
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
 
@@ -24,6 +24,7 @@ from replicator.errors import (
     ReplicatorError,
 )
 from replicator.lifecycle import close_quietly
+from replicator.offsets import OutOfRange, out_of_range
 from replicator.settings import ClusterSettings, Compression, Settings
 
 _REFUSED = (
@@ -128,17 +129,50 @@ def make_producer(cluster: ClusterSettings, settings: Settings, client_id: str) 
 def make_consumer(
     cluster: ClusterSettings, settings: Settings, group_id: str, client_id: str
 ) -> AIOKafkaConsumer:
-    """A source consumer for one leg: its own group, manual commits, from the earliest record."""
+    """A source consumer: manual commits, and no automatic offset reset.
+
+    Callers always set positions themselves; a position the log no longer holds surfaces as
+    :class:`aiokafka.errors.OffsetOutOfRangeError` (see :func:`out_of_range_positions`) and is
+    handled by the configured policy, never silently reset.
+    """
     return AIOKafkaConsumer(
         **client_options(cluster, settings),
         client_id=client_id,
         group_id=group_id,
         enable_auto_commit=False,
-        auto_offset_reset="earliest",
+        auto_offset_reset="none",
         fetch_max_bytes=settings.fetch_max_bytes,
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
     )
+
+
+def out_of_range_positions(exc: BaseException) -> dict[TopicPartition, int] | None:
+    """The positions a fetch found outside the log, if ``exc`` is OFFSET_OUT_OF_RANGE."""
+    if isinstance(exc, kerr.OffsetOutOfRangeError) and exc.args and isinstance(exc.args[0], dict):
+        return dict(exc.args[0])
+    return None
+
+
+def lacks_position(exc: BaseException) -> bool:
+    """Whether ``exc`` says a partition had no position yet (raised for a partition between its
+    assignment and the rebalance listener setting its position: nothing to handle)."""
+    return isinstance(exc, kerr.NoOffsetForPartitionError)
+
+
+async def check_position(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, position: int
+) -> OutOfRange | None:
+    """Whether the source log still holds ``position``.
+
+    The log start comes from the broker; the log end from the last fetch response (some brokers
+    answer ListOffsets(LATEST) wrongly), else from the broker.
+    """
+    start: int = (await consumer.beginning_offsets([tp]))[tp]
+    end: int | None = consumer.highwater(tp)
+    if end is None:
+        end = (await consumer.end_offsets([tp]))[tp]
+    return out_of_range(position, start, end)
 
 
 def make_admin(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaAdminClient:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from functools import partial
 from typing import Any
@@ -27,11 +28,19 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from replicator.kafka import ClusterClient, make_consumer, make_producer, translate
+from replicator.kafka import (
+    ClusterClient,
+    check_position,
+    make_consumer,
+    make_producer,
+    out_of_range_positions,
+    translate,
+)
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
+from replicator.offsets import OutOfRange, out_of_range
 from replicator.sender import PartitionSender, PartitionState
-from replicator.settings import Settings
+from replicator.settings import OffsetResetPolicy, Settings
 from replicator.topics import TopicProvisioner
 from replicator.topology import Leg, TopicRules
 
@@ -83,6 +92,8 @@ class LegRunner:
         self.source_connected = False
         self.last_error: str | None = None
         self.last_poll = time.monotonic()
+        # The latest positions found outside the source log, for /status.
+        self.offset_resets: deque[dict[str, Any]] = deque(maxlen=20)
         self._log = log.bind(leg=leg.name)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -145,31 +156,100 @@ class LegRunner:
         replicated = [tp for tp in partitions if self._rules.target(tp.topic) is not None]
         self._consumer.assign(replicated)
         for tp in replicated:
-            committed = await self._consumer.committed(tp)
-            target = self._rules.target(tp.topic)
-            assert target is not None
-            sender = PartitionSender(
-                leg=self.leg,
-                tp=tp,
-                target_topic=target,
-                producer=self._producer,
-                destination_ready=self.destination_ready,
-                topics=self._topics,
-                metrics=self._metrics,
-                max_records=self._settings.partition_queue_max_records,
-                max_bytes=self._settings.partition_queue_max_bytes,
-                next_offset=committed,
-                on_detach=self._detached,
-                on_attach=self._attached,
-                on_room=self._room,
-            )
-            self.senders[tp] = sender
-            self._consumer.pause(tp)  # the shared feed serves it while attached
-            self._tasks[tp] = self._spawn(
-                sender.run(), f"send:{self.leg.name}:{tp.topic}:{tp.partition}"
-            )
+            self._start_sender(tp, await self._consumer.committed(tp))
         self._metrics.assigned_partitions.labels(self.leg.name).set(len(self.senders))
         self._log.info("partitions assigned", partitions=len(self.senders))
+
+    def _start_sender(self, tp: TopicPartition, next_offset: int | None) -> PartitionSender:
+        target = self._rules.target(tp.topic)
+        assert target is not None
+        sender = PartitionSender(
+            leg=self.leg,
+            tp=tp,
+            target_topic=target,
+            producer=self._producer,
+            destination_ready=self.destination_ready,
+            topics=self._topics,
+            metrics=self._metrics,
+            max_records=self._settings.partition_queue_max_records,
+            max_bytes=self._settings.partition_queue_max_bytes,
+            next_offset=next_offset,
+            on_detach=self._detached,
+            on_attach=self._attached,
+            on_room=self._room,
+        )
+        self.senders[tp] = sender
+        # A position is always set explicitly (the consumer never resets one by itself); the
+        # shared feed serves the partition while the sender is attached.
+        self._consumer.seek(tp, next_offset or 0)
+        self._consumer.pause(tp)
+        self._tasks[tp] = self._spawn(
+            sender.run(), f"send:{self.leg.name}:{tp.topic}:{tp.partition}"
+        )
+        return sender
+
+    async def out_of_range(self, tp: TopicPartition, found: OutOfRange) -> None:
+        """Apply the offset reset policy if this leg's position in ``tp`` is outside the log.
+
+        ``found`` holds the log bounds. Below the log start, the sender skips the deleted records
+        (counted as lost). Beyond the log end (the log was replaced or truncated), the sender
+        starts again at the log start, and that position is committed.
+        """
+        sender = self.senders.get(tp)
+        if sender is None or not sender.open:
+            return
+        if sender.next_offset is None:
+            return
+        mine = out_of_range(sender.next_offset, found.log_start, found.log_end)
+        if mine is None:
+            return  # this leg's position is still in the log
+        found = mine
+        self._metrics.offset_resets.labels(self.leg.name, sender.target_topic, found.reason).inc()
+        if found.lost:
+            self._metrics.records_lost.labels(self.leg.name, sender.target_topic).inc(found.lost)
+        policy = self._settings.offset_reset_policy
+        self.offset_resets.append(
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "reason": found.reason,
+                "position": found.position,
+                "log_start": found.log_start,
+                "log_end": found.log_end,
+                "records_lost": found.lost,
+                "policy": policy.value,
+                "at": time.time(),
+            }
+        )
+        self._log.error(
+            "source offset out of range",
+            topic=tp.topic,
+            partition=tp.partition,
+            reason=found.reason,
+            position=found.position,
+            log_start=found.log_start,
+            log_end=found.log_end,
+            records_lost=found.lost,
+            policy=policy.value,
+        )
+        if policy is OffsetResetPolicy.HALT:
+            sender.halt(f"{found} (REPLICATOR_OFFSET_RESET_POLICY=halt)")
+            return
+        note = f"{found}; resumed at offset {found.log_start}"
+        if found.below_log_start:
+            sender.skip_to(found.log_start)
+            sender.last_error = note
+            if not sender.attached:
+                self._positions.pop(tp, None)
+                self._resume(sender)
+            return
+        self.senders.pop(tp)
+        await self._drain([sender], self._settings.shutdown_grace_ms / 1000)
+        self._positions.pop(tp, None)
+        await self._commit_offsets({tp: found.log_start})
+        if tp in self.senders or tp not in self._consumer.assignment():
+            return  # released (and perhaps assigned again) meanwhile: that assignment decides
+        self._start_sender(tp, found.log_start).last_error = note
 
     async def release(self, partitions: Iterable[TopicPartition]) -> None:
         """Give ``partitions`` up: drain their senders, commit what was acknowledged."""
@@ -178,10 +258,14 @@ class LegRunner:
             return
         await self._drain(senders, self._settings.shutdown_grace_ms / 1000)
         await self._commit(senders)
-        for sender in senders:
-            self._positions.pop(sender.tp, None)
+        self._positions.clear()
         with contextlib.suppress(Exception):
+            # A new assignment forgets positions and pauses: set them again for the rest.
             self._consumer.assign(list(self.senders))
+            for tp, sender in self.senders.items():
+                self._consumer.seek(tp, sender.next_offset or 0)
+                self._consumer.pause(tp)
+                self._room(sender)
         self._metrics.assigned_partitions.labels(self.leg.name).set(len(self.senders))
 
     def _detached(self, sender: PartitionSender) -> None:
@@ -228,6 +312,10 @@ class LegRunner:
             try:
                 fetched = await consumer.getmany(timeout_ms=_FETCH_TIMEOUT_MS)
             except Exception as exc:
+                positions = out_of_range_positions(exc)
+                if positions is not None:
+                    await self._fetched_out_of_range(positions)
+                    continue
                 error = translate(exc)
                 self.last_error = f"catch-up fetch failed: {error}"
                 self._log.warning("catch-up fetch failed", error=str(error))
@@ -246,6 +334,27 @@ class LegRunner:
                     if sender.open and not sender.attached and sender.has_room:
                         self._resume(sender)  # refused as stale: fetch again from its position
 
+    async def _fetched_out_of_range(self, positions: dict[TopicPartition, int]) -> None:
+        """The catch-up fetch of a detached partition found its position outside the log.
+
+        Below the log start, this leg alone lost records: the policy applies here. Beyond the
+        log end, the log was replaced: the shared feed, which is further on, finds it too and
+        resets the partition on every leg, so this leg only stops fetching it meanwhile.
+        """
+        for tp, position in positions.items():
+            with contextlib.suppress(Exception):
+                self._consumer.pause(tp)
+            self._positions.pop(tp, None)
+            try:
+                found = await check_position(self._consumer, tp, position)
+            except Exception as exc:
+                self._log.warning("cannot read the source log bounds", error=str(translate(exc)))
+                found = None
+            if found is not None and found.below_log_start:
+                await self.out_of_range(tp, found)
+            elif found is None and (sender := self.senders.get(tp)) is not None:
+                self._room(sender)  # in range after all: fetch again
+
     # -- drain and commit -----------------------------------------------------------------------
 
     async def _drain(self, senders: list[PartitionSender], timeout: float) -> None:
@@ -261,19 +370,28 @@ class LegRunner:
         offsets = {
             s.tp: s.tracker.committable for s in senders if s.tracker and s.tracker.needs_commit
         }
-        if not offsets or not self.source_connected:
+        if not await self._commit_offsets(offsets):
             return
+        for sender in senders:
+            if sender.tp in offsets and sender.tracker is not None:
+                sender.tracker.mark_committed(offsets[sender.tp])
+
+    async def _commit_offsets(self, offsets: dict[TopicPartition, int]) -> bool:
+        """Commit ``offsets`` to the leg's group; ``False`` if nothing was committed."""
+        if not offsets or not self.source_connected:
+            return False
         try:
-            await self._consumer.commit(offsets)
+            # Bounded: a commit for a partition being deleted is retried by the client forever.
+            await asyncio.wait_for(
+                self._consumer.commit(offsets), self._settings.request_timeout_ms / 1000
+            )
         except Exception as exc:
             error = translate(exc)
             self._metrics.commits.labels(self.leg.name, "failed").inc()
             self._log.warning("offset commit failed", error=str(error), partitions=len(offsets))
-            return
+            return False
         self._metrics.commits.labels(self.leg.name, "ok").inc()
-        for sender in senders:
-            if sender.tp in offsets and sender.tracker is not None:
-                sender.tracker.mark_committed(offsets[sender.tp])
+        return True
 
     async def _commit_loop(self, stop: asyncio.Event) -> None:
         interval = self._settings.commit_interval_ms / 1000
@@ -336,6 +454,7 @@ class LegRunner:
             "detached_partitions": sum(1 for s in self.senders.values() if not s.attached),
             "last_error": self.last_error,
             "refused_topics": dict(self._topics.refused),
+            "offset_resets": list(self.offset_resets),
             "partitions": partitions,
         }
 

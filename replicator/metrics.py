@@ -45,6 +45,30 @@ class Metrics:
             ["leg", "topic", "error"],
             registry=r,
         )
+        self.records_dead_lettered = Counter(
+            "replicator_records_dead_lettered_total",
+            "Records too large for a destination topic, parked in the local dead-letter topic.",
+            ["leg", "topic"],
+            registry=r,
+        )
+        self.offset_resets = Counter(
+            "replicator_offset_resets_total",
+            "Source positions found outside the log (below_log_start, beyond_log_end).",
+            ["leg", "topic", "reason"],
+            registry=r,
+        )
+        self.records_lost = Counter(
+            "replicator_records_lost_total",
+            "Source records deleted before they were replicated (known counts only).",
+            ["leg", "topic"],
+            registry=r,
+        )
+        self.topics_recreated = Counter(
+            "replicator_destination_topics_recreated_total",
+            "Destination topics found deleted while replicating and created again.",
+            ["leg", "topic"],
+            registry=r,
+        )
         self.latency = Histogram(
             "replicator_replication_latency_seconds",
             "Time from a source record's timestamp to its acknowledgement by the destination.",

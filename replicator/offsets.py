@@ -9,6 +9,7 @@ reached the destination, whatever order acknowledgements arrive in. Pure, no I/O
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 
 class OffsetTracker:
@@ -62,3 +63,50 @@ class OffsetTracker:
 
     def mark_committed(self, offset: int) -> None:
         self._committed = max(self._committed, offset)
+
+
+@dataclass(frozen=True)
+class OutOfRange:
+    """A source position the log no longer holds, and what that means for the records.
+
+    *Below the log start*: records were deleted (retention, ``DeleteRecords``, unclean leader
+    election) before this leg replicated them; exactly ``log_start - position`` are lost. *Beyond
+    the log end*: the partition's log is shorter than what was already read, so the topic was
+    deleted and recreated (or truncated); its new records start at ``log_start``, and how many
+    records of the old log were never replicated cannot be known.
+    """
+
+    position: int
+    log_start: int
+    log_end: int
+
+    @property
+    def below_log_start(self) -> bool:
+        return self.position < self.log_start
+
+    @property
+    def reason(self) -> str:
+        return "below_log_start" if self.below_log_start else "beyond_log_end"
+
+    @property
+    def lost(self) -> int | None:
+        """Records lost for certain; ``None`` when the log was replaced and the loss is unknown."""
+        return self.log_start - self.position if self.below_log_start else None
+
+    def __str__(self) -> str:
+        if self.below_log_start:
+            return (
+                f"offset {self.position} was deleted from the source before it was replicated "
+                f"(log now starts at {self.log_start}): {self.lost} records lost"
+            )
+        return (
+            f"offset {self.position} is beyond the source log end {self.log_end}: the topic was "
+            f"deleted and recreated (or truncated); its log starts at {self.log_start}"
+        )
+
+
+def out_of_range(position: int, log_start: int, log_end: int) -> OutOfRange | None:
+    """Whether ``position`` lies outside the log ``[log_start, log_end]``, and how."""
+    if log_start <= position <= log_end:
+        return None
+    return OutOfRange(position, log_start, log_end)

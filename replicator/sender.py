@@ -205,6 +205,17 @@ class PartitionSender:
         self.next_offset = end
         return self.has_room
 
+    def skip_to(self, offset: int) -> None:
+        """Continue at ``offset``: the source no longer holds the records before it.
+
+        The gap is queued as an empty range, so it is committed in order, after what is queued
+        and in flight before it. The leg counts and reports the records lost.
+        """
+        if self.next_offset is not None and offset > self.next_offset:
+            gap = OutboundBatch(None, self.next_offset, offset, 0, 0, 0)
+            self._enqueue(_Work(0, 0, batches=[gap]))
+        self.next_offset = offset
+
     def _enqueue(self, work: _Work) -> None:
         self._queue.append(work)
         self._queued_records += work.records
@@ -276,11 +287,11 @@ class PartitionSender:
                 await self._topics.ensure(self.tp.topic, self.target_topic)
                 return True
             except TopicMismatch as exc:
-                self._halt(PartitionState.BLOCKED, str(exc))
+                self.halt(str(exc), PartitionState.BLOCKED)
                 return False
             except ReplicatorError as exc:
                 if not exc.retriable:
-                    self._halt(PartitionState.FAILED, str(exc))
+                    self.halt(str(exc))
                     return False
                 self.last_error = f"destination topic not ready: {exc}"
                 self._log.warning("destination topic not ready, retrying", error=str(exc))
@@ -356,9 +367,10 @@ class PartitionSender:
         self._metrics.send_errors.labels(
             self.leg.name, self.target_topic, type(error).__name__
         ).inc()
-        self._halt(PartitionState.FAILED, f"destination refused a batch: {error}")
+        self.halt(f"destination refused a batch: {error}")
 
-    def _halt(self, state: PartitionState, reason: str) -> None:
+    def halt(self, reason: str, state: PartitionState = PartitionState.FAILED) -> None:
+        """Stop replicating this partition to this destination and report ``reason``."""
         if self.halted:
             return
         self.state = state

@@ -73,6 +73,20 @@ class Compression(StrEnum):
     ZSTD = "zstd"
 
 
+class OffsetResetPolicy(StrEnum):
+    """What a leg does when its source position is no longer in the log."""
+
+    EARLIEST = "earliest"  # resume at the oldest record still held, counting what was lost
+    HALT = "halt"  # stop that partition on that leg and report it
+
+
+class OversizePolicy(StrEnum):
+    """What a leg does with a record too large for the destination topic."""
+
+    HALT = "halt"  # stop that partition on that leg and report it
+    DEAD_LETTER = "dead-letter"  # park it in the local dead-letter topic and continue
+
+
 def _readable_file(path: Path | None) -> Path | None:
     if path is not None and not (path.is_file() and os.access(path, os.R_OK)):
         raise ValueError("file does not exist or is not readable")
@@ -209,6 +223,20 @@ class Settings(BaseSettings):
     shutdown_grace_ms: int = Field(
         20_000, ge=0, description="Time to drain in-flight sends on SIGTERM before forcing."
     )
+    offset_reset_policy: OffsetResetPolicy = Field(
+        OffsetResetPolicy.EARLIEST,
+        description="Source offset no longer in the log (retention, recreated topic): earliest "
+        "resumes at the oldest record held and counts the loss; halt stops the partition.",
+    )
+    record_too_large_policy: OversizePolicy = Field(
+        OversizePolicy.HALT,
+        description="Record larger than the destination topic allows: halt stops the partition; "
+        "dead-letter parks it in the local dead-letter topic and continues.",
+    )
+    dead_letter_topic: str = Field(
+        "replicator.dead-letter",
+        description="Topic on the local cluster for records parked by the dead-letter policy.",
+    )
     destination_replication_factor: int | None = Field(
         None, ge=1, description="Replication factor of created topics (default: the source's)."
     )
@@ -250,6 +278,18 @@ class Settings(BaseSettings):
         if not value or value != value.strip():
             raise ValueError("must be a non-empty suffix without surrounding spaces")
         return value
+
+    @model_validator(mode="after")
+    def _dead_letter(self) -> Settings:
+        # A dead-letter topic with the replica suffix would be replicated like application data.
+        if not self.dead_letter_topic.strip() or self.dead_letter_topic.endswith(
+            self.replica_suffix
+        ):
+            raise ConfigError(
+                f"{ENV_PREFIX}DEAD_LETTER_TOPIC",
+                f"must be a topic name not ending in {self.replica_suffix!r}",
+            )
+        return self
 
     @model_validator(mode="after")
     def _topology(self) -> Settings:

@@ -10,7 +10,9 @@ slowest destination. Committed offsets stay per leg, in each leg's own group.
 
 On assignment the feed starts each partition at the lowest committed offset of the legs (a leg
 that is further on waits for the feed to reach it); on revocation and shutdown every leg drains
-and commits its senders before the partitions are given up.
+and commits its senders before the partitions are given up. A position the source log no longer
+holds (records deleted by retention, a topic deleted and recreated) is never reset silently: each
+leg applies ``REPLICATOR_OFFSET_RESET_POLICY`` and counts it, then the feed starts again.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from replicator import batching
-from replicator.kafka import make_consumer, translate
+from replicator.kafka import (
+    check_position,
+    lacks_position,
+    make_consumer,
+    out_of_range_positions,
+    translate,
+)
 from replicator.leg import LegRunner
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
@@ -66,6 +74,8 @@ class PartitionFanout:
         self._resume = resume
         self._detach_after = detach_after
         self._paused_since: float | None = None
+        self._polled_ms: int | None = None
+        self._suspect: int | None = None
         for sender in senders:
             sender.feed_waiting = self.check
 
@@ -84,6 +94,26 @@ class PartitionFanout:
         ):
             self._paused_since = time.monotonic()
             self._pause(self.tp)
+
+    def beyond_log_end(self, log_end: int | None, polled_ms: int | None) -> int | None:
+        """A position (of the feed or a leg) past the log end, seen in two fetches in a row.
+
+        ``log_end`` and ``polled_ms`` come from the latest fetch response for the partition. A
+        position is only judged against a response fetched after it was reached, so a leg that
+        fetched further on its own, after the feed's last response, is never mistaken for one
+        beyond the end.
+        """
+        if log_end is None or polled_ms is None or polled_ms == self._polled_ms:
+            return None
+        self._polled_ms = polled_ms
+        suspect, self._suspect = self._suspect, None
+        if suspect is not None and suspect > log_end:
+            return suspect
+        positions = [s.next_offset for s in self.senders if s.open and s.next_offset is not None]
+        furthest = max([self.position, *positions]) if positions else None
+        if furthest is not None and furthest > log_end:
+            self._suspect = furthest
+        return None
 
     def check(self) -> None:
         """Resume once every attached leg has room; detach legs that stayed full too long."""
@@ -130,6 +160,14 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         try:
             if await self._connect(stop):
                 await self._fetch_loop(stop)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            # Cancelled from inside (a client library cancelling its own call): the service
+            # must not go on without its feed as if nothing happened.
+            self._log.exception("source feed cancelled unexpectedly")
+            raise RuntimeError("the source feed was cancelled unexpectedly") from exc
         finally:
             await self._release(list(self._fanouts))
             if self.connected:
@@ -162,6 +200,13 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             try:
                 fetched = await consumer.getmany(timeout_ms=_FETCH_TIMEOUT_MS)
             except Exception as exc:
+                positions = out_of_range_positions(exc)
+                if positions is not None:
+                    for tp, position in positions.items():
+                        await self._out_of_range(tp, position)
+                    continue
+                if lacks_position(exc):
+                    continue
                 error = translate(exc)
                 self.last_error = f"fetch failed: {error}"
                 self._log.warning("fetch failed", error=str(error), retriable=error.retriable)
@@ -172,8 +217,33 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 fanout = self._fanouts.get(tp)
                 if fanout is not None and records:
                     fanout.deliver(records)
+            for tp, fanout in list(self._fanouts.items()):
+                # A log shorter than a position already reached: some brokers do not answer
+                # OFFSET_OUT_OF_RANGE to a fetch past the end, and a leg may be further on.
+                beyond = fanout.beyond_log_end(self._highwater(tp), self._polled_ms(tp))
+                if beyond is not None:
+                    await self._out_of_range(tp, beyond)
             for fanout in self._fanouts.values():
                 fanout.check()
+
+    async def _out_of_range(self, tp: TopicPartition, position: int) -> None:
+        """The source log no longer holds ``position``: apply the policy on every leg."""
+        fanout = self._fanouts.get(tp)
+        if fanout is None or tp not in self._consumer.assignment():
+            return
+        try:
+            found = await check_position(self._consumer, tp, position)
+        except Exception as exc:
+            self._log.warning("cannot read the source log bounds", error=str(translate(exc)))
+            return
+        if self._fanouts.get(tp) is not fanout:
+            return  # released meanwhile
+        if found is None:
+            self._consumer.seek(tp, position)  # in range after all: carry on
+            return
+        await asyncio.gather(*(leg.out_of_range(tp, found) for leg in self._legs))
+        if self._fanouts.get(tp) is fanout:  # not released or assigned again meanwhile
+            await self._start_fanout(tp)
 
     # -- rebalance (called by aiokafka) ---------------------------------------------------------
 
@@ -184,27 +254,37 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self.joined = True
         partitions = [tp for tp in assigned if self._rules.target(tp.topic) is not None]
         for tp in set(assigned) - set(partitions):
+            self._consumer.seek(tp, 0)  # never fetched; a position keeps the consumer quiet
             self._consumer.pause(tp)
         for leg in self._legs:
             self._metrics.rebalances.labels(leg.leg.name).inc()
         await asyncio.gather(*(leg.assign(partitions) for leg in self._legs))
         for tp in partitions:
-            senders = [leg.senders[tp] for leg in self._legs if tp in leg.senders]
-            starts = [s.next_offset for s in senders]
-            if senders and all(offset is not None for offset in starts):
-                self._consumer.seek(tp, min(o for o in starts if o is not None))
-            else:
-                await self._consumer.seek_to_beginning(tp)
-            position = await self._consumer.position(tp)
-            self._fanouts[tp] = PartitionFanout(
-                tp,
-                senders,
-                position,
-                self._pause,
-                self._resume,
-                self._settings.detach_after_ms / 1000,
-            )
+            await self._start_fanout(tp)
         self._log.info("partitions assigned", partitions=len(partitions))
+
+    async def _start_fanout(self, tp: TopicPartition) -> None:
+        """Fan ``tp`` out to the legs' senders, from the lowest position one of them needs."""
+        senders = [leg.senders[tp] for leg in self._legs if tp in leg.senders]
+        starts = [s.next_offset for s in senders if s.open]
+        if not starts:
+            self._consumer.pause(tp)  # halted on every leg: nothing to fetch
+        elif all(offset is not None for offset in starts):
+            self._consumer.seek(tp, min(o for o in starts if o is not None))
+        else:
+            await self._consumer.seek_to_beginning(tp)
+        position = 0
+        if starts:
+            position = await self._consumer.position(tp)
+            self._consumer.resume(tp)
+        self._fanouts[tp] = PartitionFanout(
+            tp,
+            senders,
+            position,
+            self._pause,
+            self._resume,
+            self._settings.detach_after_ms / 1000,
+        )
 
     def _pause(self, tp: TopicPartition) -> None:
         if tp in self._consumer.assignment():
@@ -226,8 +306,15 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def log_end(self, tp: TopicPartition) -> int | None:
         """The source partition's log-end offset, as last seen in a fetch response."""
-        if not self.connected:
-            return None
+        return self._highwater(tp) if self.connected else None
+
+    def _polled_ms(self, tp: TopicPartition) -> int | None:
+        with contextlib.suppress(Exception):
+            polled: int | None = self._consumer.last_poll_timestamp(tp)
+            return polled
+        return None
+
+    def _highwater(self, tp: TopicPartition) -> int | None:
         with contextlib.suppress(Exception):
             end: int | None = self._consumer.highwater(tp)
             return end

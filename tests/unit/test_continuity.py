@@ -10,6 +10,7 @@ from replicator.kafka import ClusterClient
 from replicator.metrics import Metrics
 from replicator.sender import PartitionSender
 from replicator.settings import load_settings
+from replicator.source import PartitionFanout
 from replicator.topics import TopicProvisioner
 from replicator.topology import Leg
 from tests.unit.sample import Record
@@ -113,3 +114,34 @@ async def test_fetched_records_must_continue_from_next_offset() -> None:
     assert s.next_offset == 100
     assert s.take_fetched([Record(o) for o in range(95, 105)], 95, 105)
     assert s.next_offset == 105
+
+
+async def test_a_gap_in_the_source_is_skipped_in_order_behind_queued_work() -> None:
+    events = Events()
+    s = sender(10, events)
+    s.detach()
+    assert s.take_fetched([Record(o) for o in range(10, 20)], 10, 20)
+    s.skip_to(50)  # the source deleted [20, 50) before this leg replicated it
+    assert s.next_offset == 50
+    s.take_fetched([Record(o) for o in range(20, 30)], 20, 30)  # stale: ignored
+    assert s.status()["queued_records"] == 10
+    assert s.take_fetched([Record(o) for o in range(50, 55)], 50, 55)
+    assert s.status()["queued_records"] == 15
+
+
+async def test_the_feed_judges_a_leg_beyond_the_log_end_only_on_a_later_fetch() -> None:
+    events = Events()
+    ahead = sender(1000, events)
+    fanout = PartitionFanout(ahead.tp, [ahead], 0, lambda _: None, lambda _: None, 2.0)
+    assert fanout.beyond_log_end(log_end=100, polled_ms=1) is None  # suspected only
+    assert fanout.beyond_log_end(log_end=100, polled_ms=1) is None  # same response again
+    assert fanout.beyond_log_end(log_end=100, polled_ms=2) == 1000  # confirmed
+
+
+async def test_a_leg_that_fetched_past_a_stale_log_end_is_not_judged() -> None:
+    events = Events()
+    s = sender(150, events)
+    fanout = PartitionFanout(s.tp, [s], 100, lambda _: None, lambda _: None, 2.0)
+    assert fanout.beyond_log_end(log_end=120, polled_ms=1) is None
+    assert fanout.beyond_log_end(log_end=200, polled_ms=2) is None  # the log had grown
+    assert fanout.beyond_log_end(log_end=200, polled_ms=3) is None

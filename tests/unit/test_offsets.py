@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replicator.offsets import OffsetTracker
+from replicator.offsets import OffsetTracker, out_of_range
 
 
 def test_in_order_acknowledgements_advance_the_committable_offset() -> None:
@@ -57,3 +57,22 @@ def test_invalid_or_overlapping_ranges_are_rejected(first: int, end: int) -> Non
     tracker.track(0, 10)
     with pytest.raises(ValueError, match="range"):
         tracker.track(first, end)
+
+
+def test_a_position_inside_the_log_is_in_range() -> None:
+    assert out_of_range(100, log_start=0, log_end=100) is None
+    assert out_of_range(0, log_start=0, log_end=0) is None
+
+
+def test_a_position_below_the_log_start_counts_the_records_lost() -> None:
+    found = out_of_range(40, log_start=100, log_end=500)
+    assert found is not None
+    assert (found.reason, found.lost) == ("below_log_start", 60)
+    assert "60 records lost" in str(found)
+
+
+def test_a_position_beyond_the_log_end_is_a_replaced_log_with_an_unknown_loss() -> None:
+    found = out_of_range(5000, log_start=0, log_end=120)
+    assert found is not None
+    assert (found.reason, found.lost) == ("beyond_log_end", None)
+    assert "recreated" in str(found)

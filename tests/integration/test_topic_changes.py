@@ -1,0 +1,169 @@
+"""Topics changing under a running replicator: a source topic recreated, a destination deleted.
+
+A recreated source topic restarts its offsets, so the positions the replicator holds (and has
+committed) point past the new log's end. That is never reset silently: it is counted in
+``replicator_offset_resets_total``, logged, shown in ``/status``, and handled by
+``REPLICATOR_OFFSET_RESET_POLICY`` (``earliest``: replicate the new log from its start; ``halt``:
+stop the partition and report it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import NewTopic
+
+from tests.integration.harness import (
+    FAULT_SUMMARY,
+    Broker,
+    FaultFigures,
+    ReplicatorProcess,
+    Sent,
+    Start,
+    admin_client,
+    count,
+    create_topics,
+    holds,
+    oracle,
+    peak_rss_mb,
+    produce,
+    read,
+    replicator_env,
+    run,
+    start_clusters,
+    wait_until,
+)
+
+
+async def _delete_topic(bootstrap: str, topic: str) -> None:
+    admin = await admin_client(bootstrap)
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()
+
+
+async def _create(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = await admin_client(bootstrap)
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+def recreate(broker: Broker, topic: str, partitions: int) -> None:
+    """Delete ``topic`` and create it again, empty."""
+    run(_delete_topic(broker.bootstrap_servers, topic))
+    time.sleep(1)
+    run(_create(broker.bootstrap_servers, topic, partitions))
+
+
+def new_records_in_order(destination: Broker, sent: list[Sent], tag: str) -> tuple[int, int]:
+    """Each record of the recreated topic arrived once, in order: (delivered, duplicates)."""
+    wanted: dict[int, list[bytes | None]] = defaultdict(list)
+    for record in sent:
+        wanted[record.partition].append(record.value)
+    got: dict[int, list[bytes | None]] = defaultdict(list)
+    for record in read(destination, "orders"):
+        if record.value is not None and tag.encode() in record.value:
+            got[record.partition].append(record.value)
+    assert dict(got) == dict(wanted), f"{destination.alias}: new records differ"
+    return sum(len(v) for v in got.values()), 0
+
+
+def replicated_then_recreated(
+    replicators: Start, brokers: dict[str, Broker], **settings: str
+) -> tuple[ReplicatorProcess, list[Sent], float]:
+    """Replicate 1,500 records, recreate ``orders_REPLICA``, write 300 new ones to it."""
+    local = brokers["dc1"]
+    create_topics(local, orders_REPLICA=3)
+    dc1 = replicators("dc1", replicator_env("dc1", brokers, **settings))
+    dc1.wait_ready()
+    produce(local, "orders_REPLICA", 1500, partitions=3, tag="-old")
+    for broker in brokers.values():
+        wait_until(holds(broker, "orders", 1500), 60, f"first records on {broker.alias}", dc1.log)
+    time.sleep(1)  # let the offsets of the old topic be committed
+    recreate(local, "orders_REPLICA", 3)
+    sent = produce(local, "orders_REPLICA", 300, partitions=3, tag="-new")
+    return dc1, sent, time.monotonic()
+
+
+def test_source_topic_recreated_is_detected_and_replicated_from_its_start(
+    replicators: Start,
+) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        dc1, sent, recreated_at = replicated_then_recreated(replicators, brokers)
+        for broker in brokers.values():
+            wait_until(holds(broker, "orders", 1800), 60, f"new records on {broker.alias}", dc1.log)
+        recovery = time.monotonic() - recreated_at
+        delivered = [new_records_in_order(broker, sent, "-new")[0] for broker in brokers.values()]
+        assert delivered == [300, 300]
+        assert [count(b, "orders") for b in brokers.values()] == [1800, 1800]
+        for leg in ("dc1->dc1", "dc1->dc2"):
+            resets = dc1.metric("replicator_offset_resets_total", leg=leg, reason="beyond_log_end")
+            assert resets >= 1, f"{leg}: the reset was not counted\n{dc1.log()}"
+        for leg_status in dc1.get("/status")[1]["legs"]:
+            reasons = {r["reason"] for r in leg_status["offset_resets"]}
+            assert reasons == {"beyond_log_end"}, leg_status
+        dc1.wait_ready(timeout=30)
+        print(f"source topic recreated: 300 new records on both clusters after {recovery:.1f} s")
+        FAULT_SUMMARY.append(
+            FaultFigures(
+                "source topic deleted and recreated",
+                1800,
+                0,
+                0,
+                peak_rss_mb(dc1),
+                f"{recovery:.1f} s",
+            )
+        )
+        assert dc1.stop() == 0
+
+
+async def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await consumer.start()
+    try:
+        consumer.assign(list(offsets))
+        await consumer.commit(offsets)
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.parametrize("policy", ["earliest", "halt"])
+def test_committed_offset_beyond_the_log_end_follows_the_policy(
+    replicators: Start, policy: str
+) -> None:
+    """The dc1->dc2 leg's committed offsets point past the log end (a log replaced or truncated
+    while the replicator was away); the dc1->dc1 leg has none. Only dc1->dc2 is affected."""
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=3)
+        sent = produce(local, "orders_REPLICA", 300, partitions=3)
+        beyond = {TopicPartition("orders_REPLICA", p): 1000 for p in range(3)}
+        run(_commit(local.bootstrap_servers, "replicator.dc1.dc2", beyond))
+        dc1 = replicators("dc1", replicator_env("dc1", brokers, offset_reset_policy=policy))
+        wait_until(holds(local, "orders", 300), 60, "the unaffected leg replicating", dc1.log)
+        if policy == "earliest":
+            wait_until(holds(brokers["dc2"], "orders", 300), 60, "dc2 from the log start")
+            report = oracle(sent, read(brokers["dc2"], "orders"), "dc1")
+            assert not report.missing and not report.duplicates and not report.out_of_order
+            dc1.wait_ready(timeout=30)
+        else:
+
+            def reported() -> bool:
+                status, body = dc1.get("/readyz")
+                halted = [p for p in body["problems"] if "beyond the source log end" in p]
+                return status == 503 and len(halted) == 3
+
+            wait_until(reported, 60, "/readyz reporting the 3 halted partitions", dc1.log)
+            assert count(brokers["dc2"], "orders") == 0, "records replicated despite halt"
+        resets = dc1.metric("replicator_offset_resets_total", leg="dc1->dc2")
+        assert resets == 3, dc1.log()
+        assert dc1.metric("replicator_offset_resets_total", leg="dc1->dc1") == 0
+        legs = {leg["leg"]: leg for leg in dc1.get("/status")[1]["legs"]}
+        assert [r["position"] for r in legs["dc1->dc2"]["offset_resets"]] == [1000] * 3
+        assert dc1.stop() == 0
