@@ -23,12 +23,13 @@ from typing import Any
 import structlog
 from aiokafka import TopicPartition
 
+from replicator.deadletter import DeadLetters
 from replicator.health import HttpServer
 from replicator.kafka import ClusterClient
 from replicator.leg import LegRunner, Spawn
-from replicator.lifecycle import sleep_unless_stopped
+from replicator.lifecycle import Backoff, sleep_unless_stopped
 from replicator.metrics import Metrics
-from replicator.settings import Settings
+from replicator.settings import OversizePolicy, Settings
 from replicator.source import SourceFeed
 from replicator.topology import TopicRules, legs_for
 
@@ -56,6 +57,11 @@ class ReplicatorService:
         self._signals = 0
         self._main: asyncio.Task[Any] | None = None
         self.legs: list[LegRunner] = []
+        self.dead_letters = (
+            DeadLetters(settings, self.clusters[settings.local_cluster])
+            if settings.record_too_large_policy is OversizePolicy.DEAD_LETTER
+            else None
+        )
         self.feed: SourceFeed | None = None
         self.http = HttpServer(self, settings.http_host, settings.http_port)
 
@@ -102,6 +108,7 @@ class ReplicatorService:
                     spawn,
                     self.clusters[direction.source],
                     self.clusters[direction.destination],
+                    self.dead_letters,
                 )
             )
         self.feed = SourceFeed(self.settings, self.rules, self.metrics, self.legs)
@@ -116,6 +123,8 @@ class ReplicatorService:
             stop.set()  # the feed only ends on stop, or on a failure that must stop the legs too
             await asyncio.gather(*running, return_exceptions=True)
             await asyncio.gather(*(leg.close() for leg in self.legs))
+            if self.dead_letters is not None:
+                await self.dead_letters.close()
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -142,6 +151,7 @@ class ReplicatorService:
 
     async def _probe(self, client: ClusterClient) -> None:
         previous: str | None = "unknown"
+        backoff = Backoff(base=_PROBE_INTERVAL_S)
         while not self.stop_event.is_set():
             await client.probe()
             if client.error != previous:
@@ -150,7 +160,7 @@ class ReplicatorService:
                 else:
                     log.warning("cluster unreachable", cluster=client.alias, error=client.error)
                 previous = client.error
-            await sleep_unless_stopped(self.stop_event, _PROBE_INTERVAL_S)
+            await sleep_unless_stopped(self.stop_event, backoff.delay(client.retriable))
 
     # -- what /livez, /readyz, /status and /metrics show ----------------------------------------
 

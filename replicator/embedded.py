@@ -61,6 +61,9 @@ class EmbeddedBroker:
     host: str = "127.0.0.1"
     # Clients are told to connect here (a proxy in front of the broker, say); default: port.
     advertised_port: int | None = None
+    # Require SASL/SCRAM from clients (no user can be created in memory storage: every
+    # attempt is refused, which is what tests of wrong credentials need).
+    authentication: bool = False
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -84,6 +87,7 @@ class EmbeddedBroker:
                     advertised,
                     "--cluster-id",
                     self.alias,
+                    *(["--authentication"] if self.authentication else []),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

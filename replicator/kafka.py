@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import aiokafka.errors as kerr
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch
 
 from replicator.errors import (
     AuthenticationFailed,
@@ -58,11 +62,27 @@ _UNAVAILABLE = (
 )
 
 
+# aiokafka's SCRAM client fails with a bare KeyError/ValueError when the broker answers the
+# exchange with an error (unknown user, wrong password) instead of its signature.
+_SCRAM_STEPS = frozenset({"process_server_first_message", "process_server_final_message"})
+
+
+def _in_scram_exchange(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name in _SCRAM_STEPS:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def translate(exc: BaseException) -> ReplicatorError:
     """The replicator's view of an exception raised by aiokafka (or the network under it)."""
     if isinstance(exc, ReplicatorError):
         return exc
     name = type(exc).__name__
+    if _in_scram_exchange(exc):
+        return AuthenticationFailed("SASL/SCRAM authentication refused: check username/password")
     if isinstance(exc, _AUTH):
         return AuthenticationFailed(f"{name}: credentials or permissions refused")
     if isinstance(exc, ssl.SSLError):
@@ -98,7 +118,12 @@ def client_options(cluster: ClusterSettings, settings: Settings) -> dict[str, An
     return options
 
 
-def make_producer(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaProducer:
+def make_producer(
+    cluster: ClusterSettings,
+    settings: Settings,
+    client_id: str,
+    max_request_size: int | None = None,
+) -> AIOKafkaProducer:
     """A destination producer: ``acks=all``, batches kept in order, retried until acknowledged.
 
     Idempotence stays off (brokers without InitProducerId support reject it); order holds because
@@ -114,7 +139,7 @@ def make_producer(cluster: ClusterSettings, settings: Settings, client_id: str) 
         acks="all",
         enable_idempotence=False,
         max_batch_size=settings.batch_max_bytes,
-        max_request_size=max(settings.batch_max_bytes * 2, 1024 * 1024),
+        max_request_size=max_request_size or max(settings.batch_max_bytes * 2, 1024 * 1024),
         linger_ms=settings.linger_ms,
         compression_type=compression,
         retry_backoff_ms=200,
@@ -124,6 +149,25 @@ def make_producer(cluster: ClusterSettings, settings: Settings, client_id: str) 
         raise RuntimeError("aiokafka changed: the batch time-to-live can no longer be disabled")
     accumulator._batch_ttl = float("inf")
     return producer
+
+
+def batch_factory(producer: AIOKafkaProducer, limit: int | None) -> Callable[[], BatchBuilder]:
+    """New destination batches for ``producer``, no larger than ``limit`` bytes if given.
+
+    A destination topic may accept smaller batches (its ``max.message.bytes``) than the producer
+    builds. A single record larger than the limit still gets a batch of its own, for the sender
+    to apply the oversize policy to.
+    """
+    accumulator = producer._message_accumulator
+    size: int = accumulator._batch_size
+    if limit is not None:
+        size = max(1, min(size, limit))
+    return partial(BatchBuilder, size, accumulator._compression_type)
+
+
+def batch_records(builder: BatchBuilder) -> list[Any]:
+    """The records of a closed batch (key, value, headers, timestamp) as a destination sees them."""
+    return list(DefaultRecordBatch(bytes(builder._build())))
 
 
 def make_consumer(
@@ -195,6 +239,7 @@ class ClusterClient:
         self._admin: AIOKafkaAdminClient | None = None
         self._lock = asyncio.Lock()
         self.error: str | None = "not contacted yet"
+        self.retriable = True  # whether the last error may go away by itself
 
     async def admin(self) -> AIOKafkaAdminClient:
         """The connected admin client; raises a translated error if the cluster is unreachable."""
@@ -218,10 +263,13 @@ class ClusterClient:
             admin = await asyncio.wait_for(self.admin(), timeout)
             await asyncio.wait_for(admin.describe_cluster(), timeout)
         except Exception as exc:
-            self.error = str(translate(exc)) or type(exc).__name__
+            error = translate(exc)
+            self.error = str(error) or type(exc).__name__
+            self.retriable = error.retriable
             await self.reset()
             return
         self.error = None
+        self.retriable = True
 
     async def reset(self) -> None:
         async with self._lock:

@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from replicator.deadletter import DeadLetters
 from replicator.kafka import (
     ClusterClient,
     check_position,
@@ -36,7 +37,7 @@ from replicator.kafka import (
     out_of_range_positions,
     translate,
 )
-from replicator.lifecycle import close_quietly, sleep_unless_stopped
+from replicator.lifecycle import Backoff, close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.offsets import OutOfRange, out_of_range
 from replicator.sender import PartitionSender, PartitionState
@@ -64,12 +65,14 @@ class LegRunner:
         spawn: Spawn,
         source_client: ClusterClient,
         destination_client: ClusterClient,
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         self.leg = leg
         self._settings = settings
         self._rules = rules
         self._metrics = metrics
         self._spawn = spawn
+        self._dead_letters = dead_letters
         source = settings.clusters[leg.source]
         destination = settings.clusters[leg.destination]
         client_id = f"replicator-{leg.source}-to-{leg.destination}"
@@ -94,12 +97,16 @@ class LegRunner:
         self.last_poll = time.monotonic()
         # The latest positions found outside the source log, for /status.
         self.offset_resets: deque[dict[str, Any]] = deque(maxlen=20)
+        self._replaying: set[TopicPartition] = set()
+        # Told when a partition's sender was replaced (the shared feed re-wires its fan-out).
+        self.restarted: Callable[[TopicPartition], None] = lambda _: None
         self._log = log.bind(leg=leg.name)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start_source(self, stop: asyncio.Event) -> bool:
         """Start the catch-up consumer (source cluster); retry until up or stopped."""
+        backoff = Backoff()
         while not stop.is_set():
             try:
                 await self._consumer.start()
@@ -111,7 +118,7 @@ class LegRunner:
                 self._log.warning("cannot reach the source, retrying", error=str(error))
                 await close_quietly(self._consumer.stop())
                 self._consumer = self._make_consumer()
-                await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
+                await sleep_unless_stopped(stop, backoff.delay(error.retriable))
         return False
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -121,6 +128,7 @@ class LegRunner:
         await self._catch_up_loop(stop)
 
     async def _connect_destination(self, stop: asyncio.Event) -> None:
+        backoff = Backoff()
         while not stop.is_set():
             try:
                 await self._producer.start()
@@ -132,7 +140,7 @@ class LegRunner:
                 self._producer = self._make_producer()
                 for sender in self.senders.values():
                     sender.use_producer(self._producer)
-                await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
+                await sleep_unless_stopped(stop, backoff.delay(error.retriable))
                 continue
             self.last_error = None
             self.destination_ready.set()
@@ -177,6 +185,8 @@ class LegRunner:
             on_detach=self._detached,
             on_attach=self._attached,
             on_room=self._room,
+            on_replaced=self._replaced,
+            dead_letters=self._dead_letters,
         )
         self.senders[tp] = sender
         # A position is always set explicitly (the consumer never resets one by itself); the
@@ -243,13 +253,55 @@ class LegRunner:
                 self._positions.pop(tp, None)
                 self._resume(sender)
             return
+        await self._restart_sender(sender, found.log_start, note)
+
+    def _replaced(self, sender: PartitionSender) -> None:
+        """The destination acknowledged at a lower offset than before: its log was replaced."""
+        if self.senders.get(sender.tp) is sender and sender.tp not in self._replaying:
+            self._replaying.add(sender.tp)
+            name = f"replay:{self.leg.name}:{sender.tp.topic}:{sender.tp.partition}"
+            self._spawn(self._replay(sender), name)
+
+    async def _replay(self, sender: PartitionSender) -> None:
+        """Copy the source partition again, from its log start, into the replaced destination.
+
+        The destination topic was deleted (and created again, by the replicator or the broker):
+        what this leg had delivered is gone, so it is delivered again. The records sent between
+        the deletion and its detection are duplicated, and counted as such by an audit.
+        """
+        tp = sender.tp
+        self._metrics.partitions_replaced.labels(self.leg.name, sender.target_topic).inc()
+        self._topics.forget(sender.target_topic)
+        try:
+            start: int = (await self._consumer.beginning_offsets([tp]))[tp]
+        except Exception as exc:
+            sender.halt(f"destination partition replaced; source log start unknown: {exc!r}")
+            self._replaying.discard(tp)
+            return
+        self._log.error(
+            "destination partition replaced (topic deleted and created again): replaying",
+            topic=tp.topic,
+            partition=tp.partition,
+            target_topic=sender.target_topic,
+            replay_from=start,
+        )
+        note = f"destination {sender.target_topic} was deleted; replayed from offset {start}"
+        try:
+            await self._restart_sender(sender, start, note)
+        finally:
+            self._replaying.discard(tp)
+
+    async def _restart_sender(self, sender: PartitionSender, offset: int, note: str) -> None:
+        """Replace ``sender`` by a new one starting at ``offset``, and commit that position."""
+        tp = sender.tp
         self.senders.pop(tp)
         await self._drain([sender], self._settings.shutdown_grace_ms / 1000)
         self._positions.pop(tp, None)
-        await self._commit_offsets({tp: found.log_start})
+        await self._commit_offsets({tp: offset})
         if tp in self.senders or tp not in self._consumer.assignment():
             return  # released (and perhaps assigned again) meanwhile: that assignment decides
-        self._start_sender(tp, found.log_start).last_error = note
+        self._start_sender(tp, offset).last_error = note
+        self.restarted(tp)
 
     async def release(self, partitions: Iterable[TopicPartition]) -> None:
         """Give ``partitions`` up: drain their senders, commit what was acknowledged."""

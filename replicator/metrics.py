@@ -63,9 +63,10 @@ class Metrics:
             ["leg", "topic"],
             registry=r,
         )
-        self.topics_recreated = Counter(
-            "replicator_destination_topics_recreated_total",
-            "Destination topics found deleted while replicating and created again.",
+        self.partitions_replaced = Counter(
+            "replicator_destination_partitions_replaced_total",
+            "Destination partitions whose log was replaced (topic deleted and created again); "
+            "each is replayed from the source log start.",
             ["leg", "topic"],
             registry=r,
         )

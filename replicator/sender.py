@@ -17,7 +17,10 @@ it; the leg commits only that contiguous prefix.
 
 A partition whose destination topic cannot take it (too few partitions) is *blocked*; one whose
 batch the destination refused for good (too large, not authorised) is *failed*. Either stops that
-partition on that leg alone, commits nothing past the problem, and is reported.
+partition on that leg alone, commits nothing past the problem, and is reported. Batches are built
+to the destination topic's ``max.message.bytes``; a single record larger than that is handled by
+``REPLICATOR_RECORD_TOO_LARGE_POLICY``: halt (the default, as above) or park it in the local
+dead-letter topic (:mod:`replicator.deadletter`) and go on.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ from aiokafka.errors import KafkaTimeoutError
 
 from replicator import batching
 from replicator.batching import OutboundBatch, Target
+from replicator.deadletter import DeadLetters
 from replicator.errors import ReplicatorError, TopicMismatch
-from replicator.kafka import translate
+from replicator.kafka import batch_factory, batch_records, translate
+from replicator.lifecycle import Backoff
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
 from replicator.provenance import Marking, Tagger
@@ -92,6 +97,8 @@ class PartitionSender:
         on_detach: Callable[[PartitionSender], None],
         on_attach: Callable[[PartitionSender], None],
         on_room: Callable[[PartitionSender], None],
+        on_replaced: Callable[[PartitionSender], None] = lambda _: None,
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         self.leg = leg
         self.tp = tp
@@ -110,6 +117,14 @@ class PartitionSender:
         self._on_detach = on_detach
         self._on_attach = on_attach
         self._on_room = on_room
+        self._on_replaced = on_replaced
+        self._dead_letters = dead_letters
+        self._new_batch: Callable[[], Any] = producer.create_batch
+        self._limit: int | None = None  # the destination topic's max.message.bytes, if known
+        self.dead_lettered = 0
+        # Base offset of the last batch the destination acknowledged: a lower one later means
+        # the destination partition's log was replaced (topic deleted and created again).
+        self._destination_offset = -1
         # Set by the shared feed while it waits for this sender to have room again.
         self.feed_waiting: Callable[[], None] | None = None
         self._queue: deque[_Work] = deque()
@@ -150,6 +165,12 @@ class PartitionSender:
         if not self.open:
             return False
         position = start if self.next_offset is None else self.next_offset
+        if self.state is PartitionState.STARTING:
+            # Batches are built to the destination topic's limits, known once it is prepared:
+            # until then the leg fetches the records for it, from this position.
+            self.next_offset = position
+            self.detach()
+            return False
         if position > end and self.attached:
             return False  # ahead of the feed: nothing in this chunk for it yet
         if start <= position <= end and (self.attached or self.has_room):
@@ -170,11 +191,12 @@ class PartitionSender:
     def use_producer(self, producer: AIOKafkaProducer) -> None:
         """Send through ``producer`` from now on (the leg replaced one that failed to start)."""
         self._producer = producer
+        self._new_batch = batch_factory(producer, self._limit)
 
     def target(self) -> Target:
         """Where this destination's records start in the chunk being built, and its batches."""
         assert self.next_offset is not None
-        return Target(self.next_offset, self._producer.create_batch)
+        return Target(self.next_offset, self._new_batch)
 
     def take_built(self, target: Target, end: int) -> None:
         """Queue the batches the shared feed built for this destination."""
@@ -243,7 +265,7 @@ class PartitionSender:
             while self._queue and self.open:
                 work = self._queue.popleft()
                 if work.fetched is not None:
-                    target = Target(work.start, self._producer.create_batch)
+                    target = Target(work.start, self._new_batch)
                     batching.build(work.fetched, work.end, self.tagger, [target])
                     work.batches, work.skipped = target.batches, target.skipped
                 assert work.batches is not None
@@ -284,7 +306,9 @@ class PartitionSender:
             # Cancelled by the leg if it stops first (the destination never came up).
             await self._destination_ready.wait()
             try:
-                await self._topics.ensure(self.tp.topic, self.target_topic)
+                topic = await self._topics.ensure(self.tp.topic, self.target_topic)
+                self._limit = topic.max_message_bytes
+                self._new_batch = batch_factory(self._producer, self._limit)
                 return True
             except TopicMismatch as exc:
                 self.halt(str(exc), PartitionState.BLOCKED)
@@ -319,6 +343,9 @@ class PartitionSender:
             self.tracker.ack(batch.first)
             return
         batch.builder.close()
+        if self._limit is not None and batch.builder.size() > self._limit:
+            await self._too_large(batch)
+            return
         while True:
             try:
                 future = await self._producer.send_batch(
@@ -352,12 +379,56 @@ class PartitionSender:
                 return
             assert self.tracker is not None
             self.tracker.ack(first)
+            base = done.result().offset
+            if base < self._destination_offset:
+                self._on_replaced(self)
+            self._destination_offset = base
             self._replicated.inc(count)
             self._bytes.inc(size)
             if oldest_ms > 0:
                 self._latency.observe(max(0.0, time.time() - oldest_ms / 1000))
 
         future.add_done_callback(delivered)
+
+    async def _too_large(self, batch: OutboundBatch) -> None:
+        """A record larger than the destination topic accepts: apply the oversize policy."""
+        assert self.tracker is not None
+        size = batch.builder.size()
+        reason = (
+            f"record at source offset {batch.first} is {size} bytes as a batch; "
+            f"{self.leg.destination}/{self.target_topic} accepts {self._limit} (max.message.bytes)"
+        )
+        self._metrics.send_errors.labels(self.leg.name, self.target_topic, "RecordTooLarge").inc()
+        if self._dead_letters is None:
+            self.halt(f"{reason}; REPLICATOR_RECORD_TOO_LARGE_POLICY=halt")
+            return
+        records = batch_records(batch.builder)
+        destination = f"{self.leg.destination}/{self.target_topic}"
+        backoff = Backoff(base=_RETRY_BACKOFF_S)
+        while not self._closing:
+            try:
+                await self._dead_letters.park(records, destination, reason)
+                break
+            except Exception as exc:
+                error = translate(exc)
+                self.last_error = f"cannot park a record in the dead-letter topic: {error}"
+                self._log.warning("dead-letter write failed, retrying", error=str(error))
+                await asyncio.sleep(backoff.delay(error.retriable))
+        else:
+            return  # stopping: the offset stays uncommitted, the record is parked next time
+        self.tracker.ack(batch.first)
+        self.dead_lettered += len(records)
+        self._metrics.records_dead_lettered.labels(self.leg.name, self.target_topic).inc(
+            len(records)
+        )
+        self.last_error = f"{reason}; parked in dead-letter topic {self._dead_letters.topic}"
+        self._log.warning(
+            "record too large for the destination, parked in the dead-letter topic",
+            offset=batch.first,
+            size=size,
+            limit=self._limit,
+            dead_letter_topic=self._dead_letters.topic,
+        )
 
     def _prune(self) -> None:
         while self._in_flight and self._in_flight[0][0].done():
@@ -393,5 +464,6 @@ class PartitionSender:
             "acknowledged_offset": self.tracker.committable if self.tracker else None,
             "committed_offset": self.tracker.committed if self.tracker else None,
             "queued_records": self._queued_records,
+            "dead_lettered_records": self.dead_lettered,
             "last_error": self.last_error,
         }

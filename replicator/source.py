@@ -36,7 +36,7 @@ from replicator.kafka import (
     translate,
 )
 from replicator.leg import LegRunner
-from replicator.lifecycle import close_quietly, sleep_unless_stopped
+from replicator.lifecycle import Backoff, close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.records import SourceRecord
 from replicator.sender import PartitionSender
@@ -149,6 +149,8 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         )
         self._consumer = self._make_consumer()
         self._fanouts: dict[TopicPartition, PartitionFanout] = {}
+        for leg in legs:
+            leg.restarted = self._rewire
         self.connected = False
         self.joined = False
         self.last_error: str | None = None
@@ -176,6 +178,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             self._log.info("source feed stopped")
 
     async def _connect(self, stop: asyncio.Event) -> bool:
+        backoff = Backoff()
         while not stop.is_set():
             try:
                 await self._consumer.start()
@@ -185,7 +188,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 self._log.warning("cannot reach the source, retrying", error=str(error))
                 await close_quietly(self._consumer.stop())
                 self._consumer = self._make_consumer()
-                await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
+                await sleep_unless_stopped(stop, backoff.delay(error.retriable))
                 continue
             self._consumer.subscribe(pattern=self._rules.subscription_pattern, listener=self)
             self.connected = True
@@ -285,6 +288,15 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             self._resume,
             self._settings.detach_after_ms / 1000,
         )
+
+    def _rewire(self, tp: TopicPartition) -> None:
+        """A leg replaced its sender for ``tp``: fan out to the new one (which starts behind the
+        feed, so it detaches and catches up on its own first)."""
+        fanout = self._fanouts.get(tp)
+        if fanout is not None:
+            fanout.senders = [leg.senders[tp] for leg in self._legs if tp in leg.senders]
+            for sender in fanout.senders:
+                sender.feed_waiting = fanout.check
 
     def _pause(self, tp: TopicPartition) -> None:
         if tp in self._consumer.assignment():

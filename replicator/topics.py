@@ -56,30 +56,50 @@ class TopicSpec:
     configs: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class DestinationTopic:
+    """What the replicator knows of a destination topic it writes to."""
+
+    name: str
+    partitions: int
+    # The largest record batch the topic accepts (its max.message.bytes), if the broker says.
+    max_message_bytes: int | None = None
+
+
 async def describe_partitions(admin: AIOKafkaAdminClient) -> dict[str, list[dict[str, Any]]]:
     """Partition metadata of every topic on a cluster, without naming (auto-creating) any."""
     topics = await admin.describe_topics()
     return {t["topic"]: t["partitions"] for t in topics if t["error_code"] == 0}
 
 
+async def _config_entries(admin: AIOKafkaAdminClient, topic: str) -> list[Any]:
+    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    return [entry for r in responses for resource in r.resources for entry in resource[4]]
+
+
 async def topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
     """The replicable topic-level configuration of ``topic``."""
-    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
     configs: dict[str, str] = {}
-    for response in responses:
-        for resource in response.resources:
-            for entry in resource[4]:
-                name, value, read_only = entry[0], entry[1], entry[2]
-                source, sensitive = entry[3], entry[4]
-                if (
-                    name in REPLICATED_CONFIGS
-                    and value is not None
-                    and not read_only
-                    and not sensitive
-                    and source not in _BROKER_SOURCES
-                ):
-                    configs[name] = value
+    for entry in await _config_entries(admin, topic):
+        name, value, read_only = entry[0], entry[1], entry[2]
+        source, sensitive = entry[3], entry[4]
+        if (
+            name in REPLICATED_CONFIGS
+            and value is not None
+            and not read_only
+            and not sensitive
+            and source not in _BROKER_SOURCES
+        ):
+            configs[name] = value
     return configs
+
+
+async def max_message_bytes(admin: AIOKafkaAdminClient, topic: str) -> int | None:
+    """The effective ``max.message.bytes`` of ``topic``, whatever its source, if reported."""
+    for entry in await _config_entries(admin, topic):
+        if entry[0] == "max.message.bytes" and entry[1] is not None:
+            return int(entry[1])
+    return None
 
 
 class TopicProvisioner:
@@ -94,11 +114,11 @@ class TopicProvisioner:
         self._source = source
         self._destination = destination
         self._replication_factor = replication_factor
-        self._ready: set[str] = set()
+        self._ready: dict[str, DestinationTopic] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.refused: dict[str, str] = {}
 
-    async def ensure(self, source_topic: str, target_topic: str) -> None:
+    async def ensure(self, source_topic: str, target_topic: str) -> DestinationTopic:
         """Return once ``target_topic`` can receive ``source_topic``; raise if it cannot.
 
         Callers for one topic wait for one attempt. A retriable failure is not remembered, so the
@@ -106,18 +126,19 @@ class TopicProvisioner:
         """
         async with self._locks.setdefault(target_topic, asyncio.Lock()):
             if target_topic in self._ready:
-                return
+                return self._ready[target_topic]
             if target_topic in self.refused:
                 raise TopicMismatch(self.refused[target_topic])
-            await self._provision(source_topic, target_topic)
-            self._ready.add(target_topic)
+            topic = await self._provision(source_topic, target_topic)
+            self._ready[target_topic] = topic
+            return topic
 
     def forget(self, target_topic: str) -> None:
         """Check ``target_topic`` again on next use (after it was deleted, say)."""
-        self._ready.discard(target_topic)
+        self._ready.pop(target_topic, None)
         self.refused.pop(target_topic, None)
 
-    async def _provision(self, source_topic: str, target_topic: str) -> None:
+    async def _provision(self, source_topic: str, target_topic: str) -> DestinationTopic:
         try:
             spec = await self._spec(source_topic, target_topic)
             destination = await self._destination.admin()
@@ -125,6 +146,7 @@ class TopicProvisioner:
             if existing is None:
                 await self._create(destination, spec)
                 existing = (await describe_partitions(destination)).get(target_topic, [])
+            limit = await max_message_bytes(destination, target_topic)
         except ReplicatorError:
             raise
         except Exception as exc:
@@ -136,6 +158,7 @@ class TopicProvisioner:
             )
             self.refused[target_topic] = reason
             raise TopicMismatch(reason)
+        return DestinationTopic(target_topic, len(existing), limit)
 
     async def _spec(self, source_topic: str, target_topic: str) -> TopicSpec:
         source = await self._source.admin()

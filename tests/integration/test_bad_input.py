@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
+import pytest
 from aiokafka import AIOKafkaProducer
 
-from replicator.embedded import free_port
+from replicator.embedded import EmbeddedBroker
 from tests.integration.harness import (
     Broker,
     Start,
     create_topics,
     holds,
     oracle,
+    produce,
     read,
     replicator_env,
+    run,
     start_clusters,
     wait_until,
 )
@@ -71,37 +75,129 @@ def test_odd_records_and_every_codec_are_replicated_intact(replicators: Start) -
         assert dc1.stop() == 0
 
 
-def test_a_canary_secret_never_appears_in_logs_status_metrics_or_errors(
+def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
     replicators: Start,
 ) -> None:
+    """dc3 requires SASL/SCRAM and refuses the replicator's credentials, whose password is a
+    canary: dc1's own leg goes on, dc3 is reported with a clear reason, attempts back off, and
+    the canary never appears in logs (DEBUG), /readyz, /status, /livez or /metrics."""
+    dc3 = EmbeddedBroker("dc3", authentication=True).start()
+    try:
+        with start_clusters("dc1") as brokers:
+            create_topics(brokers["dc1"], orders_REPLICA=1)
+            env = replicator_env(
+                "dc1",
+                brokers,
+                log_level="DEBUG",
+                clusters__dc3__bootstrap_servers=dc3.bootstrap_servers,
+                clusters__dc3__security_protocol="SASL_PLAINTEXT",
+                clusters__dc3__sasl_mechanism="SCRAM-SHA-512",
+                clusters__dc3__sasl_username="replicator-dc1",
+                clusters__dc3__sasl_password=CANARY,
+            )
+            dc1 = replicators("dc1", env)
+            dc1.wait_serving()
+            produce(brokers["dc1"], "orders_REPLICA", 100, partitions=1)
+            wait_until(holds(brokers["dc1"], "orders", 100), 60, "the local leg", dc1.log)
+
+            def dc3_reported() -> bool:
+                status, body = dc1.get("/readyz")
+                return status == 503 and any(
+                    "dc3" in p and "authentication refused" in p for p in body["problems"]
+                )
+
+            wait_until(dc3_reported, 30, "/readyz reporting dc3's refusal", dc1.log)
+            time.sleep(30)
+            attempts = [
+                line
+                for line in dc1.log().splitlines()
+                if "cannot reach the destination" in line and "dc1->dc3" in line
+            ]
+            surfaces = {
+                "/readyz": str(dc1.get("/readyz")[1]),
+                "/status": str(dc1.get("/status")[1]),
+                "/livez": str(dc1.get("/livez")[1]),
+                "/metrics": dc1.get("/metrics")[1],
+            }
+            assert dc1.stop() == 0
+            surfaces["log"] = dc1.log_path.read_text(errors="replace")
+    finally:
+        dc3.stop()
+    for name, text in surfaces.items():
+        assert CANARY not in text, f"the secret leaked into {name}"
+    assert "dc3" in surfaces["/status"]
+    # Backing off 2, 4, 8, 16 s...: about 5 attempts in 30 s, where a fixed 2 s retry makes 15.
+    assert 2 <= len(attempts) <= 7, f"{len(attempts)} attempts in 30 s"
+    print(f"wrong credentials: {len(attempts)} connection attempts to dc3 in 30 s")
+
+
+async def _produce_with_one_large_record(broker: Broker) -> None:
+    """100 records on each of 3 partitions; the 50th of partition 1 is 50 KB."""
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        for i in range(100):
+            for partition in range(3):
+                large = partition == 1 and i == 50
+                value = b"L" * 50_000 if large else f"p{partition}-{i}".encode()
+                await producer.send_and_wait(
+                    "orders_REPLICA", key=b"k", value=value, partition=partition
+                )
+    finally:
+        await producer.stop()
+
+
+@pytest.mark.parametrize("policy", ["halt", "dead-letter"])
+def test_a_record_too_large_for_the_destination_follows_the_policy(
+    replicators: Start, policy: str
+) -> None:
+    """dc2's ``orders`` accepts batches up to 20,000 bytes (max.message.bytes); one source
+    record is 50 KB. dc1's own ``orders`` has no such limit and takes everything."""
     with start_clusters("dc1", "dc2") as brokers:
-        create_topics(brokers["dc1"], orders_REPLICA=1)
-        env = replicator_env(
-            "dc1",
-            brokers,
-            log_level="DEBUG",
-            clusters__dc3__bootstrap_servers=f"127.0.0.1:{free_port()}",
-            clusters__dc3__security_protocol="SASL_PLAINTEXT",
-            clusters__dc3__sasl_mechanism="SCRAM-SHA-512",
-            clusters__dc3__sasl_username="replicator-dc1",
-            clusters__dc3__sasl_password=CANARY,
-        )
-        dc1 = replicators("dc1", env)
-        dc1.wait_serving()
+        local, remote = brokers["dc1"], brokers["dc2"]
+        create_topics(local, orders_REPLICA=3)
+        create_topics(remote, {"max.message.bytes": "20000"}, orders=3)
+        run(_produce_with_one_large_record(local))
+        dc1 = replicators("dc1", replicator_env("dc1", brokers, record_too_large_policy=policy))
+        wait_until(holds(local, "orders", 300), 60, "the local leg complete", dc1.log)
+        source = read(local, "orders_REPLICA")
+        if policy == "halt":
 
-        def dc3_reported() -> bool:
-            status, body = dc1.get("/readyz")
-            return status == 503 and any("dc3" in p for p in body["problems"])
+            def reported() -> bool:
+                status, body = dc1.get("/readyz")
+                return status == 503 and any(
+                    "orders_REPLICA[1]" in p and "max.message.bytes" in p for p in body["problems"]
+                )
 
-        wait_until(dc3_reported, 30, "/readyz reporting dc3", dc1.log)
-        surfaces = {
-            "/readyz": str(dc1.get("/readyz")[1]),
-            "/status": str(dc1.get("/status")[1]),
-            "/livez": str(dc1.get("/livez")[1]),
-            "/metrics": dc1.get("/metrics")[1],
-        }
+            wait_until(reported, 60, "/readyz reporting the partition", dc1.log)
+            wait_until(holds(remote, "orders", 250), 30, "the rest on dc2", dc1.log)
+            report = oracle(source, read(remote, "orders"), "dc1")
+            # Partition 1 stops at the large record (offset 50), in order; nothing is skipped.
+            assert [m for m in report.missing if m[0] != 1] == []
+            assert [m for m in report.missing if m[0] == 1] == [(1, o) for o in range(50, 100)]
+            assert not report.out_of_order
+            legs = {leg["leg"]: leg for leg in dc1.get("/status")[1]["legs"]}
+            halted = [p for p in legs["dc1->dc2"]["partitions"] if p["state"] == "failed"]
+            assert [p["partition"] for p in halted] == [1]
+            assert halted[0]["committed_offset"] == 50
+        else:
+            wait_until(holds(remote, "orders", 299), 60, "dc2 without the large record")
+            report = oracle(source, read(remote, "orders"), "dc1")
+            assert report.missing == [(1, 50)] and not report.out_of_order, report
+            parked = read(local, "replicator.dead-letter")
+            assert len(parked) == 1 and parked[0].value == b"L" * 50_000
+            provenance = parked[0].provenance
+            assert provenance is not None
+            assert (provenance.topic, provenance.partition, provenance.offset) == (
+                "orders_REPLICA",
+                1,
+                50,
+            )
+            headers = dict(parked[0].headers)
+            assert headers["replicator-dead-letter-destination"] == b"dc2/orders"
+            assert b"max.message.bytes" in (headers["replicator-dead-letter-reason"] or b"")
+            assert dc1.metric("replicator_records_dead_lettered_total", leg="dc1->dc2") == 1
+            dc1.wait_ready(timeout=30)
+        assert dc1.metric("replicator_send_errors_total", error="RecordTooLarge") == 1
+        assert oracle(source, read(local, "orders"), "dc1").missing == []
         assert dc1.stop() == 0
-        surfaces["log"] = dc1.log()
-        for name, text in surfaces.items():
-            assert CANARY not in text, f"the secret leaked into {name}"
-        assert "dc3" in surfaces["/status"]
