@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from replicator.embedded import EmbeddedBroker
 from tests.integration.harness import (
+    FAULT_SUMMARY,
     Broker,
+    FaultFigures,
     Start,
     create_topics,
     holds,
     oracle,
+    peak_rss_mb,
     produce,
     read,
     replicator_env,
@@ -119,6 +123,7 @@ def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
                 "/livez": str(dc1.get("/livez")[1]),
                 "/metrics": dc1.get("/metrics")[1],
             }
+            rss = peak_rss_mb(dc1)
             assert dc1.stop() == 0
             surfaces["log"] = dc1.log_path.read_text(errors="replace")
     finally:
@@ -129,6 +134,9 @@ def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
     # Backing off 2, 4, 8, 16 s...: about 5 attempts in 30 s, where a fixed 2 s retry makes 15.
     assert 2 <= len(attempts) <= 7, f"{len(attempts)} attempts in 30 s"
     print(f"wrong credentials: {len(attempts)} connection attempts to dc3 in 30 s")
+    FAULT_SUMMARY.append(
+        FaultFigures("wrong credentials (dc3)", 100, 0, 0, rss, f"{len(attempts)} attempts in 30 s")
+    )
 
 
 async def _produce_with_one_large_record(broker: Broker) -> None:
@@ -176,10 +184,14 @@ def test_a_record_too_large_for_the_destination_follows_the_policy(
             assert [m for m in report.missing if m[0] != 1] == []
             assert [m for m in report.missing if m[0] == 1] == [(1, o) for o in range(50, 100)]
             assert not report.out_of_order
-            legs = {leg["leg"]: leg for leg in dc1.get("/status")[1]["legs"]}
-            halted = [p for p in legs["dc1->dc2"]["partitions"] if p["state"] == "failed"]
-            assert [p["partition"] for p in halted] == [1]
-            assert halted[0]["committed_offset"] == 50
+
+            def halted() -> list[dict[str, Any]]:
+                legs = {leg["leg"]: leg for leg in dc1.get("/status")[1]["legs"]}
+                return [p for p in legs["dc1->dc2"]["partitions"] if p["state"] == "failed"]
+
+            assert [p["partition"] for p in halted()] == [1]
+            # Everything before the large record is committed; nothing from it on.
+            wait_until(lambda: halted()[0]["committed_offset"] == 50, 10, "the commit", dc1.log)
         else:
             wait_until(holds(remote, "orders", 299), 60, "dc2 without the large record")
             report = oracle(source, read(remote, "orders"), "dc1")
@@ -200,4 +212,8 @@ def test_a_record_too_large_for_the_destination_follows_the_policy(
             dc1.wait_ready(timeout=30)
         assert dc1.metric("replicator_send_errors_total", error="RecordTooLarge") == 1
         assert oracle(source, read(local, "orders"), "dc1").missing == []
+        outcome = "partition 1 held at offset 50" if policy == "halt" else "parked, went on"
+        FAULT_SUMMARY.append(
+            FaultFigures(f"record too large, policy {policy}", 300, 0, 0, peak_rss_mb(dc1), outcome)
+        )
         assert dc1.stop() == 0

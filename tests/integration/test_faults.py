@@ -133,10 +133,10 @@ def test_slow_remote_link(replicators: Start) -> None:
         total = count(local, "orders_REPLICA")
         wait_until(holds(local, "orders", total), 30, "local complete", dc1.log)
         proxy.restore()
-        wait_until(holds(dc2, "orders", total), 90, "dc2 complete", dc1.log)
+        recovery = wait_until(holds(dc2, "orders", total), 90, "dc2 complete", dc1.log)
         reports = [check_replica(local, dc2), check_replica(local, local)]
         print(f"slow link: {reports[0]}; peak RSS {peak_rss_mb(dc1):.0f} MB")
-        summarise("slow link (50 ms, 256 KiB/s)", reports, peak_rss_mb(dc1), "-")
+        summarise("slow link (50 ms, 256 KiB/s)", reports, peak_rss_mb(dc1), f"{recovery:.1f} s")
         assert peak_rss_mb(dc1) < RSS_LIMIT_MB
         assert dc1.stop() == 0
 
@@ -148,14 +148,14 @@ def test_connections_reset_mid_batch(replicators: Start) -> None:
             time.sleep(15)
         proxy.restore()
         total = count(local, "orders_REPLICA")
-        wait_until(holds(dc2, "orders", total), 90, "dc2 complete", dc1.log)
+        recovery = wait_until(holds(dc2, "orders", total), 90, "dc2 complete", dc1.log)
         report = check_replica(local, dc2)
         print(f"connection resets ({proxy.connections_reset} connections reset): {report}")
         summarise(
             f"connections reset every 1.5 s ({proxy.connections_reset})",
             [report],
             peak_rss_mb(dc1),
-            "-",
+            f"{recovery:.1f} s",
         )
         assert proxy.connections_reset > 5
         assert dc1.stop() == 0

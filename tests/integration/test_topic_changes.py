@@ -168,6 +168,16 @@ def test_committed_offset_beyond_the_log_end_follows_the_policy(
         assert dc1.metric("replicator_offset_resets_total", leg="dc1->dc1") == 0
         legs = {leg["leg"]: leg for leg in dc1.get("/status")[1]["legs"]}
         assert [r["position"] for r in legs["dc1->dc2"]["offset_resets"]] == [1000] * 3
+        FAULT_SUMMARY.append(
+            FaultFigures(
+                f"committed offset beyond log end, {policy}",
+                300,
+                0,
+                0,
+                peak_rss_mb(dc1),
+                "replicated from log start" if policy == "earliest" else "halted, reported",
+            )
+        )
         assert dc1.stop() == 0
 
 

@@ -8,7 +8,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from replicator.kafka import ClusterClient
 from replicator.metrics import Metrics
-from replicator.sender import PartitionSender
+from replicator.sender import PartitionSender, PartitionState
 from replicator.settings import load_settings
 from replicator.source import PartitionFanout
 from replicator.topics import TopicProvisioner
@@ -38,9 +38,12 @@ class Events:
         self.seen.append("room")
 
 
-def sender(next_offset: int | None, events: Events, max_records: int = 100) -> PartitionSender:
+def sender(
+    next_offset: int | None, events: Events, max_records: int = 100, prepared: bool = True
+) -> PartitionSender:
+    """A sender; ``prepared``: as once its destination topic is known (it replicates)."""
     clients = [ClusterClient(a, SETTINGS.clusters[a], SETTINGS) for a in ("dc1", "dc2")]
-    return PartitionSender(
+    made = PartitionSender(
         leg=Leg("dc1", "dc2"),
         tp=TopicPartition("orders_REPLICA", 0),
         target_topic="orders",
@@ -55,6 +58,9 @@ def sender(next_offset: int | None, events: Events, max_records: int = 100) -> P
         on_attach=events.attach,
         on_room=events.room,
     )
+    if prepared:
+        made.state = PartitionState.REPLICATING
+    return made
 
 
 async def test_attached_sender_takes_continuing_chunks() -> None:
@@ -145,3 +151,10 @@ async def test_a_leg_that_fetched_past_a_stale_log_end_is_not_judged() -> None:
     assert fanout.beyond_log_end(log_end=120, polled_ms=1) is None
     assert fanout.beyond_log_end(log_end=200, polled_ms=2) is None  # the log had grown
     assert fanout.beyond_log_end(log_end=200, polled_ms=3) is None
+
+
+async def test_a_sender_not_yet_prepared_leaves_the_feed_at_its_position() -> None:
+    events = Events()
+    s = sender(None, events, prepared=False)
+    assert not s.joins(120, 130)  # batches wait for the destination topic's limits
+    assert (s.attached, s.next_offset, events.seen) == (False, 120, ["detach"])
