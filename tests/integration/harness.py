@@ -295,6 +295,11 @@ async def _produce(bootstrap: str, topic: str, records: list[Sent]) -> list[Sent
     ]
 
 
+def produce_records(broker: Broker, topic: str, records: list[Sent]) -> list[Sent]:
+    """Produce ``records`` as given (partition, key, value, headers, timestamp), in order."""
+    return run(_produce(broker.bootstrap_servers, topic, records))
+
+
 def produce(
     broker: Broker,
     topic: str,

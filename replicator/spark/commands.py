@@ -1,0 +1,172 @@
+"""``replicator backfill`` and ``replicator audit``: settings in, report out, exit status.
+
+Clusters, credentials, the replica suffix and the topic rules come from the same ``REPLICATOR_*``
+variables as the sidecar. Reports go to stdout (a table, or JSON with ``--json``), progress and
+messages to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from rich.console import Console
+from rich.table import Table
+
+from replicator.settings import Settings
+from replicator.spark import snapshot
+from replicator.spark.audit import COUNTS, AuditReport, run_audit
+from replicator.spark.backfill import BackfillResult, hand_over, run_backfill
+from replicator.spark.frames import ClusterInput
+from replicator.spark.kafka_source import client_options, spark_options
+from replicator.spark.progress import spark_progress
+from replicator.spark.session import kafka_format, spark_session
+from replicator.topology import Leg, TopicRules
+
+err = Console(stderr=True)
+
+
+def parse_since(text: str | None) -> int | None:
+    """``None``/``earliest``, epoch milliseconds, or an ISO-8601 time (UTC if no zone)."""
+    if text is None or text == "earliest":
+        return None
+    if text.isdigit():
+        return int(text)
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.now().astimezone().tzinfo).astimezone()
+    return int(moment.timestamp() * 1000)
+
+
+async def _replica_topics(client: dict[str, Any], rules: TopicRules) -> list[str]:
+    consumer = AIOKafkaConsumer(**client, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return sorted(t for t in await consumer.topics() if rules.target(t) is not None)
+    finally:
+        await consumer.stop()
+
+
+def real_topics(settings: Settings, cluster: str, chosen: list[str]) -> list[str]:
+    """The real topics named, else those of every replica topic the rules replicate."""
+    if chosen:
+        return chosen
+    rules = TopicRules.from_settings(settings)
+    client = client_options(spark_options(settings.clusters[cluster]))
+    found = asyncio.run(_replica_topics(client, rules))
+    return sorted({t for r in found if (t := rules.target(r)) is not None})
+
+
+def backfill(
+    settings: Settings,
+    source: str,
+    destinations: list[str],
+    topics: list[str],
+    since_ms: int | None,
+    master: str,
+    with_hand_over: bool,
+    as_json: bool,
+) -> int:
+    suffix = settings.replica_suffix
+    chosen = real_topics(settings, source, topics)
+    options = {alias: spark_options(c) for alias, c in settings.clusters.items()}
+    replica = [t + suffix for t in chosen]
+    origin = ClusterInput(
+        source, options[source], snapshot.take(client_options(options[source]), replica, since_ms)
+    )
+    targets = [
+        ClusterInput(d, options[d], snapshot.take(client_options(options[d]), chosen))
+        for d in destinations
+    ]
+    total = sum(end - start for start, end in origin.snapshot.values())
+    err.print(f"backfill {source} -> {', '.join(destinations)}: {chosen}, {total} offsets")
+    spark = spark_session(master, "replicator-backfill")
+    try:
+        fmt = kafka_format(spark)
+        with spark_progress(spark, f"backfill {source}"):
+            result = run_backfill(spark, fmt, origin, targets, suffix)
+    finally:
+        spark.stop()
+    if with_hand_over:
+        for destination in destinations:
+            group = Leg(source, destination).group_id(settings.group_prefix)
+            result.handed_over[group] = hand_over(origin, group)
+    _print_backfill(result, as_json)
+    return 0
+
+
+def _print_backfill(result: BackfillResult, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(asdict(result)))
+        return
+    table = Table(title=f"backfill from {result.source} ({result.records} records)")
+    for column in ("destination", "written", "already there", "leg group set to snapshot end"):
+        table.add_column(column)
+    for destination, written in result.written.items():
+        moved = next(
+            (v for k, v in result.handed_over.items() if k.endswith(f".{destination}")), {}
+        )
+        table.add_row(
+            destination,
+            str(written),
+            str(result.already_there[destination]),
+            ", ".join(f"{k}={v}" for k, v in moved.items()) or "-",
+        )
+    Console().print(table)
+    rate = sum(result.written.values()) / result.seconds if result.seconds else 0.0
+    print(
+        f"{sum(result.written.values())} records written in {result.seconds:.1f} s ({rate:.0f}/s)"
+    )
+
+
+def audit(
+    settings: Settings,
+    clusters: list[str],
+    topics: list[str],
+    master: str,
+    json_path: str | None,
+    allow_lag: bool,
+) -> int:
+    suffix = settings.replica_suffix
+    chosen = real_topics(settings, settings.local_cluster, topics)
+    wanted = [t + suffix for t in chosen] + chosen
+    inputs = []
+    for alias in clusters:
+        options = spark_options(settings.clusters[alias])
+        inputs.append(ClusterInput(alias, options, snapshot.take(client_options(options), wanted)))
+    err.print(f"audit of {chosen} on {', '.join(clusters)}")
+    spark = spark_session(master, "replicator-audit")
+    try:
+        with spark_progress(spark, "audit"):
+            report = run_audit(spark, kafka_format(spark), inputs, chosen, suffix)
+    finally:
+        spark.stop()
+    document = report.as_json(allow_lag)
+    if json_path == "-":
+        print(json.dumps(document))
+    else:
+        _print_audit(report, allow_lag)
+        if json_path:
+            with open(json_path, "w") as out:
+                json.dump(document, out, indent=2)
+    return 0 if report.ok(allow_lag) else 1
+
+
+def _print_audit(report: AuditReport, allow_lag: bool) -> None:
+    table = Table(title="audit")
+    for column in ("cluster", "topic", "partition", "origin", *COUNTS):
+        table.add_column(column.replace("_", " "), justify="right")
+    for p in report.partitions:
+        cells = [str(getattr(p, c)) for c in COUNTS]
+        table.add_row(p.cluster, p.topic, str(p.partition), p.origin or "-", *cells)
+    totals = report.totals()
+    table.add_row("total", "", "", "", *(str(totals[c]) for c in COUNTS), style="bold")
+    Console().print(table)
+    verdict = "OK" if report.ok(allow_lag) else "PROBLEMS FOUND"
+    print(f"{verdict}: " + ", ".join(f"{totals[c]} {c.replace('_', ' ')}" for c in COUNTS))
+    sys.stdout.flush()

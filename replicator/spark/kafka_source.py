@@ -1,0 +1,293 @@
+"""Kafka for Spark where the ``spark-sql-kafka-0-10`` connector is not on the classpath.
+
+A batch data source on Spark's Python Data Source API, registered as ``replicator-kafka``, with
+the standard connector's contract, so the jobs are written once against either:
+
+- options ``kafka.bootstrap.servers``, ``kafka.security.protocol``, ``kafka.sasl.mechanism``,
+  ``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.location`` (PEM), ``subscribe``,
+  ``startingOffsets``/``endingOffsets`` (JSON ``{"topic": {"0": offset}}``, or
+  ``earliest``/``latest``), ``includeHeaders``;
+- read schema ``key, value, topic, partition, offset, timestamp, timestampType, headers``;
+- write columns ``topic`` (or option ``topic``), ``key``, ``value``, ``headers``, ``partition``,
+  and, as an extension the standard sink does not have, ``timestamp`` (kept as the record's).
+
+Each Kafka partition's offset range is one input partition (split further with
+``maxOffsetsPerTask``); an executor reads it with its own client, so options (credentials
+included) travel to the executors with the plan. Writes are acknowledged by every in-sync
+replica (``acks=all``) before the task reports success; a task writes its rows in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import ssl
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.helpers import create_ssl_context
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import Row, StructType
+
+from replicator.settings import ClusterSettings
+
+FORMAT = "replicator-kafka"
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int, headers array<struct<key: string, value: binary>>"
+)
+_JAAS = re.compile(r'username="(?P<user>[^"]*)"\s+password="(?P<password>[^"]*)"')
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+_POLL_MS = 500
+
+
+def spark_options(cluster: ClusterSettings) -> dict[str, str]:
+    """A cluster's connection settings as the standard Spark Kafka options."""
+    options = {
+        "kafka.bootstrap.servers": cluster.bootstrap_servers,
+        "kafka.security.protocol": cluster.security_protocol.value,
+    }
+    if cluster.uses_sasl and cluster.sasl_mechanism and cluster.sasl_password is not None:
+        options["kafka.sasl.mechanism"] = cluster.sasl_mechanism.value
+        module = _LOGIN_MODULES[cluster.sasl_mechanism.value]
+        password = cluster.sasl_password.get_secret_value()
+        options["kafka.sasl.jaas.config"] = (
+            f'{module} required username="{cluster.sasl_username}" password="{password}";'
+        )
+    if cluster.ssl_cafile:
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = str(cluster.ssl_cafile)
+    if cluster.ssl_certfile and cluster.ssl_keyfile:
+        options["kafka.ssl.keystore.type"] = "PEM"
+        options["kafka.ssl.keystore.certificate.chain"] = str(cluster.ssl_certfile)
+        options["kafka.ssl.keystore.key"] = str(cluster.ssl_keyfile)
+    return options
+
+
+def client_options(options: dict[str, str]) -> dict[str, Any]:
+    """aiokafka client options from Spark Kafka options (keys in any case)."""
+    o = {k.lower(): v for k, v in options.items()}
+    protocol = o.get("kafka.security.protocol", "PLAINTEXT").upper()
+    result: dict[str, Any] = {
+        "bootstrap_servers": o["kafka.bootstrap.servers"],
+        "security_protocol": protocol,
+        "request_timeout_ms": 30_000,
+    }
+    if protocol.startswith("SASL"):
+        match = _JAAS.search(o.get("kafka.sasl.jaas.config", ""))
+        if match is None:
+            raise ValueError("kafka.sasl.jaas.config must hold username=... password=...")
+        result["sasl_mechanism"] = o.get("kafka.sasl.mechanism", "PLAIN").upper()
+        result["sasl_plain_username"] = match["user"]
+        result["sasl_plain_password"] = match["password"]
+    if protocol.endswith("SSL"):
+        context: ssl.SSLContext = create_ssl_context(
+            cafile=o.get("kafka.ssl.truststore.location"),
+            certfile=o.get("kafka.ssl.keystore.certificate.chain"),
+            keyfile=o.get("kafka.ssl.keystore.key"),
+        )
+        result["ssl_context"] = context
+    return result
+
+
+def offsets_json(offsets: dict[TopicPartition, int]) -> str:
+    """``{"topic": {"partition": offset}}``, as ``startingOffsets``/``endingOffsets`` take."""
+    nested: dict[str, dict[str, int]] = {}
+    for tp, offset in sorted(offsets.items()):
+        nested.setdefault(tp.topic, {})[str(tp.partition)] = offset
+    return json.dumps(nested)
+
+
+def _parse_offsets(text: str) -> dict[TopicPartition, int]:
+    return {
+        TopicPartition(topic, int(partition)): int(offset)
+        for topic, partitions in json.loads(text).items()
+        for partition, offset in partitions.items()
+    }
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """Offsets ``[start, end)`` of one Kafka partition: one Spark input partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class KafkaDataSource(DataSource):
+    """``spark.read.format("replicator-kafka")`` and ``df.write.format("replicator-kafka")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaReader(dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return KafkaWriter(dict(self.options))
+
+
+class KafkaReader(DataSourceReader):
+    """Reads explicit offset ranges (JSON ``startingOffsets`` and ``endingOffsets``)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = {k.lower(): v for k, v in options.items()}
+
+    def partitions(self) -> list[OffsetRange]:
+        starts = self.options.get("startingoffsets", "")
+        ends = self.options.get("endingoffsets", "")
+        if not starts.startswith("{") or not ends.startswith("{"):
+            raise ValueError(
+                f"{FORMAT} reads snapshots: give startingOffsets and endingOffsets as JSON"
+            )
+        start, end = _parse_offsets(starts), _parse_offsets(ends)
+        step = int(self.options.get("maxoffsetspertask", "0")) or None
+        ranges = []
+        for tp in sorted(end):
+            first, last = start.get(tp, 0), end[tp]
+            cut = first
+            while cut < last:
+                upper = last if step is None else min(last, cut + step)
+                ranges.append(OffsetRange(tp.topic, tp.partition, cut, upper))
+                cut = upper
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        if not isinstance(partition, OffsetRange):
+            return  # no ranges: Spark reads one placeholder partition
+        loop = asyncio.new_event_loop()
+        chunks = _read_range(self.options, partition)
+        try:
+            while True:
+                try:
+                    rows = loop.run_until_complete(anext(chunks))
+                except StopAsyncIteration:
+                    return
+                yield from rows
+        finally:
+            loop.run_until_complete(chunks.aclose())
+            loop.close()
+
+
+async def _read_range(
+    options: dict[str, str], partition: OffsetRange
+) -> AsyncGenerator[list[tuple[Any, ...]], None]:
+    """The records of one offset range, a fetch at a time."""
+    consumer = AIOKafkaConsumer(
+        **client_options(options), enable_auto_commit=False, auto_offset_reset="none"
+    )
+    await consumer.start()
+    tp = TopicPartition(partition.topic, partition.partition)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, partition.start)
+        position = partition.start
+        while position < partition.end:
+            fetched = await consumer.getmany(tp, timeout_ms=_POLL_MS)
+            rows = []
+            for record in fetched.get(tp, []):
+                if record.offset >= partition.end:
+                    position = partition.end
+                    break
+                position = record.offset + 1
+                rows.append(
+                    (
+                        record.key,
+                        record.value,
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                        datetime.fromtimestamp(record.timestamp / 1000, tz=UTC),
+                        record.timestamp_type,
+                        [(k, v) for k, v in record.headers],
+                    )
+                )
+            if rows:
+                yield rows
+            end = consumer.highwater(tp)
+            if end is not None and end <= position:
+                return  # the range ends past the log end (records compacted away)
+    finally:
+        await consumer.stop()
+
+
+@dataclass
+class Written(WriterCommitMessage):
+    records: int
+
+
+class KafkaWriter(DataSourceWriter):
+    """Writes rows in order with ``acks=all``; a task succeeds once all were acknowledged."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = {k.lower(): v for k, v in options.items()}
+
+    def write(self, iterator: Iterator[Row]) -> Written:
+        loop = asyncio.new_event_loop()
+        try:
+            return Written(loop.run_until_complete(_write_rows(self.options, iterator)))
+        finally:
+            loop.close()
+
+
+async def _write_rows(options: dict[str, str], rows: Iterator[Row]) -> int:
+    """Write ``rows`` in order; return once every one was acknowledged."""
+    producer = AIOKafkaProducer(
+        **client_options(options),
+        acks="all",
+        enable_idempotence=False,
+        linger_ms=5,
+        max_request_size=16 * 1024 * 1024,
+    )
+    await producer.start()
+    default_topic = options.get("topic")
+    written = 0
+    try:
+        pending = []
+        for row in rows:
+            fields = row.asDict()
+            topic = fields.get("topic") or default_topic
+            if not topic:
+                raise ValueError("rows need a topic column, or the topic option")
+            timestamp = fields.get("timestamp")
+            if isinstance(timestamp, datetime):
+                timestamp = round(timestamp.timestamp() * 1000)
+            headers = [(h["key"], h["value"]) for h in fields.get("headers") or []]
+            pending.append(
+                await producer.send(
+                    topic,
+                    key=fields.get("key"),
+                    value=fields.get("value"),
+                    partition=fields.get("partition"),
+                    timestamp_ms=timestamp,
+                    headers=headers,
+                )
+            )
+            written += 1
+            if len(pending) >= 10_000:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return written

@@ -1,0 +1,66 @@
+"""Offset snapshots: the exact ``[start, end)`` range of every partition of some topics.
+
+End offsets are the high watermarks of fetch responses, not ListOffsets(LATEST) answers, which
+some brokers get wrong after multi-record batches. Starts are the log start, or the first offset
+at or after a timestamp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from replicator.readback import partitions_of
+
+Range = tuple[int, int]
+
+
+async def snapshot(
+    client: dict[str, Any],
+    topics: list[str],
+    since_ms: int | None = None,
+    timeout: float = 30.0,
+) -> dict[TopicPartition, Range]:
+    """``{partition: (start, end)}`` for every partition of ``topics`` that exist."""
+    consumer = AIOKafkaConsumer(**client, enable_auto_commit=False, auto_offset_reset="none")
+    await consumer.start()
+    try:
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in await partitions_of(consumer, topic)
+        ]
+        if not partitions:
+            return {}
+        consumer.assign(partitions)
+        begin = await consumer.beginning_offsets(partitions)
+        listed = await consumer.end_offsets(partitions)
+        starts = dict(begin)
+        if since_ms is not None:
+            found = await consumer.offsets_for_times({tp: since_ms for tp in partitions})
+            starts = {tp: (found[tp].offset if found[tp] else listed[tp]) for tp in partitions}
+        for tp in partitions:  # one fetch near the end reports the true log end
+            consumer.seek(tp, max(begin[tp], listed[tp] - 1))
+        ends: dict[TopicPartition, int] = {}
+        deadline = time.monotonic() + timeout
+        while len(ends) < len(partitions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no log end for {sorted(set(partitions) - set(ends))}")
+            await consumer.getmany(timeout_ms=200)
+            for tp in partitions:
+                end = consumer.highwater(tp)
+                if end is not None:
+                    ends[tp] = end
+                    consumer.pause(tp)
+        return {tp: (min(starts[tp], ends[tp]), ends[tp]) for tp in partitions}
+    finally:
+        await consumer.stop()
+
+
+def take(
+    client: dict[str, Any], topics: list[str], since_ms: int | None = None
+) -> dict[TopicPartition, Range]:
+    return asyncio.run(snapshot(client, topics, since_ms))

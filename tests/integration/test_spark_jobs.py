@@ -1,0 +1,208 @@
+"""The Spark jobs as ``replicator backfill`` and ``replicator audit``, local mode, real brokers.
+
+Backfill: a history copied exactly (partition, order, key, value, headers, timestamp, provenance),
+a re-run that adds nothing, and the hand-over to a live replicator with no gap and no duplicate.
+Audit: clean clusters report nothing; injected faults (a missing, a duplicated, a reordered, an
+altered, a looped and an untagged record) are reported exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from replicator.provenance import Provenance
+from tests.integration.harness import (
+    Sent,
+    Start,
+    create_topics,
+    holds,
+    oracle,
+    produce,
+    produce_records,
+    read,
+    replicator_env,
+    run,
+    start_clusters,
+    wait_until,
+)
+
+
+def replicator_cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """Run ``replicator ARGS`` with only ``env``'s REPLICATOR_* variables; (status, out, err)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "replicator", *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+async def _committed(bootstrap: str, group: str, partitions: int) -> list[int | None]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await consumer.start()
+    try:
+        tps = [TopicPartition("orders_REPLICA", p) for p in range(partitions)]
+        consumer.assign(tps)
+        return [await consumer.committed(tp) for tp in tps]
+    finally:
+        await consumer.stop()
+
+
+def test_backfill_copies_exactly_then_hands_over_to_the_live_replicator(
+    replicators: Start,
+) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        local, remote = brokers["dc1"], brokers["dc2"]
+        create_topics(local, orders_REPLICA=3)
+        sent = produce(local, "orders_REPLICA", 3000, partitions=3)
+        env = replicator_env("dc1", brokers)
+
+        status, out, err = replicator_cli(env, "backfill", "--to", "dc2", "--json")
+        assert status == 0, err
+        result = json.loads(out)
+        assert result["records"] == 3000 and result["written"] == {"dc2": 3000}, result
+        rate = 3000 / result["seconds"]
+        stored = read(remote, "orders")
+        report = oracle(sent, stored, "dc1")
+        assert not report.missing and not report.duplicates and not report.out_of_order, report
+        by_origin = {(r.partition, r.offset): r for r in sent}
+        for record in stored:
+            tag = record.provenance
+            assert tag is not None
+            assert tag == Provenance("dc1", "orders_REPLICA", record.partition, tag.offset)
+            source = by_origin[(tag.partition, tag.offset)]
+            assert record.timestamp == source.timestamp
+            assert record.headers[: len(source.headers)] == source.headers
+
+        status, out, err = replicator_cli(env, "backfill", "--to", "dc2", "--json")
+        assert status == 0, err
+        again = json.loads(out)
+        assert again["written"] == {"dc2": 0} and again["already_there"] == {"dc2": 3000}
+        assert len(read(remote, "orders")) == 3000, "a re-run wrote duplicates"
+
+        group = "replicator.dc1.dc2"
+        assert run(_committed(local.bootstrap_servers, group, 3)) == [1000, 1000, 1000]
+        dc1 = replicators("dc1", env)
+        dc1.wait_ready()
+        more = produce(local, "orders_REPLICA", 300, partitions=3, tag="-live")
+        wait_until(holds(remote, "orders", 3300), 60, "live records on dc2", dc1.log)
+        wait_until(holds(local, "orders", 3300), 60, "dc1's own topic", dc1.log)
+        time.sleep(1)
+        final = oracle(sent + more, read(remote, "orders"), "dc1")
+        assert not final.missing and not final.duplicates and not final.out_of_order, final
+        assert dc1.stop() == 0
+        print(f"backfill: 3000 records in {result['seconds']:.1f} s ({rate:.0f} records/s)")
+
+
+def _copy(source: list[Sent], topic: str) -> list[Sent]:
+    """What the replicator writes for ``source`` records of dc1: same place, with provenance."""
+    return [
+        Sent(
+            topic,
+            r.partition,
+            -1,
+            r.key,
+            r.value,
+            (*r.headers, *Provenance("dc1", "orders_REPLICA", r.partition, r.offset).headers()),
+            r.timestamp,
+        )
+        for r in source
+    ]
+
+
+def _audit(env: dict[str, str], topic: str) -> tuple[int, dict[str, Any]]:
+    status, out, err = replicator_cli(env, "audit", "--topic", topic, "--json", "-")
+    assert status in (0, 1), err
+    assert out.strip(), err
+    return status, json.loads(out.strip().splitlines()[-1])
+
+
+def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults(
+    replicators: Start,
+) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        local, remote = brokers["dc1"], brokers["dc2"]
+        for broker in (local, remote):
+            create_topics(broker, orders_REPLICA=3, orders=3)
+        sent = produce(local, "orders_REPLICA", 300, partitions=3)
+        copies = _copy(sent, "orders")
+        env = replicator_env("dc1", brokers)
+
+        produce_records(local, "orders", copies)
+        produce_records(remote, "orders", copies)
+        status, clean = _audit(env, "orders")
+        assert status == 0, clean
+        totals = clean["totals"]
+        assert totals["expected"] == totals["delivered"] == 600, totals
+        assert {k: v for k, v in totals.items() if k not in ("expected", "delivered")} == {
+            "missing": 0,
+            "lag": 0,
+            "duplicates": 0,
+            "out_of_order": 0,
+            "mismatched": 0,
+            "untagged": 0,
+            "loops": 0,
+        }
+
+        # The same history, with one fault of each kind, on dc2's "payments".
+        for broker in (local, remote):
+            create_topics(broker, payments_REPLICA=3, payments=3)
+        paid = produce(local, "payments_REPLICA", 300, partitions=3)
+        faulty = _inject_faults(_copy(paid, "payments"), paid)
+        produce_records(local, "payments", [*_copy(paid, "payments")])
+        produce_records(remote, "payments", faulty)
+        looped = _copy(paid[:1], "payments_REPLICA")  # replicated data published again
+        produce_records(remote, "payments_REPLICA", looped)
+        status, found = _audit(env, "payments")
+        assert status == 1, found
+        assert found["totals"] == {
+            "expected": 600,
+            "delivered": 599,
+            "missing": 1,
+            "lag": 0,
+            "duplicates": 1,
+            "out_of_order": 1,
+            "mismatched": 1,
+            "untagged": 1,
+            "loops": 1,
+        }, found["totals"]
+        flagged = {
+            (p["cluster"], p["partition"], k)
+            for p in found["partitions"]
+            for k in ("missing", "duplicates", "out_of_order", "mismatched", "untagged", "loops")
+            if p[k]
+        }
+        assert flagged == {
+            ("dc2", 0, "missing"),
+            ("dc2", 0, "duplicates"),
+            ("dc2", 1, "out_of_order"),
+            ("dc2", 2, "mismatched"),
+            ("dc2", 1, "untagged"),
+            ("dc2", paid[0].partition, "loops"),
+        }, flagged
+        print(f"audit of injected faults: {found['totals']}")
+
+
+def _inject_faults(copies: list[Sent], source: list[Sent]) -> list[Sent]:
+    """Drop one record, duplicate one, swap two, alter one, add an untagged one."""
+    by_partition: dict[int, list[Sent]] = {0: [], 1: [], 2: []}
+    for record, origin in zip(copies, source, strict=True):
+        by_partition[origin.partition].append(record)
+    p0, p1, p2 = by_partition[0], by_partition[1], by_partition[2]
+    p0 = [*p0[:10], *p0[11:20], p0[20], *p0[20:]]  # offset 10 missing, offset 20 twice
+    p1 = [*p1[:5], p1[6], p1[5], *p1[7:]]  # offsets 5 and 6 swapped
+    p2 = [*p2[:7], replace(p2[7], value=b"tampered"), *p2[8:]]
+    stray = Sent("payments", 1, -1, b"k", b"written to X directly", (), p1[0].timestamp)
+    return [*p0, *p1, stray, *p2]
