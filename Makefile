@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench bench-quick lint unit integration clean
+.PHONY: install demo jobs-demo test bench bench-quick lint unit integration clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ test: lint $(STAMP)
 	$(BIN)/pytest -q
 
 ## Throughput, latency and memory, side by side with a naive mirror and a batch-copy ceiling.
+jobs-demo: $(STAMP)
+	$(BIN)/replicator demo --spark
+
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 

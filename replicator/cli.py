@@ -57,8 +57,16 @@ def run() -> None:
 def demo(
     seconds: float = typer.Option(15.0, help="How long to produce traffic."),
     rate: int = typer.Option(2000, help="Records per second produced in each datacenter."),
+    spark: bool = typer.Option(
+        False, help="Instead: the Spark jobs (backfill a history, audit it, catch tampering)."
+    ),
+    records: int = typer.Option(50_000, help="With --spark: records of history to backfill."),
 ) -> None:
     """Two local brokers, two replicators, live traffic both ways; prints counts that prove it."""
+    if spark:
+        from replicator.spark.demo import run as run_jobs_demo
+
+        raise typer.Exit(run_jobs_demo(records, "local[2]"))
     from replicator.demo import main as run_demo
 
     raise typer.Exit(run_demo(seconds, rate))

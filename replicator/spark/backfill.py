@@ -94,8 +94,10 @@ def run_backfill(
             )
             out = records.join(existing, ["target", "partition", "offset"], "left_anti")
         # One writer per Kafka partition's rows, in source order.
-        ordered = out.repartition(partitions, "target", "partition").sortWithinPartitions(
-            "target", "partition", "offset"
+        ordered = (
+            out.repartition(partitions, "target", "partition")
+            .sortWithinPartitions("target", "partition", "offset")
+            .cache()
         )
         written = ordered.count()
         held = result.records - written
@@ -113,6 +115,7 @@ def run_backfill(
             .mode("append")
             .save()
         )
+        ordered.unpersist()
         result.written[destination.alias] = written
         result.already_there[destination.alias] = held
     records.unpersist()

@@ -29,6 +29,17 @@ from replicator.spark.session import kafka_format, spark_session
 from replicator.topology import Leg, TopicRules
 
 err = Console(stderr=True)
+_SHORT = {
+    "expected": "expected",
+    "delivered": "delivered",
+    "missing": "missing",
+    "lag": "lag",
+    "duplicates": "dups",
+    "out_of_order": "reordered",
+    "mismatched": "altered",
+    "untagged": "untagged",
+    "loops": "loops",
+}
 
 
 def parse_since(text: str | None) -> int | None:
@@ -158,15 +169,15 @@ def audit(
 
 
 def _print_audit(report: AuditReport, allow_lag: bool) -> None:
-    table = Table(title="audit")
-    for column in ("cluster", "topic", "partition", "origin", *COUNTS):
-        table.add_column(column.replace("_", " "), justify="right")
+    table = Table(title="audit (per cluster, topic, partition and origin cluster)")
+    for column in ("cluster", "topic", "part", "origin", *_SHORT.values()):
+        table.add_column(column, justify="right")
     for p in report.partitions:
         cells = [str(getattr(p, c)) for c in COUNTS]
         table.add_row(p.cluster, p.topic, str(p.partition), p.origin or "-", *cells)
     totals = report.totals()
     table.add_row("total", "", "", "", *(str(totals[c]) for c in COUNTS), style="bold")
-    Console().print(table)
+    Console(width=max(Console().width, 120)).print(table)
     verdict = "OK" if report.ok(allow_lag) else "PROBLEMS FOUND"
     print(f"{verdict}: " + ", ".join(f"{totals[c]} {c.replace('_', ' ')}" for c in COUNTS))
     sys.stdout.flush()

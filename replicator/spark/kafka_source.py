@@ -251,7 +251,11 @@ class KafkaWriter(DataSourceWriter):
 
 
 async def _write_rows(options: dict[str, str], rows: Iterator[Row]) -> int:
-    """Write ``rows`` in order; return once every one was acknowledged."""
+    """Write ``rows`` in order; return once every one was acknowledged.
+
+    Rows with a partition are packed into batches per partition (one ``send_batch`` per full
+    batch, in order, as the replicator does); rows without one go through the partitioner.
+    """
     producer = AIOKafkaProducer(
         **client_options(options),
         acks="all",
@@ -262,8 +266,15 @@ async def _write_rows(options: dict[str, str], rows: Iterator[Row]) -> int:
     await producer.start()
     default_topic = options.get("topic")
     written = 0
+    open_batches: dict[tuple[str, int], Any] = {}
+    pending: list[asyncio.Future[Any]] = []
+
+    async def flush(where: tuple[str, int]) -> None:
+        batch = open_batches.pop(where)
+        batch.close()
+        pending.append(await producer.send_batch(batch, where[0], partition=where[1]))
+
     try:
-        pending = []
         for row in rows:
             fields = row.asDict()
             topic = fields.get("topic") or default_topic
@@ -273,20 +284,28 @@ async def _write_rows(options: dict[str, str], rows: Iterator[Row]) -> int:
             if isinstance(timestamp, datetime):
                 timestamp = round(timestamp.timestamp() * 1000)
             headers = [(h["key"], h["value"]) for h in fields.get("headers") or []]
-            pending.append(
-                await producer.send(
-                    topic,
-                    key=fields.get("key"),
-                    value=fields.get("value"),
-                    partition=fields.get("partition"),
-                    timestamp_ms=timestamp,
-                    headers=headers,
-                )
-            )
+            key, value, partition = fields.get("key"), fields.get("value"), fields.get("partition")
             written += 1
-            if len(pending) >= 10_000:
+            if partition is None:
+                pending.append(
+                    await producer.send(
+                        topic, key=key, value=value, timestamp_ms=timestamp, headers=headers
+                    )
+                )
+                continue
+            where = (topic, partition)
+            batch = open_batches.get(where)
+            if batch is None:
+                batch = open_batches[where] = producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=timestamp, headers=headers) is None:
+                await flush(where)
+                batch = open_batches[where] = producer.create_batch()
+                batch.append(key=key, value=value, timestamp=timestamp, headers=headers)
+            if len(pending) >= 1000:
                 await asyncio.gather(*pending)
                 pending.clear()
+        for where in list(open_batches):
+            await flush(where)
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
