@@ -121,6 +121,15 @@ def backfill(
         "end, so the sidecar continues where the backfill stopped.",
     ),
     json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    real_topics: bool = typer.Option(
+        False,
+        "--real-topics",
+        help="Copy the real topics X themselves (every origin's records, provenance kept) "
+        "instead of X_REPLICA.",
+    ),
+    max_offsets_per_task: int = typer.Option(
+        0, min=0, help="Split each partition's range into Spark tasks of this many offsets."
+    ),
 ) -> None:
     """Copy a bounded history of X_REPLICA (up to a snapshot of its end) to X on other clusters."""
     settings = _settings()
@@ -134,7 +143,16 @@ def backfill(
         raise typer.Exit(EXIT_CONFIG) from None
     raise typer.Exit(
         jobs.backfill(
-            settings, origin, destinations, topic or [], since_ms, master, hand_over, json_output
+            settings,
+            origin,
+            destinations,
+            topic or [],
+            since_ms,
+            master,
+            hand_over,
+            json_output,
+            real_topics,
+            max_offsets_per_task,
         )
     )
 

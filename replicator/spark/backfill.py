@@ -41,6 +41,7 @@ class BackfillResult:
     records: int  # untagged source records in the range
     written: dict[str, int] = field(default_factory=dict)  # per destination
     already_there: dict[str, int] = field(default_factory=dict)
+    untagged: int = 0  # real-topic records without provenance: not copied
     handed_over: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -51,48 +52,54 @@ def run_backfill(
     source: ClusterInput,
     destinations: list[ClusterInput],
     suffix: str,
+    real_topics: bool = False,
 ) -> BackfillResult:
-    """Copy ``source.snapshot`` (replica topic ranges) to every destination's real topics.
+    """Copy ``source.snapshot`` to every destination's real topics.
 
-    Each destination's ``snapshot`` covers its real topics (read to skip what it holds).
+    The snapshot covers replica topics (tagged here, as live), or with ``real_topics`` the real
+    topics themselves (every origin's records, copied with their provenance as they are; records
+    without provenance are not copied and are counted). Each destination's ``snapshot`` covers
+    its real topics, read to skip the records it already holds.
     """
     started = time.monotonic()
     result = BackfillResult(source.alias, 0)
     if not any(end > start for start, end in source.snapshot.values()):
         result.seconds = time.monotonic() - started
         return result
-    records = (
-        read_snapshot(spark, fmt, source)
-        .filter(~tagged())
-        .select(
-            real_topic(suffix).alias("target"),
-            "key",
-            "value",
-            "partition",
-            "offset",
-            "timestamp",
-            with_provenance(source.alias).alias("headers"),
+    frame = read_snapshot(spark, fmt, source)
+    columns = ["key", "value", "partition", "offset", "timestamp"]
+    if real_topics:
+        frame = frame.select("*", *origin_columns())
+        known = sf.col("o_cluster").isNotNull() & sf.col("o_offset").isNotNull()
+        result.untagged = frame.filter(~known).count()
+        records = frame.filter(known).withColumnRenamed("topic", "target")
+    else:
+        records = (
+            frame.filter(~tagged())
+            .select(
+                real_topic(suffix).alias("target"),
+                *columns,
+                with_provenance(source.alias).alias("headers"),
+            )
+            .select("*", *origin_columns())
         )
-        .cache()
-    )
+    records = records.select(
+        "target", *columns, "headers", "o_cluster", "o_partition", "o_offset"
+    ).cache()
     result.records = records.count()
     partitions = max(1, len(source.snapshot))
+    origin = ["target", "o_cluster", "o_partition", "o_offset"]
     for destination in destinations:
         out = records
         held = 0
         if any(end > start for start, end in destination.snapshot.values()):
             existing = (
                 read_snapshot(spark, fmt, destination)
-                .select("topic", *origin_columns())
-                .filter(sf.col("o_cluster") == source.alias)
-                .select(
-                    sf.col("topic").alias("target"),
-                    sf.col("o_partition").alias("partition"),
-                    sf.col("o_offset").alias("offset"),
-                )
+                .select(sf.col("topic").alias("target"), *origin_columns())
+                .select(*origin)
                 .distinct()
             )
-            out = records.join(existing, ["target", "partition", "offset"], "left_anti")
+            out = records.join(existing, origin, "left_anti")
         # One writer per Kafka partition's rows, in source order.
         ordered = (
             out.repartition(partitions, "target", "partition")

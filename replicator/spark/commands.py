@@ -82,28 +82,35 @@ def backfill(
     master: str,
     with_hand_over: bool,
     as_json: bool,
+    copy_real_topics: bool = False,
+    max_offsets_per_task: int = 0,
 ) -> int:
     suffix = settings.replica_suffix
     chosen = real_topics(settings, source, topics)
     options = {alias: spark_options(c) for alias, c in settings.clusters.items()}
-    replica = [t + suffix for t in chosen]
+    read = chosen if copy_real_topics else [t + suffix for t in chosen]
+    reading = dict(options[source])
+    if max_offsets_per_task:
+        reading["maxOffsetsPerTask"] = str(max_offsets_per_task)
     origin = ClusterInput(
-        source, options[source], snapshot.take(client_options(options[source]), replica, since_ms)
+        source, reading, snapshot.take(client_options(options[source]), read, since_ms)
     )
     targets = [
         ClusterInput(d, options[d], snapshot.take(client_options(options[d]), chosen))
         for d in destinations
     ]
     total = sum(end - start for start, end in origin.snapshot.values())
-    err.print(f"backfill {source} -> {', '.join(destinations)}: {chosen}, {total} offsets")
+    err.print(f"backfill {source} -> {', '.join(destinations)}: {read}, {total} offsets")
     spark = spark_session(master, "replicator-backfill")
     try:
         fmt = kafka_format(spark)
         with spark_progress(spark, f"backfill {source}"):
-            result = run_backfill(spark, fmt, origin, targets, suffix)
+            result = run_backfill(spark, fmt, origin, targets, suffix, copy_real_topics)
     finally:
         spark.stop()
-    if with_hand_over:
+    if copy_real_topics and with_hand_over:
+        err.print("hand-over applies to replica topics (one leg each); skipped for real topics")
+    elif with_hand_over:
         for destination in destinations:
             group = Leg(source, destination).group_id(settings.group_prefix)
             result.handed_over[group] = hand_over(origin, group)
@@ -115,7 +122,10 @@ def _print_backfill(result: BackfillResult, as_json: bool) -> None:
     if as_json:
         print(json.dumps(asdict(result)))
         return
-    table = Table(title=f"backfill from {result.source} ({result.records} records)")
+    title = f"backfill from {result.source} ({result.records} records"
+    if result.untagged:
+        title += f"; {result.untagged} without provenance not copied"
+    table = Table(title=title + ")")
     for column in ("destination", "written", "already there", "leg group set to snapshot end"):
         table.add_column(column)
     for destination, written in result.written.items():

@@ -206,3 +206,46 @@ def _inject_faults(copies: list[Sent], source: list[Sent]) -> list[Sent]:
     p2 = [*p2[:7], replace(p2[7], value=b"tampered"), *p2[8:]]
     stray = Sent("payments", 1, -1, b"k", b"written to X directly", (), p1[0].timestamp)
     return [*p0, *p1, stray, *p2]
+
+
+def test_backfill_of_real_topics_copies_every_origin_with_its_provenance(
+    replicators: Start,
+) -> None:
+    """Seeding dc3 from dc1's ``orders``, which holds dc1's and dc2's records: copied as they are
+    (provenance kept, partition and order too), split into several Spark tasks per partition;
+    a record without provenance is not copied and is counted."""
+    with start_clusters("dc1", "dc3") as brokers:
+        local, new = brokers["dc1"], brokers["dc3"]
+        create_topics(local, orders_REPLICA=3, orders=3)
+        source = produce(local, "orders_REPLICA", 300, partitions=3)
+        ours = _copy(source, "orders")
+        theirs = [  # as if replicated from dc2
+            replace(
+                copy,
+                headers=(
+                    *r.headers,
+                    *Provenance("dc2", "orders_REPLICA", r.partition, r.offset).headers(),
+                ),
+            )
+            for copy, r in zip(ours[:150], source[:150], strict=True)
+        ]
+        stray = Sent("orders", 2, -1, b"k", b"written to X directly", (), ours[0].timestamp)
+        produce_records(local, "orders", [*ours, *theirs, stray])
+        env = replicator_env("dc1", brokers)
+        args = ("backfill", "--to", "dc3", "--real-topics", "--max-offsets-per-task", "40")
+        status, out, err = replicator_cli(env, *args, "--json")
+        assert status == 0, err
+        result = json.loads(out)
+        assert (result["records"], result["written"], result["untagged"]) == (450, {"dc3": 450}, 1)
+        held = [r for r in read(local, "orders") if r.provenance is not None]
+        copied = read(new, "orders")
+        for partition in range(3):
+            assert [
+                (r.key, r.value, r.headers, r.timestamp) for r in copied if r.partition == partition
+            ] == [
+                (r.key, r.value, r.headers, r.timestamp) for r in held if r.partition == partition
+            ]
+        status, out, err = replicator_cli(env, *args, "--json")
+        assert status == 0, err
+        assert json.loads(out)["written"] == {"dc3": 0}
+        assert len(read(new, "orders")) == 450
