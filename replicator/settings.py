@@ -169,13 +169,17 @@ class Settings(BaseSettings):
     clusters: dict[str, ClusterSettings] = Field(
         description="One block per datacenter (local included), keyed by alias."
     )
-    topics_include: Regex = Field(".*", description="Regex over real topic names to replicate.")
+    topics_include: Regex = Field(
+        ".*", description="Regex over real topic names to replicate (full match)."
+    )
     topics_exclude: Regex = Field(
         DEFAULT_TOPICS_EXCLUDE, description="Regex over real topic names never replicated."
     )
     replica_suffix: str = Field("_REPLICA", description="Suffix of the topics applications write.")
     group_prefix: str = Field(
-        "replicator", description="Consumer groups are <prefix>.<source>.<destination>."
+        "replicator",
+        description="Consumer groups: <prefix>.<source> (shared fetch), "
+        "<prefix>.<source>.<destination> (each leg's committed offsets).",
     )
     http_host: str = Field("0.0.0.0", description="Address of the health and metrics server.")
     http_port: int = Field(8080, ge=0, le=65535, description="Port of health and metrics.")
@@ -183,7 +187,7 @@ class Settings(BaseSettings):
         "INFO", description="DEBUG, INFO, WARNING or ERROR."
     )
     log_format: Literal["json", "console", "auto"] = Field(
-        "auto", description="auto: console on a terminal, JSON otherwise."
+        "auto", description="json, console, or auto (console on a terminal, JSON otherwise)."
     )
     batch_max_bytes: int = Field(
         512 * 1024, ge=1024, description="Largest batch written to a destination partition."
@@ -200,17 +204,23 @@ class Settings(BaseSettings):
         512 * 1024, ge=1024, description="Largest fetch per source partition."
     )
     partition_queue_max_records: int = Field(
-        5_000, ge=1, description="Records buffered per source partition before fetching pauses."
+        5_000,
+        ge=1,
+        description="Records queued per source partition and leg before fetching pauses.",
     )
     partition_queue_max_bytes: int = Field(
-        1024 * 1024, ge=1024, description="Bytes buffered per partition before fetching pauses."
+        1024 * 1024,
+        ge=1024,
+        description="Bytes queued per source partition and leg before fetching pauses.",
     )
     detach_after_ms: int = Field(
         2000,
         ge=0,
         description="How long the shared fetch waits for a full leg before it fetches alone.",
     )
-    commit_interval_ms: int = Field(1000, ge=10, description="How often acked offsets commit.")
+    commit_interval_ms: int = Field(
+        1000, ge=10, description="How often acknowledged offsets are committed."
+    )
     metadata_max_age_ms: int = Field(
         3000, ge=100, description="Metadata refresh: bounds how fast new topics are picked up."
     )
@@ -218,10 +228,12 @@ class Settings(BaseSettings):
         30_000, ge=1000, description="Kafka request timeout; must exceed a consumer group join."
     )
     send_stall_timeout_ms: int = Field(
-        30_000, ge=100, description="An unacknowledged send older than this marks a leg degraded."
+        30_000,
+        ge=100,
+        description="An unacknowledged batch older than this marks its leg not ready.",
     )
     shutdown_grace_ms: int = Field(
-        20_000, ge=0, description="Time to drain in-flight sends on SIGTERM before forcing."
+        20_000, ge=0, description="Time to drain in-flight sends on SIGTERM (and on rebalance)."
     )
     offset_reset_policy: OffsetResetPolicy = Field(
         OffsetResetPolicy.EARLIEST,
