@@ -82,6 +82,30 @@ def _settings() -> Settings:
         raise typer.Exit(EXIT_CONFIG) from None
 
 
+@app.command("check-config")
+def check_config(
+    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Validate the environment, connect to every cluster, print the effective configuration.
+
+    Secrets are masked. Exits 0 when the configuration is valid and every cluster answers, 2
+    otherwise (an invalid variable is named).
+    """
+    from replicator.operations import check_config as check
+
+    raise typer.Exit(check(_settings(), json_output))
+
+
+@app.command()
+def lag(
+    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Per leg, topic and partition: committed offset, source log end, and lag."""
+    from replicator.operations import lag as show_lag
+
+    raise typer.Exit(show_lag(_settings(), json_output))
+
+
 def _spark_jobs() -> ModuleType:
     try:
         from replicator.spark import commands

@@ -18,8 +18,8 @@ from aiokafka import AIOKafkaConsumer
 from rich.console import Console
 from rich.table import Table
 
+from replicator import snapshot
 from replicator.settings import Settings
-from replicator.spark import snapshot
 from replicator.spark.audit import COUNTS, AuditReport, run_audit
 from replicator.spark.backfill import BackfillResult, hand_over, run_backfill
 from replicator.spark.frames import ClusterInput

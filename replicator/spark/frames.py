@@ -15,8 +15,8 @@ from replicator.provenance import (
     ORIGIN_PARTITION,
     ORIGIN_TOPIC,
 )
+from replicator.snapshot import Range
 from replicator.spark.kafka_source import offsets_json
-from replicator.spark.snapshot import Range
 
 _EMPTY = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "

@@ -207,6 +207,20 @@ class ReplicatorProcess:
 Start = Callable[[str, dict[str, str]], ReplicatorProcess]
 
 
+def replicator_cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """Run ``replicator ARGS`` with only ``env``'s REPLICATOR_* variables; (status, out, err)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "replicator", *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
 def replicator_env(local: str, brokers: dict[str, Broker], **extra: str) -> dict[str, str]:
     env = {
         "REPLICATOR_LOCAL_CLUSTER": local,

@@ -9,9 +9,6 @@ altered, a looped and an untagged record) are reported exactly.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -28,25 +25,12 @@ from tests.integration.harness import (
     produce,
     produce_records,
     read,
+    replicator_cli,
     replicator_env,
     run,
     start_clusters,
     wait_until,
 )
-
-
-def replicator_cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    """Run ``replicator ARGS`` with only ``env``'s REPLICATOR_* variables; (status, out, err)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "replicator", *args],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    return done.returncode, done.stdout, done.stderr
 
 
 async def _committed(bootstrap: str, group: str, partitions: int) -> list[int | None]:
