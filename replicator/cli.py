@@ -106,6 +106,34 @@ def lag(
     raise typer.Exit(show_lag(_settings(), json_output))
 
 
+topics_app = typer.Typer(help="Manage the X_REPLICA and X topic pairs.", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+
+
+@topics_app.command("ensure")
+def topics_ensure(
+    topic: Annotated[list[str], typer.Option(help="Real topic X (repeatable).")],
+    partitions: int = typer.Option(..., min=1, help="Partitions of X_REPLICA and X."),
+    config: Annotated[
+        list[str] | None, typer.Option(help="Topic config key=value (repeatable).")
+    ] = None,
+    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Create X_REPLICA and X with the same partitions and configs on every cluster.
+
+    Exits 0 when every pair exists as asked, 1 when one has another partition count or could not
+    be created (reported per cluster), 2 on invalid configuration.
+    """
+    from replicator.operations import ensure_topics
+
+    settings = _settings()
+    pairs = dict(item.split("=", 1) for item in config or [] if "=" in item)
+    if len(pairs) != len(config or []):
+        typer.echo("--config: expected key=value", err=True)
+        raise typer.Exit(EXIT_CONFIG)
+    raise typer.Exit(ensure_topics(settings, topic, partitions, pairs, json_output))
+
+
 def _spark_jobs() -> ModuleType:
     try:
         from replicator.spark import commands

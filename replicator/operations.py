@@ -1,9 +1,11 @@
-"""Operator commands: ``replicator check-config`` and ``replicator lag``.
+"""Operator commands: ``replicator check-config``, ``replicator lag``, ``replicator topics ensure``.
 
 ``check-config`` validates the environment, connects to every cluster and prints the effective
 configuration with secrets masked. ``lag`` shows, per leg, topic and partition, the leg's
 committed offset, the source log end and the difference, read from the clusters themselves (the
 successor of MirrorMaker's offset checker, like ``kafka-consumer-groups --describe``).
+``topics ensure`` creates the ``X_REPLICA`` and ``X`` pair of a topic on every cluster with the
+same partition count and configuration, and reports pairs that cannot match.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import NewTopic
 from rich.console import Console
 from rich.table import Table
 
-from replicator.kafka import ClusterClient, client_options
+from replicator.kafka import ClusterClient, client_options, translate
 from replicator.settings import Settings
 from replicator.snapshot import snapshot
+from replicator.topics import describe_partitions
 from replicator.topology import TopicRules, legs_for
 
 _CHECK_TIMEOUT_S = 15.0
@@ -116,3 +120,80 @@ def lag(settings: Settings, as_json: bool) -> int:
         totals[r.leg] = totals.get(r.leg, 0) + r.lag
     print(", ".join(f"{leg}: {total} records behind" for leg, total in totals.items()))
     return 0
+
+
+@dataclass
+class TopicOutcome:
+    cluster: str
+    topic: str
+    partitions: int | None
+    action: str  # created, exists, mismatch, failed
+    detail: str = ""
+
+
+async def _ensure_on(
+    settings: Settings, alias: str, names: list[str], partitions: int, configs: dict[str, str]
+) -> list[TopicOutcome]:
+    client = ClusterClient(alias, settings.clusters[alias], settings)
+    outcomes = []
+    try:
+        admin = await client.admin()
+        existing = await describe_partitions(admin)
+        for name in names:
+            if name in existing:
+                have = len(existing[name])
+                if have == partitions:
+                    outcomes.append(TopicOutcome(alias, name, have, "exists"))
+                else:
+                    detail = f"has {have} partitions, the pair needs {partitions}"
+                    outcomes.append(TopicOutcome(alias, name, have, "mismatch", detail))
+                continue
+            replication = settings.destination_replication_factor or min(
+                3, len((await admin.describe_cluster())["brokers"])
+            )
+            response = await admin.create_topics(
+                [NewTopic(name, partitions, replication, topic_configs=configs)]
+            )
+            errors = [
+                f"error {code} {message or ''}".strip()
+                for _, code, message in response.topic_errors
+                if code != 0
+            ]
+            if errors:
+                outcomes.append(TopicOutcome(alias, name, None, "failed", "; ".join(errors)))
+            else:
+                outcomes.append(TopicOutcome(alias, name, partitions, "created"))
+    except Exception as exc:
+        outcomes += [
+            TopicOutcome(alias, n, None, "failed", str(translate(exc)))
+            for n in names
+            if n not in {o.topic for o in outcomes}
+        ]
+    finally:
+        await client.close()
+    return outcomes
+
+
+def ensure_topics(
+    settings: Settings, topics: list[str], partitions: int, configs: dict[str, str], as_json: bool
+) -> int:
+    """Create each ``X_REPLICA``/``X`` pair on every cluster; 0 if all match, 1 otherwise."""
+    names = [n for t in topics for n in (t + settings.replica_suffix, t)]
+
+    async def everywhere() -> list[TopicOutcome]:
+        results = await asyncio.gather(
+            *(_ensure_on(settings, a, names, partitions, configs) for a in settings.clusters)
+        )
+        return [o for r in results for o in r]
+
+    outcomes = asyncio.run(everywhere())
+    if as_json:
+        print(json.dumps([asdict(o) for o in outcomes]))
+    else:
+        table = Table(title=f"topics ensured with {partitions} partitions")
+        for column in ("cluster", "topic", "partitions", "action", "detail"):
+            table.add_column(column)
+        for o in outcomes:
+            table.add_row(o.cluster, o.topic, str(o.partitions or "-"), o.action, o.detail)
+        Console(width=max(Console().width, 110)).print(table)
+    return 0 if all(o.action in ("created", "exists") for o in outcomes) else 1

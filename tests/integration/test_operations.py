@@ -5,18 +5,29 @@ from __future__ import annotations
 import json
 
 from replicator.embedded import EmbeddedBroker
+from replicator.topics import topic_configs
 from tests.integration.harness import (
     Start,
+    admin_client,
     create_topics,
     holds,
     produce,
     replicator_cli,
     replicator_env,
+    run,
     start_clusters,
     wait_until,
 )
 
 CANARY = "canary-secret-check-config"
+
+
+async def _configs(bootstrap: str, topic: str) -> dict[str, str]:
+    admin = await admin_client(bootstrap)
+    try:
+        return await topic_configs(admin, topic)
+    finally:
+        await admin.close()
 
 
 def test_check_config_prints_the_effective_configuration_and_reaches_every_cluster() -> None:
@@ -78,3 +89,30 @@ def test_lag_shows_committed_offsets_log_ends_and_lag_per_leg(replicators: Start
                 assert row["group"] == f"replicator.{leg.replace('->', '.')}"
         status, out, _ = replicator_cli(env, "lag")
         assert status == 0 and "dc1->dc2: 30 records behind" in out
+
+
+def test_topics_ensure_creates_matching_pairs_everywhere_and_reports_mismatches() -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        create_topics(brokers["dc2"], payments=2)  # an existing X with too few partitions
+        env = replicator_env("dc1", brokers)
+        args = ("topics", "ensure", "--topic", "orders", "--partitions", "3")
+        status, out, err = replicator_cli(env, *args, "--config", "retention.ms=86400000", "--json")
+        assert status == 0, err
+        outcomes = {(o["cluster"], o["topic"]): o["action"] for o in json.loads(out)}
+        assert outcomes == {
+            (c, t): "created" for c in ("dc1", "dc2") for t in ("orders_REPLICA", "orders")
+        }
+        for broker in brokers.values():
+            assert run(_configs(broker.bootstrap_servers, "orders_REPLICA")) == {
+                "retention.ms": "86400000"
+            }
+        status, out, _ = replicator_cli(env, *args, "--json")
+        assert status == 0 and {o["action"] for o in json.loads(out)} == {"exists"}
+        status, out, _ = replicator_cli(
+            env, "topics", "ensure", "--topic", "payments", "--partitions", "3", "--json"
+        )
+        assert status == 1
+        mismatched = [o for o in json.loads(out) if o["action"] == "mismatch"]
+        assert [(o["cluster"], o["topic"], o["partitions"]) for o in mismatched] == [
+            ("dc2", "payments", 2)
+        ]
