@@ -21,7 +21,7 @@ from aiokafka.admin import NewTopic
 from replicator.kafka import ClusterClient, make_producer, translate
 from replicator.lifecycle import close_quietly
 from replicator.settings import Settings
-from replicator.topics import describe_partitions
+from replicator.topics import describe_partitions, replication_factor
 
 log = structlog.get_logger(__name__)
 
@@ -83,9 +83,7 @@ class DeadLetters:
         admin = await self._local.admin()
         if self.topic in await describe_partitions(admin):
             return
-        replication = self._settings.destination_replication_factor
-        if replication is None:  # like a broker default: 3, or fewer on a smaller cluster
-            replication = min(3, len((await admin.describe_cluster())["brokers"]))
+        replication = await replication_factor(admin, self._settings.destination_replication_factor)
         await admin.create_topics([NewTopic(self.topic, 1, replication)])
         log.info("dead-letter topic created", topic=self.topic)
 

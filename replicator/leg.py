@@ -218,30 +218,18 @@ class LegRunner:
         if found.lost:
             self._metrics.records_lost.labels(self.leg.name, sender.target_topic).inc(found.lost)
         policy = self._settings.offset_reset_policy
-        self.offset_resets.append(
-            {
-                "topic": tp.topic,
-                "partition": tp.partition,
-                "reason": found.reason,
-                "position": found.position,
-                "log_start": found.log_start,
-                "log_end": found.log_end,
-                "records_lost": found.lost,
-                "policy": policy.value,
-                "at": time.time(),
-            }
-        )
-        self._log.error(
-            "source offset out of range",
-            topic=tp.topic,
-            partition=tp.partition,
-            reason=found.reason,
-            position=found.position,
-            log_start=found.log_start,
-            log_end=found.log_end,
-            records_lost=found.lost,
-            policy=policy.value,
-        )
+        event = {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "reason": found.reason,
+            "position": found.position,
+            "log_start": found.log_start,
+            "log_end": found.log_end,
+            "records_lost": found.lost,
+            "policy": policy.value,
+        }
+        self.offset_resets.append({**event, "at": time.time()})
+        self._log.error("source offset out of range", **event)
         if policy is OffsetResetPolicy.HALT:
             sender.halt(f"{found} (REPLICATOR_OFFSET_RESET_POLICY=halt)")
             return

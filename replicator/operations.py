@@ -22,8 +22,8 @@ from rich.table import Table
 
 from replicator.kafka import ClusterClient, client_options, translate
 from replicator.settings import Settings
-from replicator.snapshot import snapshot
-from replicator.topics import describe_partitions
+from replicator.snapshot import replica_topics, snapshot
+from replicator.topics import describe_partitions, replication_factor
 from replicator.topology import TopicRules, legs_for
 
 _CHECK_TIMEOUT_S = 15.0
@@ -73,13 +73,7 @@ class PartitionLag:
 async def _lag(settings: Settings) -> list[PartitionLag]:
     local = settings.clusters[settings.local_cluster]
     client = client_options(local, settings)
-    rules = TopicRules.from_settings(settings)
-    consumer = AIOKafkaConsumer(**client, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        topics = sorted(t for t in await consumer.topics() if rules.target(t) is not None)
-    finally:
-        await consumer.stop()
+    topics = await replica_topics(client, TopicRules.from_settings(settings))
     ranges = await snapshot(client, topics)
     rows: list[PartitionLag] = []
     for leg in legs_for(settings):
@@ -148,9 +142,7 @@ async def _ensure_on(
                     detail = f"has {have} partitions, the pair needs {partitions}"
                     outcomes.append(TopicOutcome(alias, name, have, "mismatch", detail))
                 continue
-            replication = settings.destination_replication_factor or min(
-                3, len((await admin.describe_cluster())["brokers"])
-            )
+            replication = await replication_factor(admin, settings.destination_replication_factor)
             response = await admin.create_topics(
                 [NewTopic(name, partitions, replication, topic_configs=configs)]
             )

@@ -14,8 +14,19 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.readback import partitions_of
+from replicator.topology import TopicRules
 
 Range = tuple[int, int]
+
+
+async def replica_topics(client: dict[str, Any], rules: TopicRules) -> list[str]:
+    """The replica topics on a cluster that ``rules`` replicate, sorted."""
+    consumer = AIOKafkaConsumer(**client, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return sorted(t for t in await consumer.topics() if rules.target(t) is not None)
+    finally:
+        await consumer.stop()
 
 
 async def snapshot(

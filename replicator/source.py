@@ -268,7 +268,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def _start_fanout(self, tp: TopicPartition) -> None:
         """Fan ``tp`` out to the legs' senders, from the lowest position one of them needs."""
-        senders = [leg.senders[tp] for leg in self._legs if tp in leg.senders]
+        senders = self._senders(tp)
         starts = [s.next_offset for s in senders if s.open]
         if not starts:
             self._consumer.pause(tp)  # halted on every leg: nothing to fetch
@@ -294,9 +294,13 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         feed, so it detaches and catches up on its own first)."""
         fanout = self._fanouts.get(tp)
         if fanout is not None:
-            fanout.senders = [leg.senders[tp] for leg in self._legs if tp in leg.senders]
+            fanout.senders = self._senders(tp)
             for sender in fanout.senders:
                 sender.feed_waiting = fanout.check
+
+    def _senders(self, tp: TopicPartition) -> list[PartitionSender]:
+        """Every leg's sender for ``tp``."""
+        return [leg.senders[tp] for leg in self._legs if tp in leg.senders]
 
     def _pause(self, tp: TopicPartition) -> None:
         if tp in self._consumer.assignment():

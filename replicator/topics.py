@@ -72,6 +72,13 @@ async def describe_partitions(admin: AIOKafkaAdminClient) -> dict[str, list[dict
     return {t["topic"]: t["partitions"] for t in topics if t["error_code"] == 0}
 
 
+async def replication_factor(admin: AIOKafkaAdminClient, configured: int | None) -> int:
+    """``configured``, else what a broker defaults to: 3, or fewer on a smaller cluster."""
+    if configured is not None:
+        return configured
+    return min(3, len((await admin.describe_cluster())["brokers"]))
+
+
 async def _config_entries(admin: AIOKafkaAdminClient, topic: str) -> list[Any]:
     responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
     return [entry for r in responses for resource in r.resources for entry in resource[4]]

@@ -12,9 +12,7 @@ import json
 import sys
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer
 from rich.console import Console
 from rich.table import Table
 
@@ -54,22 +52,13 @@ def parse_since(text: str | None) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
-async def _replica_topics(client: dict[str, Any], rules: TopicRules) -> list[str]:
-    consumer = AIOKafkaConsumer(**client, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        return sorted(t for t in await consumer.topics() if rules.target(t) is not None)
-    finally:
-        await consumer.stop()
-
-
 def real_topics(settings: Settings, cluster: str, chosen: list[str]) -> list[str]:
     """The real topics named, else those of every replica topic the rules replicate."""
     if chosen:
         return chosen
     rules = TopicRules.from_settings(settings)
     client = client_options(spark_options(settings.clusters[cluster]))
-    found = asyncio.run(_replica_topics(client, rules))
+    found = asyncio.run(snapshot.replica_topics(client, rules))
     return sorted({t for r in found if (t := rules.target(r)) is not None})
 
 
