@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
+import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
 from replicator.kafka import ClusterClient
@@ -38,6 +40,23 @@ class Events:
         self.seen.append("room")
 
 
+_PRODUCERS: list[AIOKafkaProducer] = []
+
+
+def _producer() -> AIOKafkaProducer:
+    """A producer that is never started (the tests send nothing); closed after each test."""
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:10")
+    _PRODUCERS.append(producer)
+    return producer
+
+
+@pytest.fixture(autouse=True)
+async def _close_producers() -> AsyncIterator[None]:
+    yield
+    while _PRODUCERS:
+        await _PRODUCERS.pop().stop()
+
+
 def sender(
     next_offset: int | None, events: Events, max_records: int = 100, prepared: bool = True
 ) -> PartitionSender:
@@ -47,7 +66,7 @@ def sender(
         leg=Leg("dc1", "dc2"),
         tp=TopicPartition("orders_REPLICA", 0),
         target_topic="orders",
-        producer=AIOKafkaProducer(bootstrap_servers="127.0.0.1:10"),
+        producer=_producer(),
         destination_ready=asyncio.Event(),
         topics=TopicProvisioner(clients[0], clients[1], None),
         metrics=Metrics(),
