@@ -163,8 +163,15 @@ class LegRunner:
         """Take ``partitions``: read the leg's committed offsets, start one sender each."""
         replicated = [tp for tp in partitions if self._rules.target(tp.topic) is not None]
         self._consumer.assign(replicated)
+        committed = {tp: await self._consumer.committed(tp) for tp in replicated}
+        new = [tp for tp, offset in committed.items() if offset is None]
+        if new:
+            # A partition this leg never committed starts at the oldest record still held (not
+            # offset 0, which retention may have deleted long ago: that is no loss to report).
+            committed.update(await self._consumer.beginning_offsets(new))
+            self._log.info("no committed offset: starting at the log start", partitions=len(new))
         for tp in replicated:
-            self._start_sender(tp, await self._consumer.committed(tp))
+            self._start_sender(tp, committed[tp])
         self._metrics.assigned_partitions.labels(self.leg.name).set(len(self.senders))
         self._log.info("partitions assigned", partitions=len(self.senders))
 
