@@ -2,12 +2,19 @@
 
 Names use base units (seconds, bytes) and ``_total`` for counters. Labels are the leg
 (``dc1->dc2``), the real topic, and where it matters the source partition or a reason. No label
-ever carries configuration values, so secrets cannot leak through metrics.
+ever carries configuration values, so secrets cannot leak through metrics. ``Metrics.catalogue``
+lists every metric (README's metrics reference and the Grafana dashboard are checked against it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
+
+_M = TypeVar("_M", bound=MetricWrapperBase)
 
 LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -15,104 +22,120 @@ LATENCY_BUCKETS = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class MetricSpec:
+    """One exported metric, as documented: name, type, label names and meaning."""
+
+    name: str
+    kind: str
+    labels: tuple[str, ...]
+    help: str
+
+
 class Metrics:
     """Every metric the replicator exports."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
-        self.records_replicated = Counter(
+        self.catalogue: list[MetricSpec] = []
+        self.records_replicated = self._declare(
+            Counter,
             "replicator_records_replicated_total",
             "Records acknowledged by a destination cluster.",
             ["leg", "topic"],
-            registry=r,
         )
-        self.bytes_replicated = Counter(
+        self.bytes_replicated = self._declare(
+            Counter,
             "replicator_bytes_replicated_total",
             "Key and value bytes of records acknowledged by a destination cluster.",
             ["leg", "topic"],
-            registry=r,
         )
-        self.records_skipped = Counter(
+        self.records_skipped = self._declare(
+            Counter,
             "replicator_records_skipped_total",
             "Source records not replicated, by reason (already_replicated, malformed_provenance).",
             ["leg", "topic", "reason"],
-            registry=r,
         )
-        self.send_errors = Counter(
+        self.send_errors = self._declare(
+            Counter,
             "replicator_send_errors_total",
             "Batches a destination failed to acknowledge, by error type.",
             ["leg", "topic", "error"],
-            registry=r,
         )
-        self.records_dead_lettered = Counter(
+        self.records_dead_lettered = self._declare(
+            Counter,
             "replicator_records_dead_lettered_total",
             "Records too large for a destination topic, parked in the local dead-letter topic.",
             ["leg", "topic"],
-            registry=r,
         )
-        self.offset_resets = Counter(
+        self.offset_resets = self._declare(
+            Counter,
             "replicator_offset_resets_total",
             "Source positions found outside the log (below_log_start, beyond_log_end).",
             ["leg", "topic", "reason"],
-            registry=r,
         )
-        self.records_lost = Counter(
+        self.records_lost = self._declare(
+            Counter,
             "replicator_records_lost_total",
             "Source records deleted before they were replicated (known counts only).",
             ["leg", "topic"],
-            registry=r,
         )
-        self.partitions_replaced = Counter(
+        self.partitions_replaced = self._declare(
+            Counter,
             "replicator_destination_partitions_replaced_total",
             "Destination partitions whose log was replaced (topic deleted and created again); "
             "each is replayed from the source log start.",
             ["leg", "topic"],
-            registry=r,
         )
-        self.latency = Histogram(
+        self.latency = self._declare(
+            Histogram,
             "replicator_replication_latency_seconds",
             "Time from a source record's timestamp to its acknowledgement by the destination.",
             ["leg"],
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.commit_lag = Gauge(
+        self.commit_lag = self._declare(
+            Gauge,
             "replicator_commit_lag_records",
             "Source records not yet committed for a leg (source log end minus committed offset).",
             ["leg", "topic", "partition"],
-            registry=r,
         )
-        self.commits = Counter(
+        self.commits = self._declare(
+            Counter,
             "replicator_offset_commits_total",
             "Upstream offset commits, by result (ok, failed).",
             ["leg", "result"],
-            registry=r,
         )
-        self.assigned_partitions = Gauge(
+        self.assigned_partitions = self._declare(
+            Gauge,
             "replicator_assigned_partitions",
             "Source partitions currently assigned to a leg.",
             ["leg"],
-            registry=r,
         )
-        self.rebalances = Counter(
+        self.rebalances = self._declare(
+            Counter,
             "replicator_rebalances_total",
             "Partition assignments received by a leg.",
             ["leg"],
-            registry=r,
         )
-        self.leg_ready = Gauge(
+        self.leg_ready = self._declare(
+            Gauge,
             "replicator_leg_ready",
             "1 when a leg is assigned, reachable and has no partition in a failed state.",
             ["leg"],
-            registry=r,
         )
-        self.topics_blocked = Gauge(
+        self.topics_blocked = self._declare(
+            Gauge,
             "replicator_topics_blocked",
             "Topics a leg cannot replicate (destination has fewer partitions, or refused).",
             ["leg"],
-            registry=r,
         )
+
+    def _declare(
+        self, kind: type[_M], name: str, help: str, labels: list[str], **options: Any
+    ) -> _M:
+        self.catalogue.append(MetricSpec(name, kind.__name__.lower(), tuple(labels), help))
+        return kind(name, help, labels, registry=self.registry, **options)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

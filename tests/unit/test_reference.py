@@ -1,14 +1,19 @@
-"""README's configuration table is the settings model's."""
+"""README's configuration and metrics tables are the settings model's and the catalogue's."""
 
 from __future__ import annotations
 
-from replicator.reference import README, configuration_table, readme_section
+import pytest
+
+from replicator.metrics import Metrics
+from replicator.reference import README, SECTIONS, Section, readme_section
 from replicator.settings import ClusterSettings, Settings
 
 
-def test_readme_lists_every_setting_as_the_model_defines_it() -> None:
-    assert readme_section(README.read_text()) == configuration_table(), (
-        "README's configuration table is out of date: python -m replicator.reference --update"
+@pytest.mark.parametrize("section", SECTIONS, ids=lambda s: s.generate.__name__)
+def test_readme_table_is_generated_from_the_code(section: Section) -> None:
+    assert readme_section(README.read_text(), section) == section.generate(), (
+        f"README's {section.generate.__name__} is out of date: "
+        "python -m replicator.reference --update"
     )
 
 
@@ -16,3 +21,12 @@ def test_every_setting_has_a_description() -> None:
     for model in (Settings, ClusterSettings):
         undocumented = [n for n, f in model.model_fields.items() if not f.description]
         assert not undocumented, f"{model.__name__}: {undocumented}"
+
+
+def test_catalogue_lists_every_exported_metric_once() -> None:
+    metrics = Metrics()
+    names = [spec.name for spec in metrics.catalogue]
+    assert len(names) == len(set(names))
+    exported = {m.name for m in metrics.registry.collect()}
+    # prometheus_client names a counter's family without "_total"
+    assert {n.removesuffix("_total") for n in names} == exported
