@@ -33,8 +33,8 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m benchmarks.run --quick
 
 lint: $(STAMP)
-	$(BIN)/ruff check replicator tests benchmarks
-	$(BIN)/ruff format --check replicator tests benchmarks
+	$(BIN)/ruff check replicator tests benchmarks examples
+	$(BIN)/ruff format --check replicator tests benchmarks examples
 	$(BIN)/mypy
 
 unit: $(STAMP)

@@ -1,0 +1,82 @@
+"""What deploy/ and examples/ run, run here against real brokers: the Compose file's topic
+set-up command, the image's HEALTHCHECK command, and the example producer and consumer apps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.harness import (
+    Start,
+    holds,
+    replicator_cli,
+    replicator_env,
+    start_clusters,
+    wait_until,
+)
+from tests.unit.test_deploy import compose, healthcheck_command
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def healthcheck(port: int) -> int:
+    """Run the image's HEALTHCHECK command as Docker would: its exit status."""
+    env = {**os.environ, "REPLICATOR_HTTP_PORT": str(port)}
+    command = [sys.executable if part == "python" else part for part in healthcheck_command()]
+    return subprocess.run(command, env=env, capture_output=True, timeout=30, check=False).returncode
+
+
+def example(script: str, *args: str) -> dict[str, object]:
+    """Run an example app to completion; its final JSON summary line."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    summary: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return summary
+
+
+def test_compose_set_up_healthcheck_and_example_apps_work_on_real_brokers(
+    replicators: Start,
+) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        env = replicator_env("dc1", brokers)
+        command = compose()["services"]["topics"]["command"]
+        status, out, err = replicator_cli(env, *command)
+        assert status == 0, out + err
+        one = replicators("dc1", env)
+        two = replicators("dc2", replicator_env("dc2", brokers))
+        one.wait_ready()
+        two.wait_ready()
+        assert healthcheck(one.http_port) == 0
+        assert healthcheck(two.http_port) == 0
+
+        produced = {"dc1": 300, "dc2": 200}
+        for alias, count in produced.items():
+            summary = example(
+                "producer.py",
+                *("--bootstrap-servers", brokers[alias].bootstrap_servers),
+                *("--datacenter", alias, "--rate", "0", "--count", str(count)),
+                "--no-idempotence",  # the embedded broker does not implement InitProducerId
+            )
+            assert summary == {"topic": "orders_REPLICA", "produced": count}
+        for broker in brokers.values():
+            wait_until(holds(broker, "orders", sum(produced.values())), 60, "orders complete")
+        for alias, broker in brokers.items():
+            summary = example(
+                "consumer.py",
+                *("--bootstrap-servers", broker.bootstrap_servers, "--group", f"app-{alias}"),
+                *("--count", str(sum(produced.values())), "--report-every", "60"),
+            )
+            assert summary["by_origin"] == produced, alias
+
+        assert one.stop() == 0
+        assert healthcheck(one.http_port) != 0, "nothing answers on a stopped replicator's port"

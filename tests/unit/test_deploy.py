@@ -1,0 +1,455 @@
+"""deploy/ against the product: the image, the Compose file, the Kubernetes manifests and the
+dashboard are validated by their official tools and schemas (hadolint, the Compose specification,
+the Kubernetes OpenAPI schemas), then cross-checked against the settings model, the HTTP surface
+and the metric catalogue, so that none of them can drift from the code unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dotenv import dotenv_values
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from replicator.metrics import Metrics
+from replicator.settings import Settings, load_settings
+
+ROOT = Path(__file__).parents[2]
+DEPLOY = ROOT / "deploy"
+KUBERNETES = DEPLOY / "kubernetes"
+OVERLAYS = sorted(p for p in (KUBERNETES / "overlays").iterdir() if p.is_dir())
+DEFAULT_HTTP_PORT = Settings.model_fields["http_port"].default
+DEFAULT_GRACE_MS = Settings.model_fields["shutdown_grace_ms"].default
+
+
+def tool(name: str) -> str:
+    """A command-line tool installed beside this interpreter (the dev extra)."""
+    return str(Path(sys.executable).parent / name)
+
+
+def run_tool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+
+
+def env_file(path: Path) -> dict[str, str]:
+    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+
+
+def settings_of(env: dict[str, Any]) -> Settings:
+    """Load a deployment's environment exactly as the replicator would (unknown names fail)."""
+    return load_settings({k: str(v) for k, v in env.items()})
+
+
+def seconds(duration: str) -> float:
+    """A Compose duration such as ``30s`` or ``1m30s``."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+# -- the image --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    arguments: str
+
+    def exec_form(self) -> list[str]:
+        """The JSON array of an exec-form instruction (fails on the shell form)."""
+        text = self.arguments
+        if self.keyword == "HEALTHCHECK":
+            text = text.split(" CMD ", 1)[1]
+        value = json.loads(text)
+        assert isinstance(value, list), f"{self.keyword} is not in exec form"
+        return [str(v) for v in value]
+
+
+def dockerfile_stages() -> list[list[Instruction]]:
+    """The Dockerfile's stages, each a list of instructions (continuations joined)."""
+    text = (DEPLOY / "Dockerfile").read_text()
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
+    stages: list[list[Instruction]] = []
+    for line in joined.splitlines():
+        if not line.strip():
+            continue
+        keyword, _, arguments = line.strip().partition(" ")
+        if keyword.upper() == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append(Instruction(keyword.upper(), arguments.strip()))
+    return stages
+
+
+def final_stage() -> dict[str, list[Instruction]]:
+    found: dict[str, list[Instruction]] = {}
+    for instruction in dockerfile_stages()[-1]:
+        found.setdefault(instruction.keyword, []).append(instruction)
+    return found
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    done = run_tool(tool("hadolint"), "--failure-threshold", "info", str(DEPLOY / "Dockerfile"))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_image_is_multi_stage_and_runs_the_service_as_non_root_in_exec_form() -> None:
+    stages = dockerfile_stages()
+    assert len(stages) >= 2
+    final = final_stage()
+    copies = [c.arguments for c in final["COPY"]]
+    assert copies == ["--from=build /opt/replicator /opt/replicator"], "final stage: venv only"
+    assert not [r for r in final.get("RUN", []) if re.search(r"pip |apt-get|gcc", r.arguments)]
+    user = final["USER"][-1].arguments.split(":")[0]
+    assert user not in ("root", "0")
+    assert final["ENTRYPOINT"][-1].exec_form() == ["replicator"]
+    assert final["CMD"][-1].exec_form() == ["run"]
+    assert final["STOPSIGNAL"][-1].arguments == "SIGTERM"
+    assert final["EXPOSE"][-1].arguments == str(DEFAULT_HTTP_PORT)
+
+
+def image_environment() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for instruction in final_stage()["ENV"]:
+        env.update(dict(re.findall(r"(\w+)=(\S+)", instruction.arguments)))
+    return env
+
+
+def test_image_environment_names_real_settings() -> None:
+    env = {k: v for k, v in image_environment().items() if k.startswith("REPLICATOR_")}
+    assert env, "the image sets its HTTP port and log format"
+    settings = settings_of({**env, **env_file(ROOT / "examples" / "two-datacenters.env")})
+    assert settings.http_port == DEFAULT_HTTP_PORT
+
+
+def healthcheck_command() -> list[str]:
+    """The image's HEALTHCHECK command (run against a live replicator by the integration tests)."""
+    return final_stage()["HEALTHCHECK"][-1].exec_form()
+
+
+def test_healthcheck_asks_livez_on_the_configured_port() -> None:
+    command = healthcheck_command()
+    assert command[:2] == ["python", "-c"]
+    assert "/livez" in command[2] and "REPLICATOR_HTTP_PORT" in command[2]
+
+
+def test_build_context_holds_what_the_dockerfile_copies() -> None:
+    admitted = [
+        line[1:].rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    ]
+    for stage in dockerfile_stages():
+        for instruction in stage:
+            if instruction.keyword != "COPY" or instruction.arguments.startswith("--from"):
+                continue
+            *sources, _ = instruction.arguments.split()
+            for source in sources:
+                assert (ROOT / source).exists(), source
+                assert any(source == a or source.startswith(a + "/") for a in admitted), source
+
+
+def test_image_pins_satisfy_the_package_requirements() -> None:
+    pins: dict[str, str] = {}
+    for line in (DEPLOY / "requirements.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for requirement in map(Requirement, project["dependencies"]):
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not pinned in deploy/requirements.txt"
+        assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} vs {requirement}"
+
+
+# -- Docker Compose ---------------------------------------------------------------------------
+
+
+@cache
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    return loaded
+
+
+def replicator_services() -> dict[str, dict[str, Any]]:
+    """Services that run ``replicator run`` (the image's default command)."""
+    return {
+        name: service
+        for name, service in compose()["services"].items()
+        if service.get("image") == "replicator:local"
+        and "command" not in service
+        and "entrypoint" not in service
+    }
+
+
+def test_compose_file_follows_the_compose_specification() -> None:
+    path = str(DEPLOY / "docker-compose.yml")
+    done = run_tool(tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_compose_replicators_are_configured_by_environment_only() -> None:
+    services = compose()["services"]
+    replicators = replicator_services()
+    assert set(replicators) == {"replicator-dc1", "replicator-dc2"}
+    kafka_ports = {
+        name: re.search(r"PLAINTEXT://:(\d+)", s["environment"]["KAFKA_LISTENERS"])
+        for name, s in services.items()
+        if s.get("image", "").startswith("apache/kafka")
+    }
+    locals_seen = set()
+    for name, service in replicators.items():
+        assert "env_file" not in service and "volumes" not in service, name
+        settings = settings_of(service["environment"])
+        locals_seen.add(settings.local_cluster)
+        for cluster in settings.clusters.values():
+            for server in cluster.servers:
+                host, port = server.rsplit(":", 1)
+                listener = kafka_ports.get(host)
+                assert listener is not None and listener.group(1) == port, server
+        published = [p.split(":") for p in service["ports"]]
+        assert [container for _, container in published] == [str(settings.http_port)]
+        assert seconds(service["stop_grace_period"]) * 1000 > settings.shutdown_grace_ms
+    assert locals_seen == {"dc1", "dc2"}
+
+
+def test_compose_runs_the_product_image_and_the_example_apps() -> None:
+    services = compose()["services"]
+    built = [s for s in services.values() if "build" in s]
+    assert len(built) == 1 and built[0]["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert (DEPLOY / built[0]["build"]["context"] / built[0]["build"]["dockerfile"]).exists()
+    settings_of(services["topics"]["environment"])
+    for name, service in services.items():
+        if service.get("entrypoint") == ["python"]:
+            script = service["command"][0]
+            mounts = dict(v.split(":")[:2][::-1] for v in service["volumes"])
+            assert script.startswith("/examples/"), name
+            assert (DEPLOY / mounts["/examples"] / script.removeprefix("/examples/")).exists()
+
+
+def test_prometheus_scrapes_every_replicator_and_grafana_gets_the_dashboard() -> None:
+    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    targets = {
+        target
+        for job in prometheus["scrape_configs"]
+        for group in job["static_configs"]
+        for target in group["targets"]
+    }
+    expected = {
+        f"{name}:{settings_of(s['environment']).http_port}"
+        for name, s in replicator_services().items()
+    }
+    assert targets == expected
+    assert {job["metrics_path"] for job in prometheus["scrape_configs"]} == {"/metrics"}
+    grafana = compose()["services"]["grafana"]
+    mounts = dict(v.split(":")[:2][::-1] for v in grafana["volumes"])
+    provider = yaml.safe_load(
+        (DEPLOY / "grafana" / "provisioning" / "dashboards" / "replicator.yml").read_text()
+    )
+    dashboards_in_container = provider["providers"][0]["options"]["path"]
+    on_disk = DEPLOY / mounts[dashboards_in_container]
+    assert (on_disk / "replicator.json").exists()
+    datasources = yaml.safe_load(
+        (DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text()
+    )
+    assert datasources["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+# -- Kubernetes -------------------------------------------------------------------------------
+
+
+def kubernetes_resources() -> list[Path]:
+    return sorted(
+        p
+        for p in KUBERNETES.rglob("*.yaml")
+        if p.name != "kustomization.yaml" and "overlays" not in p.parts
+    )
+
+
+@pytest.mark.parametrize("path", kubernetes_resources(), ids=lambda p: p.name)
+def test_kubernetes_manifest_validates_against_the_api_schema(path: Path) -> None:
+    done = run_tool(tool("kubernetes-validate"), "--strict", "--quiet", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def manifests(path: Path) -> Iterator[dict[str, Any]]:
+    yield from (doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+
+
+@cache
+def base() -> dict[str, dict[str, Any]]:
+    """The base's resources by kind."""
+    kustomization = yaml.safe_load((KUBERNETES / "base" / "kustomization.yaml").read_text())
+    found: dict[str, dict[str, Any]] = {}
+    for name in kustomization["resources"]:
+        for doc in manifests(KUBERNETES / "base" / name):
+            found[doc["kind"]] = doc
+    return found
+
+
+def check_pod(pod: dict[str, Any], container: dict[str, Any], settings: Settings) -> None:
+    """Probes, port and termination grace of a replicator container, against its settings."""
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    (port_name,) = [name for name, number in ports.items() if number == settings.http_port]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": port_name}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port_name}
+    if "startupProbe" in container:
+        assert container["startupProbe"]["httpGet"]["path"] == "/livez"
+    assert container["args"] == ["run"]
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["limits"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["terminationGracePeriodSeconds"] * 1000 >= settings.shutdown_grace_ms + 5000
+
+
+def test_base_deployment_is_probed_drained_and_disruption_budgeted() -> None:
+    deployment, pdb, service = (
+        base()["Deployment"],
+        base()["PodDisruptionBudget"],
+        base()["Service"],
+    )
+    pod = deployment["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert deployment["spec"]["replicas"] >= 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    (container,) = pod["spec"]["containers"]
+    assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(container["ports"][0]["containerPort"])
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    kustomization = yaml.safe_load((KUBERNETES / "base" / "kustomization.yaml").read_text())
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert kustomization["images"] == [{"name": container["image"], "newTag": version}]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_overlay_configures_its_datacenter_from_a_config_map_and_a_secret(overlay: Path) -> None:
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["../../base"]
+    (config_map,) = kustomization["configMapGenerator"]
+    (secret,) = kustomization["secretGenerator"]
+    pod = base()["Deployment"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    sources = container["envFrom"]
+    assert {"configMapRef": {"name": config_map["name"]}} in sources
+    assert {"secretRef": {"name": secret["name"]}} in sources
+    plain = {k: v for f in config_map["envs"] for k, v in env_file(overlay / f).items()}
+    secrets = {k: v for f in secret["envs"] for k, v in env_file(overlay / f).items()}
+    assert not [k for k in plain if k.endswith("PASSWORD")], "passwords belong in the Secret"
+    assert secrets and all(k.endswith("__SASL_PASSWORD") for k in secrets)
+    settings = settings_of({**plain, **secrets})
+    assert settings.local_cluster == overlay.name
+    assert {c.sasl_username for c in settings.clusters.values()} == {
+        f"replicator-{overlay.name}",
+        f"replicator-from-{overlay.name}",
+    }, "one principal per cluster"
+    check_pod(pod["spec"], container, settings)
+
+
+def test_sidecar_example_runs_beside_a_broker_and_is_configured_like_the_deployment() -> None:
+    docs = list(manifests(KUBERNETES / "examples" / "kafka-with-replicator-sidecar.yaml"))
+    by_kind = {doc["kind"]: doc for doc in docs}
+    env = {**by_kind["ConfigMap"]["data"], **by_kind["Secret"]["stringData"]}
+    settings = settings_of(env)
+    pod = by_kind["StatefulSet"]["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert set(containers) == {"kafka", "replicator"}
+    local = settings.clusters[settings.local_cluster].servers
+    assert local == [f"localhost:{containers['kafka']['ports'][0]['containerPort']}"]
+    check_pod(pod, containers["replicator"], settings)
+
+
+# -- the Grafana dashboard --------------------------------------------------------------------
+
+
+@cache
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(
+        (DEPLOY / "grafana" / "dashboards" / "replicator.json").read_text()
+    )
+    return loaded
+
+
+def catalogue() -> dict[str, set[str]]:
+    """Every series name the replicator exports, with its label names."""
+    series: dict[str, set[str]] = {}
+    for spec in Metrics().catalogue:
+        names = [spec.name]
+        if spec.kind == "histogram":
+            names = [spec.name + s for s in ("_bucket", "_sum", "_count")]
+        for name in names:
+            series[name] = set(spec.labels) | ({"le"} if name.endswith("_bucket") else set())
+    return series
+
+
+def test_dashboard_queries_name_exported_metrics_and_labels_only() -> None:
+    exported = catalogue()
+    expressions = [
+        (panel["title"], target["expr"], target.get("legendFormat", ""))
+        for panel in dashboard()["panels"]
+        for target in panel["targets"]
+    ]
+    used = set()
+    for title, expr, legend in expressions:
+        metrics = re.findall(r"\breplicator_[a-z_]+", expr)
+        assert metrics, title
+        labels = set().union(*(exported.get(m, set()) for m in metrics))
+        for metric in metrics:
+            assert metric in exported, f"{title}: {metric} is not exported"
+            used.add(metric.removesuffix("_bucket"))
+        selected = set(re.findall(r"(\w+)\s*(?:=~|!~|!=|=)\s*\"", expr))
+        grouped = {
+            label.strip()
+            for group in re.findall(r"\bby\s*\(([^)]*)\)", expr)
+            for label in group.split(",")
+        }
+        shown = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", legend))
+        for label in selected | grouped | shown:
+            assert label in labels, f"{title}: label {label} not on {metrics}"
+    variables = dashboard()["templating"]["list"]
+    for variable in variables:
+        if variable["type"] == "query":
+            metric, label = re.findall(r"label_values\((\w+),\s*(\w+)\)", variable["definition"])[0]
+            assert label in exported[metric]
+    wanted = {
+        "replicator_records_replicated_total",  # throughput per leg
+        "replicator_commit_lag_records",  # lag per partition
+        "replicator_replication_latency_seconds",  # latency percentiles
+        "replicator_records_skipped_total",  # skipped
+        "replicator_send_errors_total",  # failed
+        "replicator_leg_ready",  # readiness
+    }
+    assert wanted <= used
+
+
+def test_dashboard_panels_have_unique_ids_and_do_not_overlap() -> None:
+    panels = dashboard()["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24
+        area = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not area & cells, panel["title"]
+        cells |= area
