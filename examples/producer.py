@@ -43,17 +43,21 @@ async def produce(args: argparse.Namespace) -> int:
     topic = args.topic + REPLICA_SUFFIX
     sent = 0
     started = time.monotonic()
+    in_flight: list[asyncio.Future[object]] = []
     try:
         while not stop.is_set() and (args.count == 0 or sent < args.count):
             order = {"order": sent, "datacenter": args.datacenter, "created": time.time()}
             key = f"customer-{sent % args.customers}".encode()
-            await producer.send(topic, json.dumps(order).encode(), key=key)
+            in_flight.append(await producer.send(topic, json.dumps(order).encode(), key=key))
             sent += 1
+            if len(in_flight) >= 1000:  # a refused record fails the app, it is not counted
+                await asyncio.gather(*in_flight)
+                in_flight.clear()
             if args.rate:
                 delay = started + sent / args.rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-        await producer.flush()
+        await asyncio.gather(*in_flight)
     finally:
         await producer.stop()
     print(json.dumps({"topic": topic, "produced": sent}))

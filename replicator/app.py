@@ -179,18 +179,22 @@ class ReplicatorService:
                 )
         return problems
 
-    def readiness_problems(self) -> list[str]:
+    def readiness_problems(self, local_only: bool = False) -> list[str]:
+        """Why the service is not ready; ``local_only`` leaves out remote clusters and legs."""
+        local = self.settings.local_cluster
         problems = [
             f"cluster {alias} unreachable: {client.error}"
             for alias, client in self.clusters.items()
-            if client.error is not None
+            if client.error is not None and (alias == local or not local_only)
         ]
         if self.feed is None:
             problems.append("starting")
         else:
             problems.extend(self.feed.problems())
         for runner in self.legs:
-            problems.extend(runner.problems())
+            found = runner.problems()  # also refreshes the leg's readiness gauges
+            if runner.leg.destination == local or not local_only:
+                problems.extend(found)
         return problems
 
     def status(self) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 - ``/livez``: 200 while the event loop and every connected leg's fetch loop make progress.
 - ``/readyz``: 200 when configuration is valid, every cluster answers, every leg has joined its
   group and no partition is halted or stalled; otherwise 503 with the failing checks.
+  ``/readyz?scope=local`` judges the local cluster and the local leg only (for orchestrators: a
+  remote outage must not hold a rolling update).
 - ``/status``: JSON per leg (assigned partitions, offsets, lag, last error). No secrets.
 - ``/metrics``: Prometheus exposition.
 """
@@ -20,7 +22,7 @@ class Observable(Protocol):
 
     def liveness_problems(self) -> list[str]: ...
 
-    def readiness_problems(self) -> list[str]: ...
+    def readiness_problems(self, local_only: bool = False) -> list[str]: ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -34,8 +36,11 @@ def build_app(service: Observable) -> web.Application:
             {"live": not problems, "problems": problems}, status=503 if problems else 200
         )
 
-    async def readyz(_: web.Request) -> web.Response:
-        problems = service.readiness_problems()
+    async def readyz(request: web.Request) -> web.Response:
+        scope = request.query.get("scope", "all")
+        if scope not in ("all", "local"):
+            return web.json_response({"error": "scope must be all or local"}, status=400)
+        problems = service.readiness_problems(local_only=scope == "local")
         return web.json_response(
             {"ready": not problems, "problems": problems}, status=503 if problems else 200
         )

@@ -168,8 +168,11 @@ class LegRunner:
         if new:
             # A partition this leg never committed starts at the oldest record still held (not
             # offset 0, which retention may have deleted long ago: that is no loss to report).
-            committed.update(await self._consumer.beginning_offsets(new))
-            self._log.info("no committed offset: starting at the log start", partitions=len(new))
+            try:
+                committed.update(await self._consumer.beginning_offsets(new))
+                self._log.info("no committed offset: starting at log start", partitions=len(new))
+            except Exception as exc:  # never lose the assignment over it: start at offset 0
+                self._log.warning("log start unknown: starting at offset 0", error=repr(exc))
         for tp in replicated:
             self._start_sender(tp, committed[tp])
         self._metrics.assigned_partitions.labels(self.leg.name).set(len(self.senders))
@@ -305,6 +308,11 @@ class LegRunner:
             return
         await self._drain(senders, self._settings.shutdown_grace_ms / 1000)
         await self._commit(senders)
+        for sender in senders:  # the new owner exports this partition's lag from now on
+            with contextlib.suppress(KeyError):
+                self._metrics.commit_lag.remove(
+                    self.leg.name, sender.tp.topic, str(sender.tp.partition)
+                )
         self._positions.clear()
         with contextlib.suppress(Exception):
             # A new assignment forgets positions and pauses: set them again for the rest.

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from replicator.embedded import free_port
 from tests.integration.harness import (
     Start,
     holds,
@@ -80,3 +81,18 @@ def test_compose_set_up_healthcheck_and_example_apps_work_on_real_brokers(
 
         assert one.stop() == 0
         assert healthcheck(one.http_port) != 0, "nothing answers on a stopped replicator's port"
+
+
+def test_local_readiness_ignores_an_unreachable_remote_and_full_readiness_names_it(
+    replicators: Start,
+) -> None:
+    with start_clusters("dc1") as brokers:
+        nowhere = f"127.0.0.1:{free_port()}"
+        env = replicator_env("dc1", brokers, clusters__dc2__bootstrap_servers=nowhere)
+        one = replicators("dc1", env)
+        one.wait_serving()
+        wait_until(lambda: one.get("/readyz?scope=local")[0] == 200, 60, "locally ready", one.log)
+        status, body = one.get("/readyz")
+        assert status == 503
+        assert any(p.startswith("cluster dc2 unreachable") for p in body["problems"]), body
+        assert one.get("/readyz?scope=nearby")[0] == 400

@@ -222,7 +222,8 @@ def test_compose_replicators_are_configured_by_environment_only() -> None:
                 listener = kafka_ports.get(host)
                 assert listener is not None and listener.group(1) == port, server
         published = [p.split(":") for p in service["ports"]]
-        assert [container for _, container in published] == [str(settings.http_port)]
+        assert [p[-1] for p in published] == [str(settings.http_port)]
+        assert all(p[0] == "127.0.0.1" for p in published), "the demo listens on loopback only"
         assert seconds(service["stop_grace_period"]) * 1000 > settings.shutdown_grace_ms
     assert locals_seen == {"dc1", "dc2"}
 
@@ -301,12 +302,17 @@ def base() -> dict[str, dict[str, Any]]:
     return found
 
 
-def check_pod(pod: dict[str, Any], container: dict[str, Any], settings: Settings) -> None:
+def check_pod(
+    pod: dict[str, Any], container: dict[str, Any], settings: Settings, readiness: str | None
+) -> None:
     """Probes, port and termination grace of a replicator container, against its settings."""
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     (port_name,) = [name for name, number in ports.items() if number == settings.http_port]
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": port_name}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port_name}
+    if readiness is None:
+        assert "readinessProbe" not in container
+    else:
+        assert container["readinessProbe"]["httpGet"] == {"path": readiness, "port": port_name}
     if "startupProbe" in container:
         assert container["startupProbe"]["httpGet"]["path"] == "/livez"
     assert container["args"] == ["run"]
@@ -327,6 +333,7 @@ def test_base_deployment_is_probed_drained_and_disruption_budgeted() -> None:
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert service["spec"]["selector"].items() <= labels.items()
     assert deployment["spec"]["replicas"] >= 2
+    assert pod["spec"]["enableServiceLinks"] is False
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     (container,) = pod["spec"]["containers"]
     assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
@@ -360,7 +367,8 @@ def test_overlay_configures_its_datacenter_from_a_config_map_and_a_secret(overla
         f"replicator-{overlay.name}",
         f"replicator-from-{overlay.name}",
     }, "one principal per cluster"
-    check_pod(pod["spec"], container, settings)
+    # local scope: a remote outage must not hold a rolling update (it shows in the metrics)
+    check_pod(pod["spec"], container, settings, readiness="/readyz?scope=local")
 
 
 def test_sidecar_example_runs_beside_a_broker_and_is_configured_like_the_deployment() -> None:
@@ -373,7 +381,13 @@ def test_sidecar_example_runs_beside_a_broker_and_is_configured_like_the_deploym
     assert set(containers) == {"kafka", "replicator"}
     local = settings.clusters[settings.local_cluster].servers
     assert local == [f"localhost:{containers['kafka']['ports'][0]['containerPort']}"]
-    check_pod(pod, containers["replicator"], settings)
+    # the broker alone decides its pod's readiness; the replicator must not take it out of DNS
+    check_pod(pod, containers["replicator"], settings, readiness=None)
+    assert containers["kafka"]["readinessProbe"]
+    assert by_kind["Service"]["spec"]["publishNotReadyAddresses"] is True
+    assert pod["enableServiceLinks"] is False, "injected *_PORT variables would be unknown settings"
+    wait = containers["kafka"]["lifecycle"]["preStop"]["exec"]["command"]
+    assert wait[0] == "sleep" and float(wait[1]) * 1000 > settings.shutdown_grace_ms
 
 
 # -- the Grafana dashboard --------------------------------------------------------------------
