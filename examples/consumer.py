@@ -47,6 +47,10 @@ async def consume(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     per_origin: Counter[str] = Counter()
     total = 0
+
+    def report() -> None:
+        print(json.dumps({"topic": args.topic, "consumed": total, "by_origin": per_origin}))
+
     next_report = time.monotonic() + args.report_every
     try:
         while not stop.is_set() and (args.count == 0 or total < args.count):
@@ -56,11 +60,11 @@ async def consume(args: argparse.Namespace) -> int:
                     per_origin[origin(list(record.headers))] += 1
                     total += 1
             if time.monotonic() >= next_report:
-                print(json.dumps({"topic": args.topic, "consumed": total, "by_origin": per_origin}))
+                report()
                 next_report += args.report_every
     finally:
         await consumer.stop()
-    print(json.dumps({"topic": args.topic, "consumed": total, "by_origin": per_origin}))
+    report()
     return 0
 
 

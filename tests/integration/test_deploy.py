@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from replicator.embedded import free_port
 from tests.integration.harness import (
@@ -19,9 +18,7 @@ from tests.integration.harness import (
     start_clusters,
     wait_until,
 )
-from tests.unit.test_deploy import compose, healthcheck_command
-
-EXAMPLES = Path(__file__).parents[2] / "examples"
+from tests.unit.deployment import EXAMPLES, compose, healthcheck_command
 
 
 def healthcheck(port: int) -> int:

@@ -10,28 +10,34 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
-from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from dotenv import dotenv_values
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from replicator.metrics import Metrics
 from replicator.settings import Settings, load_settings
+from tests.unit.deployment import (
+    DEPLOY,
+    EXAMPLES,
+    KUBERNETES,
+    ROOT,
+    compose,
+    dockerfile_stages,
+    env_file,
+    final_stage,
+    healthcheck_command,
+    load_yaml,
+    manifests,
+    mounts,
+    project,
+)
 
-ROOT = Path(__file__).parents[2]
-DEPLOY = ROOT / "deploy"
-KUBERNETES = DEPLOY / "kubernetes"
 OVERLAYS = sorted(p for p in (KUBERNETES / "overlays").iterdir() if p.is_dir())
 DEFAULT_HTTP_PORT = Settings.model_fields["http_port"].default
-DEFAULT_GRACE_MS = Settings.model_fields["shutdown_grace_ms"].default
 
 
 def tool(name: str) -> str:
@@ -41,10 +47,6 @@ def tool(name: str) -> str:
 
 def run_tool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
-
-
-def env_file(path: Path) -> dict[str, str]:
-    return {k: v for k, v in dotenv_values(path).items() if v is not None}
 
 
 def settings_of(env: dict[str, Any]) -> Settings:
@@ -61,45 +63,6 @@ def seconds(duration: str) -> float:
 
 
 # -- the image --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Instruction:
-    keyword: str
-    arguments: str
-
-    def exec_form(self) -> list[str]:
-        """The JSON array of an exec-form instruction (fails on the shell form)."""
-        text = self.arguments
-        if self.keyword == "HEALTHCHECK":
-            text = text.split(" CMD ", 1)[1]
-        value = json.loads(text)
-        assert isinstance(value, list), f"{self.keyword} is not in exec form"
-        return [str(v) for v in value]
-
-
-def dockerfile_stages() -> list[list[Instruction]]:
-    """The Dockerfile's stages, each a list of instructions (continuations joined)."""
-    text = (DEPLOY / "Dockerfile").read_text()
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
-    stages: list[list[Instruction]] = []
-    for line in joined.splitlines():
-        if not line.strip():
-            continue
-        keyword, _, arguments = line.strip().partition(" ")
-        if keyword.upper() == "FROM":
-            stages.append([])
-        if stages:
-            stages[-1].append(Instruction(keyword.upper(), arguments.strip()))
-    return stages
-
-
-def final_stage() -> dict[str, list[Instruction]]:
-    found: dict[str, list[Instruction]] = {}
-    for instruction in dockerfile_stages()[-1]:
-        found.setdefault(instruction.keyword, []).append(instruction)
-    return found
 
 
 def test_dockerfile_passes_hadolint() -> None:
@@ -132,13 +95,8 @@ def image_environment() -> dict[str, str]:
 def test_image_environment_names_real_settings() -> None:
     env = {k: v for k, v in image_environment().items() if k.startswith("REPLICATOR_")}
     assert env, "the image sets its HTTP port and log format"
-    settings = settings_of({**env, **env_file(ROOT / "examples" / "two-datacenters.env")})
+    settings = settings_of({**env, **env_file(EXAMPLES / "two-datacenters.env")})
     assert settings.http_port == DEFAULT_HTTP_PORT
-
-
-def healthcheck_command() -> list[str]:
-    """The image's HEALTHCHECK command (run against a live replicator by the integration tests)."""
-    return final_stage()["HEALTHCHECK"][-1].exec_form()
 
 
 def test_healthcheck_asks_livez_on_the_configured_port() -> None:
@@ -169,20 +127,13 @@ def test_image_pins_satisfy_the_package_requirements() -> None:
         if line and not line.startswith("#"):
             name, _, version = line.partition("==")
             pins[canonicalize_name(name)] = version
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    for requirement in map(Requirement, project["dependencies"]):
+    for requirement in map(Requirement, project()["dependencies"]):
         name = canonicalize_name(requirement.name)
         assert name in pins, f"{name} is not pinned in deploy/requirements.txt"
         assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} vs {requirement}"
 
 
 # -- Docker Compose ---------------------------------------------------------------------------
-
-
-@cache
-def compose() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
-    return loaded
 
 
 def replicator_services() -> dict[str, dict[str, Any]]:
@@ -237,13 +188,13 @@ def test_compose_runs_the_product_image_and_the_example_apps() -> None:
     for name, service in services.items():
         if service.get("entrypoint") == ["python"]:
             script = service["command"][0]
-            mounts = dict(v.split(":")[:2][::-1] for v in service["volumes"])
             assert script.startswith("/examples/"), name
-            assert (DEPLOY / mounts["/examples"] / script.removeprefix("/examples/")).exists()
+            examples = DEPLOY / mounts(service)["/examples"]
+            assert (examples / script.removeprefix("/examples/")).exists()
 
 
 def test_prometheus_scrapes_every_replicator_and_grafana_gets_the_dashboard() -> None:
-    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    prometheus = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")
     targets = {
         target
         for job in prometheus["scrape_configs"]
@@ -257,16 +208,12 @@ def test_prometheus_scrapes_every_replicator_and_grafana_gets_the_dashboard() ->
     assert targets == expected
     assert {job["metrics_path"] for job in prometheus["scrape_configs"]} == {"/metrics"}
     grafana = compose()["services"]["grafana"]
-    mounts = dict(v.split(":")[:2][::-1] for v in grafana["volumes"])
-    provider = yaml.safe_load(
-        (DEPLOY / "grafana" / "provisioning" / "dashboards" / "replicator.yml").read_text()
-    )
+    volumes = mounts(grafana)
+    provider = load_yaml(DEPLOY / "grafana" / "provisioning" / "dashboards" / "replicator.yml")
     dashboards_in_container = provider["providers"][0]["options"]["path"]
-    on_disk = DEPLOY / mounts[dashboards_in_container]
+    on_disk = DEPLOY / volumes[dashboards_in_container]
     assert (on_disk / "replicator.json").exists()
-    datasources = yaml.safe_load(
-        (DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text()
-    )
+    datasources = load_yaml(DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml")
     assert datasources["datasources"][0]["url"] == "http://prometheus:9090"
 
 
@@ -287,14 +234,10 @@ def test_kubernetes_manifest_validates_against_the_api_schema(path: Path) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def manifests(path: Path) -> Iterator[dict[str, Any]]:
-    yield from (doc for doc in yaml.safe_load_all(path.read_text()) if doc)
-
-
 @cache
 def base() -> dict[str, dict[str, Any]]:
     """The base's resources by kind."""
-    kustomization = yaml.safe_load((KUBERNETES / "base" / "kustomization.yaml").read_text())
+    kustomization = load_yaml(KUBERNETES / "base" / "kustomization.yaml")
     found: dict[str, dict[str, Any]] = {}
     for name in kustomization["resources"]:
         for doc in manifests(KUBERNETES / "base" / name):
@@ -341,14 +284,14 @@ def test_base_deployment_is_probed_drained_and_disruption_budgeted() -> None:
     assert annotations["prometheus.io/port"] == str(container["ports"][0]["containerPort"])
     assert annotations["prometheus.io/path"] == "/metrics"
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
-    kustomization = yaml.safe_load((KUBERNETES / "base" / "kustomization.yaml").read_text())
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    kustomization = load_yaml(KUBERNETES / "base" / "kustomization.yaml")
+    version = project()["version"]
     assert kustomization["images"] == [{"name": container["image"], "newTag": version}]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
 def test_overlay_configures_its_datacenter_from_a_config_map_and_a_secret(overlay: Path) -> None:
-    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    kustomization = load_yaml(overlay / "kustomization.yaml")
     assert kustomization["resources"] == ["../../base"]
     (config_map,) = kustomization["configMapGenerator"]
     (secret,) = kustomization["secretGenerator"]

@@ -8,27 +8,17 @@ import pytest
 
 from replicator.settings import SecurityProtocol, load_settings
 from replicator.topology import TopicRules, legs_for
-
-EXAMPLES = Path(__file__).parents[2] / "examples"
-
-
-def read_env(path: Path) -> dict[str, str]:
-    env = {}
-    for line in path.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            key, _, value = line.partition("=")
-            env[key.strip()] = value.strip()
-    return env
+from tests.unit.deployment import EXAMPLES, env_file
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.env")), ids=lambda p: p.name)
 def test_example_environment_is_valid(path: Path) -> None:
-    settings = load_settings(read_env(path))
+    settings = load_settings(env_file(path))
     assert len(legs_for(settings)) == len(settings.clusters) >= 2
 
 
 def test_three_datacenter_example_has_separate_credentials() -> None:
-    settings = load_settings(read_env(EXAMPLES / "three-datacenters-sasl-ssl.env"))
+    settings = load_settings(env_file(EXAMPLES / "three-datacenters-sasl-ssl.env"))
     assert [leg.name for leg in legs_for(settings)] == [
         "eu-west->eu-west",
         "eu-west->ap-south",
