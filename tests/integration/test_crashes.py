@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from tests.integration.harness import (
     FAULT_SUMMARY,
     FaultFigures,
+    ReplicatorProcess,
     Start,
     Stream,
     count,
@@ -73,6 +75,13 @@ def test_sigkill_five_times_during_a_two_way_stream(replicators: Start) -> None:
             assert replicator.stop() == 0
 
 
+def lag_partitions(process: ReplicatorProcess, leg: str) -> list[str]:
+    """The source partitions whose lag ``process`` exports for ``leg``."""
+    _, text = process.get("/metrics")
+    series = r'^replicator_commit_lag_records\{leg="' + re.escape(leg) + r'",[^}]*partition="(\d+)"'
+    return re.findall(series, text, re.MULTILINE)
+
+
 def test_second_replica_joins_and_leaves_during_a_stream(replicators: Start) -> None:
     with start_clusters("dc1", "dc2") as brokers:
         local = brokers["dc1"]
@@ -82,6 +91,11 @@ def test_second_replica_joins_and_leaves_during_a_stream(replicators: Start) -> 
         first.wait_ready()
         with Stream(local, "orders_REPLICA", 6, per_tick=60):
             time.sleep(3)
+
+            def first_exports_every_lag() -> bool:
+                return all(len(lag_partitions(first, leg)) == 6 for leg in ("dc1->dc1", "dc1->dc2"))
+
+            wait_until(first_exports_every_lag, 30, "lag of all 6 partitions on the first replica")
             second = replicators("dc1", env)  # the same datacenter: shares the partitions
 
             def second_has_partitions() -> bool:
@@ -93,6 +107,16 @@ def test_second_replica_joins_and_leaves_during_a_stream(replicators: Start) -> 
             wait_until(
                 second_has_partitions, 60, "the second replica taking partitions", second.log
             )
+
+            def lag_exported_once_per_partition() -> bool:
+                """The replica that gave a partition up no longer exports its lag."""
+                for leg in ("dc1->dc1", "dc1->dc2"):
+                    reported = lag_partitions(first, leg) + lag_partitions(second, leg)
+                    if sorted(reported) != [str(p) for p in range(6)]:
+                        return False
+                return True
+
+            wait_until(lag_exported_once_per_partition, 30, "lag exported by owners only")
             shared = {
                 "first": first.get("/status")[1]["source_feed"]["assigned_partitions"],
                 "second": second.get("/status")[1]["source_feed"]["assigned_partitions"],
