@@ -32,13 +32,8 @@ def run() -> None:
     from replicator.app import ReplicatorService
     from replicator.logs import configure_logging
     from replicator.records import use_decoded_records
-    from replicator.settings import load_settings
 
-    try:
-        settings = load_settings()
-    except ConfigError as exc:
-        typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+    settings = _settings()
     configure_logging(settings.log_level, settings.log_format)
     use_decoded_records()
     service = ReplicatorService(settings)
