@@ -16,12 +16,11 @@ from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import NewTopic
 
 from replicator.kafka import ClusterClient, make_producer, translate
 from replicator.lifecycle import close_quietly
 from replicator.settings import Settings
-from replicator.topics import describe_partitions, replication_factor
+from replicator.topics import TopicSpec, create_topic, describe_partitions, replication_factor
 
 log = structlog.get_logger(__name__)
 
@@ -84,8 +83,11 @@ class DeadLetters:
         if self.topic in await describe_partitions(admin):
             return
         replication = await replication_factor(admin, self._settings.destination_replication_factor)
-        await admin.create_topics([NewTopic(self.topic, 1, replication)])
-        log.info("dead-letter topic created", topic=self.topic)
+        errors = await create_topic(admin, TopicSpec(self.topic, 1, replication))
+        if errors:  # parks then fail with the broker's reason: retried, shown in /status
+            log.warning("dead-letter topic not created", topic=self.topic, errors=errors)
+        else:
+            log.info("dead-letter topic created", topic=self.topic)
 
     async def close(self) -> None:
         if self._producer is not None:

@@ -16,14 +16,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import NewTopic
 from rich.console import Console
 from rich.table import Table
 
 from replicator.kafka import ClusterClient, client_options, translate
 from replicator.settings import Settings
 from replicator.snapshot import replica_topics, snapshot
-from replicator.topics import describe_partitions, replication_factor
+from replicator.topics import TopicSpec, create_topic, describe_partitions, replication_factor
 from replicator.topology import TopicRules, legs_for
 
 _CHECK_TIMEOUT_S = 15.0
@@ -133,6 +132,7 @@ async def _ensure_on(
     try:
         admin = await client.admin()
         existing = await describe_partitions(admin)
+        replication: int | None = None  # asked of the cluster once, when a topic is missing
         for name in names:
             if name in existing:
                 have = len(existing[name])
@@ -142,15 +142,10 @@ async def _ensure_on(
                     detail = f"has {have} partitions, the pair needs {partitions}"
                     outcomes.append(TopicOutcome(alias, name, have, "mismatch", detail))
                 continue
-            replication = await replication_factor(admin, settings.destination_replication_factor)
-            response = await admin.create_topics(
-                [NewTopic(name, partitions, replication, topic_configs=configs)]
-            )
-            errors = [
-                f"error {code} {message or ''}".strip()
-                for _, code, message in response.topic_errors
-                if code != 0
-            ]
+            if replication is None:
+                configured = settings.destination_replication_factor
+                replication = await replication_factor(admin, configured)
+            errors = await create_topic(admin, TopicSpec(name, partitions, replication, configs))
             if errors:
                 outcomes.append(TopicOutcome(alias, name, None, "failed", "; ".join(errors)))
             else:

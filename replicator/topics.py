@@ -79,6 +79,20 @@ async def replication_factor(admin: AIOKafkaAdminClient, configured: int | None)
     return min(3, len((await admin.describe_cluster())["brokers"]))
 
 
+async def create_topic(
+    admin: AIOKafkaAdminClient, spec: TopicSpec, tolerate: tuple[int, ...] = ()
+) -> list[str]:
+    """Create ``spec``; the broker's errors (``error <code> <message>``), empty on success."""
+    response = await admin.create_topics(
+        [NewTopic(spec.name, spec.partitions, spec.replication_factor, topic_configs=spec.configs)]
+    )
+    return [
+        f"error {code} {message or ''}".strip()
+        for _, code, message in response.topic_errors
+        if code != 0 and code not in tolerate
+    ]
+
+
 async def _config_entries(admin: AIOKafkaAdminClient, topic: str) -> list[Any]:
     responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
     return [entry for r in responses for resource in r.resources for entry in resource[4]]
@@ -177,18 +191,11 @@ class TopicProvisioner:
         return TopicSpec(target_topic, len(partitions), replication, configs)
 
     async def _create(self, destination: AIOKafkaAdminClient, spec: TopicSpec) -> None:
-        response = await destination.create_topics(
-            [
-                NewTopic(
-                    spec.name, spec.partitions, spec.replication_factor, topic_configs=spec.configs
-                )
-            ]
-        )
-        for _topic, code, message in response.topic_errors:
-            if code not in (0, _TOPIC_ALREADY_EXISTS):
-                reason = f"cannot create {spec.name}: error {code} {message or ''}".strip()
-                self.refused[spec.name] = reason
-                raise TopicMismatch(reason)
+        errors = await create_topic(destination, spec, tolerate=(_TOPIC_ALREADY_EXISTS,))
+        if errors:
+            reason = f"cannot create {spec.name}: {'; '.join(errors)}"
+            self.refused[spec.name] = reason
+            raise TopicMismatch(reason)
         log.info(
             "destination topic created",
             topic=spec.name,
