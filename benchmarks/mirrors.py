@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import uvloop
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from replicator.readback import partitions_of
 
@@ -77,10 +77,7 @@ async def naive(source: str, destinations: list[str], topic: str, stop: asyncio.
 
 async def ceiling(source: str, destinations: list[str], topic: str, stop: asyncio.Event) -> None:
     consumer, producers = await _clients(source, destinations, "bench-ceiling")
-    partitions = [
-        TopicPartition(f"{topic}_REPLICA", p)
-        for p in await partitions_of(consumer, f"{topic}_REPLICA")
-    ]
+    partitions = await partitions_of(consumer, f"{topic}_REPLICA")
     consumer.assign(partitions)
     await consumer.seek_to_beginning(*partitions)
     pending: list[asyncio.Future[Any]] = []

@@ -32,11 +32,14 @@ class StoredRecord:
         return parse(self.headers)
 
 
-async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
-    """Partition numbers of ``topic`` (empty if it does not exist), without creating it."""
+async def partitions_of(consumer: AIOKafkaConsumer, *topics: str) -> list[TopicPartition]:
+    """Every partition of ``topics`` that exist, in order, without creating any: one request."""
     await consumer.topics()  # metadata of every topic; naming a missing one may create it
-    partitions = consumer.partitions_for_topic(topic)
-    return sorted(partitions) if partitions else []
+    return [
+        TopicPartition(topic, p)
+        for topic in topics
+        for p in sorted(consumer.partitions_for_topic(topic) or ())
+    ]
 
 
 async def read_topic(
@@ -51,7 +54,7 @@ async def read_topic(
     )
     await consumer.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
+        partitions = await partitions_of(consumer, topic)
         if not partitions:
             return []
         consumer.assign(partitions)

@@ -39,11 +39,7 @@ async def snapshot(
     consumer = AIOKafkaConsumer(**client, enable_auto_commit=False, auto_offset_reset="none")
     await consumer.start()
     try:
-        partitions = [
-            TopicPartition(topic, p)
-            for topic in topics
-            for p in await partitions_of(consumer, topic)
-        ]
+        partitions = await partitions_of(consumer, *topics)
         if not partitions:
             return {}
         consumer.assign(partitions)
