@@ -32,7 +32,6 @@ from replicator.spark.frames import (
     tagged,
     with_provenance,
 )
-from replicator.spark.kafka_source import client_options
 
 
 @dataclass
@@ -69,7 +68,8 @@ def run_backfill(
     frame = read_snapshot(spark, fmt, source)
     columns = ["key", "value", "partition", "offset", "timestamp"]
     if real_topics:
-        frame = frame.select("*", *origin_columns())
+        # counted twice (untagged, then copied): read from Kafka once
+        frame = frame.select("*", *origin_columns()).cache()
         known = sf.col("o_cluster").isNotNull() & sf.col("o_offset").isNotNull()
         result.untagged = frame.filter(~known).count()
         records = frame.filter(known).withColumnRenamed("topic", "target")
@@ -87,11 +87,11 @@ def run_backfill(
         "target", *columns, "headers", "o_cluster", "o_partition", "o_offset"
     ).cache()
     result.records = records.count()
+    frame.unpersist()  # records holds what is needed from here on
     partitions = max(1, len(source.snapshot))
     origin = ["target", "o_cluster", "o_partition", "o_offset"]
     for destination in destinations:
         out = records
-        held = 0
         if any(end > start for start, end in destination.snapshot.values()):
             existing = (
                 read_snapshot(spark, fmt, destination)
@@ -149,7 +149,7 @@ async def _hand_over(
         await consumer.stop()
 
 
-def hand_over(source: ClusterInput, group: str) -> dict[str, int]:
+def hand_over(client: dict[str, Any], source: ClusterInput, group: str) -> dict[str, int]:
     """Set ``group`` (a leg's group on the source cluster) to the snapshot end where behind."""
     ends = {tp: end for tp, (_, end) in source.snapshot.items()}
-    return asyncio.run(_hand_over(client_options(source.options), group, ends))
+    return asyncio.run(_hand_over(client, group, ends))

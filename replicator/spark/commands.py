@@ -12,16 +12,18 @@ import json
 import sys
 from dataclasses import asdict
 from datetime import datetime
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from replicator import snapshot
+from replicator.kafka import client_options
 from replicator.settings import Settings
 from replicator.spark.audit import COUNTS, AuditReport, run_audit
 from replicator.spark.backfill import BackfillResult, hand_over, run_backfill
 from replicator.spark.frames import ClusterInput
-from replicator.spark.kafka_source import client_options, spark_options
+from replicator.spark.kafka_source import spark_options
 from replicator.spark.progress import spark_progress
 from replicator.spark.session import kafka_format, spark_session
 from replicator.topology import Leg, TopicRules
@@ -52,13 +54,17 @@ def parse_since(text: str | None) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
+def _client(settings: Settings, alias: str) -> dict[str, Any]:
+    """Options for this process's own clients of a cluster (the executors use Spark's)."""
+    return client_options(settings.clusters[alias], settings)
+
+
 def real_topics(settings: Settings, cluster: str, chosen: list[str]) -> list[str]:
     """The real topics named, else those of every replica topic the rules replicate."""
     if chosen:
         return chosen
     rules = TopicRules.from_settings(settings)
-    client = client_options(spark_options(settings.clusters[cluster]))
-    found = asyncio.run(snapshot.replica_topics(client, rules))
+    found = asyncio.run(snapshot.replica_topics(_client(settings, cluster), rules))
     return sorted({t for r in found if (t := rules.target(r)) is not None})
 
 
@@ -81,11 +87,9 @@ def backfill(
     reading = dict(options[source])
     if max_offsets_per_task:
         reading["maxOffsetsPerTask"] = str(max_offsets_per_task)
-    origin = ClusterInput(
-        source, reading, snapshot.take(client_options(options[source]), read, since_ms)
-    )
+    origin = ClusterInput(source, reading, snapshot.take(_client(settings, source), read, since_ms))
     targets = [
-        ClusterInput(d, options[d], snapshot.take(client_options(options[d]), chosen))
+        ClusterInput(d, options[d], snapshot.take(_client(settings, d), chosen))
         for d in destinations
     ]
     total = sum(end - start for start, end in origin.snapshot.values())
@@ -102,7 +106,7 @@ def backfill(
     elif with_hand_over:
         for destination in destinations:
             group = Leg(source, destination).group_id(settings.group_prefix)
-            result.handed_over[group] = hand_over(origin, group)
+            result.handed_over[group] = hand_over(_client(settings, source), origin, group)
     _print_backfill(result, as_json)
     return 0
 
@@ -148,7 +152,7 @@ def audit(
     inputs = []
     for alias in clusters:
         options = spark_options(settings.clusters[alias])
-        inputs.append(ClusterInput(alias, options, snapshot.take(client_options(options), wanted)))
+        inputs.append(ClusterInput(alias, options, snapshot.take(_client(settings, alias), wanted)))
     err.print(f"audit of {chosen} on {', '.join(clusters)}")
     spark = spark_session(master, "replicator-audit")
     try:
