@@ -46,7 +46,9 @@ SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key: string, value: binary>>"
 )
-_JAAS = re.compile(r'username="(?P<user>[^"]*)"\s+password="(?P<password>[^"]*)"')
+# JAAS quoted strings escape '"' and '\' with a backslash, as Kafka's parser reads them.
+_QUOTED = r'"((?:[^"\\]|\\.)*)"'
+_JAAS = re.compile(rf"username={_QUOTED}\s+password={_QUOTED}")
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -65,8 +67,9 @@ def spark_options(cluster: ClusterSettings) -> dict[str, str]:
         options["kafka.sasl.mechanism"] = cluster.sasl_mechanism.value
         module = _LOGIN_MODULES[cluster.sasl_mechanism.value]
         password = cluster.sasl_password.get_secret_value()
+        user = _quote(cluster.sasl_username or "")
         options["kafka.sasl.jaas.config"] = (
-            f'{module} required username="{cluster.sasl_username}" password="{password}";'
+            f"{module} required username={user} password={_quote(password)};"
         )
     if cluster.ssl_cafile:
         options["kafka.ssl.truststore.type"] = "PEM"
@@ -76,6 +79,14 @@ def spark_options(cluster: ClusterSettings) -> dict[str, str]:
         options["kafka.ssl.keystore.certificate.chain"] = str(cluster.ssl_certfile)
         options["kafka.ssl.keystore.key"] = str(cluster.ssl_keyfile)
     return options
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _unquote(value: str) -> str:
+    return re.sub(r"\\(.)", r"\1", value)
 
 
 def client_options(options: dict[str, str]) -> dict[str, Any]:
@@ -92,8 +103,8 @@ def client_options(options: dict[str, str]) -> dict[str, Any]:
         if match is None:
             raise ValueError("kafka.sasl.jaas.config must hold username=... password=...")
         result["sasl_mechanism"] = o.get("kafka.sasl.mechanism", "PLAIN").upper()
-        result["sasl_plain_username"] = match["user"]
-        result["sasl_plain_password"] = match["password"]
+        result["sasl_plain_username"] = _unquote(match[1])
+        result["sasl_plain_password"] = _unquote(match[2])
     if protocol.endswith("SSL"):
         context: ssl.SSLContext = create_ssl_context(
             cafile=o.get("kafka.ssl.truststore.location"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from aiokafka import TopicPartition
 
 from replicator.settings import load_settings
@@ -11,7 +12,8 @@ from replicator.spark.kafka_source import KafkaReader, client_options, offsets_j
 SECRET = "s3cr3t-for-spark"
 
 
-def test_sasl_credentials_travel_as_the_standard_jaas_option_and_come_back() -> None:
+@pytest.mark.parametrize("secret", [SECRET, 'quote" back\\slash\\" end'])
+def test_sasl_credentials_travel_as_the_standard_jaas_option_and_come_back(secret: str) -> None:
     settings = load_settings(
         {
             "REPLICATOR_LOCAL_CLUSTER": "dc1",
@@ -19,7 +21,7 @@ def test_sasl_credentials_travel_as_the_standard_jaas_option_and_come_back() -> 
             "REPLICATOR_CLUSTERS__DC1__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
             "REPLICATOR_CLUSTERS__DC1__SASL_MECHANISM": "SCRAM-SHA-512",
             "REPLICATOR_CLUSTERS__DC1__SASL_USERNAME": "replicator",
-            "REPLICATOR_CLUSTERS__DC1__SASL_PASSWORD": SECRET,
+            "REPLICATOR_CLUSTERS__DC1__SASL_PASSWORD": secret,
         }
     )
     options = spark_options(settings.clusters["dc1"])
@@ -32,7 +34,7 @@ def test_sasl_credentials_travel_as_the_standard_jaas_option_and_come_back() -> 
     client = client_options({k.lower(): v for k, v in options.items()})
     assert client["security_protocol"] == "SASL_PLAINTEXT"
     assert client["sasl_mechanism"] == "SCRAM-SHA-512"
-    assert (client["sasl_plain_username"], client["sasl_plain_password"]) == ("replicator", SECRET)
+    assert (client["sasl_plain_username"], client["sasl_plain_password"]) == ("replicator", secret)
 
 
 def test_offset_ranges_become_input_partitions_split_on_request() -> None:
