@@ -1,10 +1,12 @@
 """Destination batches: source records tagged with provenance, packed per destination.
 
 One pass over a partition's fetched records builds the batches of every destination that needs
-them: each record is checked for provenance once (the loop check), tagged once, and appended to
-each destination's batch. A destination may need the records from a later offset than another
-(its own progress), so each has its own start. Every batch covers a contiguous range of source
-offsets, skipped records included, which is what the offset tracker commits. Pure, no I/O.
+them: each record is checked for provenance once (the loop rule of ``provenance.py``), tagged
+once, and appended to each destination's batch; records that carried provenance are counted per
+outcome (loop, derived, malformed) in each target's ``marked``. A destination may need the
+records from a later offset than another (its own progress), so each has its own start. Every
+batch covers a contiguous range of source offsets, skipped records included, which is what the
+offset tracker commits. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class Target:
     start: int
     new_batch: Callable[[], Any]
     batches: list[OutboundBatch] = field(default_factory=list)
-    skipped: Counter[Marking] = field(default_factory=Counter)
+    marked: Counter[Marking] = field(default_factory=Counter)  # records that carried provenance
 
 
 def build(records: Sequence[SourceRecord], end: int, tagger: Tagger, targets: list[Target]) -> None:
@@ -56,7 +58,7 @@ def build(records: Sequence[SourceRecord], end: int, tagger: Tagger, targets: li
     oldest = [0] * count
     low = min(starts)
     aligned = all(s == low for s in starts)
-    tag, untagged = tagger.tag, provenance.untagged
+    tag, retag, untagged = tagger.tag, tagger.retag, provenance.untagged
     indices = range(count)
     for record in records:
         offset = record.offset
@@ -64,13 +66,17 @@ def build(records: Sequence[SourceRecord], end: int, tagger: Tagger, targets: li
             continue
         headers = record.headers
         if headers and not untagged(headers):
-            mark = provenance.marking(headers)
+            # Rare: the record carries provenance. The loop rule decides (provenance.py).
+            mark, retagged = retag(headers, offset)
             for i in indices:
                 if offset >= starts[i]:
-                    targets[i].skipped[mark] += 1
-            continue
+                    targets[i].marked[mark] += 1
+            if retagged is None:
+                continue
+            tags = retagged
+        else:
+            tags = tag(headers, offset)
         key, value, timestamp = record.key, record.value, record.timestamp
-        tags = tag(headers, offset)
         size = (len(key) if key else 0) + (len(value) if value else 0)
         for i in indices:
             if not aligned and offset < starts[i]:

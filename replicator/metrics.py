@@ -53,8 +53,16 @@ class Metrics:
         self.records_skipped = self._declare(
             Counter,
             "replicator_records_skipped_total",
-            "Source records not replicated, by reason (already_replicated, malformed_provenance).",
+            "Source records not replicated, by reason: loop (its provenance names the topic it "
+            "was read from), malformed_provenance.",
             ["leg", "topic", "reason"],
+        )
+        self.records_derived = self._declare(
+            Counter,
+            "replicator_records_derived_total",
+            "Source records that carried another topic's provenance (derived data): replicated "
+            "with their own, the carried one kept as replicator-upstream.",
+            ["leg", "topic"],
         )
         self.send_errors = self._declare(
             Counter,
@@ -123,6 +131,14 @@ class Metrics:
             "replicator_leg_ready",
             "1 when a leg is assigned, reachable and has no partition in a failed state.",
             ["leg"],
+        )
+        self.source_topics = self._declare(
+            Gauge,
+            "replicator_source_topics",
+            "Topics of the local cluster at the last listing, by what the topic rules make of "
+            "them: replicated, or the reason they are not (not_included, excluded, "
+            "not_a_replica_topic, target_is_replica_topic).",
+            ["selection"],
         )
         self.topics_blocked = self._declare(
             Gauge,

@@ -62,7 +62,7 @@ class _Work:
     records: int
     size: int
     batches: list[OutboundBatch] | None = None
-    skipped: Counter[Marking] | None = None
+    marked: Counter[Marking] | None = None
     fetched: list[SourceRecord] | None = None
     start: int = 0
     end: int = 0
@@ -122,6 +122,7 @@ class PartitionSender:
         self._new_batch: Callable[[], Any] = producer.create_batch
         self._limit: int | None = None  # the destination topic's max.message.bytes, if known
         self.dead_lettered = 0
+        self._derived_seen = False  # derived records are logged once per partition
         # Base offset of the last batch the destination acknowledged: a lower one later means
         # the destination partition's log was replaced (topic deleted and created again).
         self._destination_offset = -1
@@ -204,7 +205,7 @@ class PartitionSender:
             records=sum(b.count for b in target.batches),
             size=sum(b.size for b in target.batches),
             batches=target.batches,
-            skipped=target.skipped,
+            marked=target.marked,
         )
         self._enqueue(work)
         self.next_offset = end
@@ -267,14 +268,14 @@ class PartitionSender:
                 if work.fetched is not None:
                     target = Target(work.start, self._new_batch)
                     batching.build(work.fetched, work.end, self.tagger, [target])
-                    work.batches, work.skipped = target.batches, target.skipped
+                    work.batches, work.marked = target.batches, target.marked
                 assert work.batches is not None
                 for batch in work.batches:
                     await self._hand_over(batch)
                     if not self.open:
                         return
-                if work.skipped:
-                    self._count_skipped(work.skipped, work.batches)
+                if work.marked:
+                    self._count_marked(work.marked, work.batches)
                 was_full = not self.has_room
                 self._queued_records -= work.records
                 self._queued_bytes -= work.size
@@ -322,17 +323,28 @@ class PartitionSender:
                 await asyncio.sleep(_RETRY_BACKOFF_S)
         return False
 
-    def _count_skipped(self, skipped: Counter[Marking], batches: list[OutboundBatch]) -> None:
-        if not skipped:
-            return
+    def _count_marked(self, marked: Counter[Marking], batches: list[OutboundBatch]) -> None:
+        """Count the records that carried provenance; log skips per batch, derived data once."""
+        skipped = {mark: n for mark, n in marked.items() if not mark.replicated}
         for mark, n in skipped.items():
             self._metrics.records_skipped.labels(self.leg.name, self.target_topic, mark).inc(n)
-        self._log.info(
-            "records not mirrored again",
-            **{str(mark): n for mark, n in skipped.items()},
-            first_offset=batches[0].first if batches else None,
-            end_offset=batches[-1].end if batches else None,
-        )
+        derived = marked.get(Marking.DERIVED, 0)
+        if derived:
+            self._metrics.records_derived.labels(self.leg.name, self.target_topic).inc(derived)
+        if skipped:
+            self._log.warning(
+                "records not replicated (loop rule)",
+                **{str(mark): n for mark, n in skipped.items()},
+                first_offset=batches[0].first if batches else None,
+                end_offset=batches[-1].end if batches else None,
+            )
+        if derived and not self._derived_seen:
+            self._derived_seen = True  # derived data is normal for this topic: say it once
+            self._log.info(
+                "derived records replicated: they carried another topic's provenance, kept as "
+                "replicator-upstream",
+                derived=derived,
+            )
 
     async def _hand_over(self, batch: OutboundBatch) -> None:
         """Give one batch covering source offsets ``[first, end)`` to the producer."""

@@ -96,7 +96,44 @@ def _readable_file(path: Path | None) -> Path | None:
 ReadableFile = Annotated[Path | None, AfterValidator(_readable_file)]
 
 
+def topic_regex(text: str) -> str:
+    """A topic rule as users write it, as one regex: MirrorMaker's comma lists mean ``|``.
+
+    ``orders, payments`` becomes ``orders|payments``, like MirrorMaker's whitelists: a comma
+    outside ``[...]`` and ``{m,n}`` separates alternatives (topic names cannot hold commas),
+    blanks around it are dropped, and so are quotes around the whole rule (topic names cannot
+    hold those either). Anything else is kept as written; the rule is matched against the whole
+    topic name, so ``^orders$`` and ``orders`` mean the same.
+    """
+    text = text.strip().strip("\"'").strip()
+    parts: list[str] = []
+    current: list[str] = []
+    in_class, depth_brace = False, 0
+    escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "{":
+            depth_brace += 1
+        elif char == "}" and depth_brace:
+            depth_brace -= 1
+        elif char == "," and not depth_brace:
+            parts.append("".join(current).strip())
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current).strip())
+    return "|".join(part for part in parts if part)
+
+
 def _compile(pattern: str) -> str:
+    pattern = topic_regex(pattern)
     try:
         re.compile(pattern)
     except re.error as exc:
@@ -170,10 +207,12 @@ class Settings(BaseSettings):
         description="One block per datacenter (local included), keyed by alias."
     )
     topics_include: Regex = Field(
-        ".*", description="Regex over real topic names to replicate (full match)."
+        ".*",
+        description="Regex over real topic names to replicate (whole name; a comma means |).",
     )
     topics_exclude: Regex = Field(
-        DEFAULT_TOPICS_EXCLUDE, description="Regex over real topic names never replicated."
+        DEFAULT_TOPICS_EXCLUDE,
+        description="Regex over real topic names never replicated (whole name; comma means |).",
     )
     replica_suffix: str = Field("_REPLICA", description="Suffix of the topics applications write.")
     group_prefix: str = Field(

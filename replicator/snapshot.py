@@ -14,19 +14,24 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.readback import partitions_of
-from replicator.topology import TopicRules
+from replicator.topology import TopicRules, TopicSelection
 
 Range = tuple[int, int]
 
 
-async def replica_topics(client: dict[str, Any], rules: TopicRules) -> list[str]:
-    """The replica topics on a cluster that ``rules`` replicate, sorted."""
+async def topic_selection(client: dict[str, Any], rules: TopicRules) -> TopicSelection:
+    """What ``rules`` make of every topic on a cluster: replicated, and rejected with why."""
     consumer = AIOKafkaConsumer(**client, enable_auto_commit=False)
     await consumer.start()
     try:
-        return sorted(t for t in await consumer.topics() if rules.target(t) is not None)
+        return rules.select(await consumer.topics())
     finally:
         await consumer.stop()
+
+
+async def replica_topics(client: dict[str, Any], rules: TopicRules) -> list[str]:
+    """The replica topics on a cluster that ``rules`` replicate, sorted."""
+    return list((await topic_selection(client, rules)).replicated)
 
 
 async def snapshot(

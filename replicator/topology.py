@@ -2,13 +2,17 @@
 
 A *leg* is one direction of replication, from the local (source) cluster to one destination
 cluster, the local one included. The topic rules map a source topic ``X_REPLICA`` to its real topic
-``X`` and apply the include/exclude regexes to ``X``. Pure logic, no I/O.
+``X`` and apply the include/exclude regexes to ``X`` (whole name). One function decides
+(:meth:`TopicRules.rejection`); a :class:`TopicSelection` is its answer for one topic listing,
+and the consumer subscription is built from that answer, never from the user's regexes.
+Pure logic, no I/O.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from replicator.settings import Settings
@@ -50,8 +54,44 @@ class Rejection(StrEnum):
 
 
 @dataclass(frozen=True)
+class TopicSelection:
+    """What the rules make of one listing of a cluster's topics: the one answer every part of
+    the replicator (subscription, legs, ``lag``, ``check-config``, Spark jobs) works from."""
+
+    replicated: tuple[str, ...]
+    rejected: dict[str, Rejection] = field(default_factory=dict)
+
+    @property
+    def subscription_pattern(self) -> str:
+        """A consumer subscription to exactly :attr:`replicated`: the names, escaped.
+
+        A pattern rather than a topic list: a list makes the client ask for the topics' metadata
+        by name, which some brokers answer by creating a missing topic.
+        """
+        if not self.replicated:
+            return r"(?!)"  # matches nothing: the group is joined with no partition
+        names = "|".join(re.escape(topic) for topic in self.replicated)
+        return rf"\A(?:{names})\Z"
+
+    def by_reason(self) -> dict[str, list[str]]:
+        """Rejected topics, sorted, per reason."""
+        grouped: dict[str, list[str]] = {}
+        for topic, reason in sorted(self.rejected.items()):
+            grouped.setdefault(reason.value, []).append(topic)
+        return grouped
+
+    def replica_topics_rejected(self) -> dict[str, Rejection]:
+        """The rejected topics that carry the replica suffix (what a user meant to replicate)."""
+        return {t: r for t, r in self.rejected.items() if r is not Rejection.NOT_A_REPLICA_TOPIC}
+
+
+@dataclass(frozen=True)
 class TopicRules:
-    """Maps ``<topic><suffix>`` to ``<topic>`` and decides which topics are replicated."""
+    """Maps ``<topic><suffix>`` to ``<topic>`` and decides which topics are replicated.
+
+    :meth:`rejection` is the only decision; everything else (:meth:`select`, :meth:`target`,
+    the subscription) is derived from it, so no two parts can disagree on a topic.
+    """
 
     suffix: str
     include: re.Pattern[str]
@@ -65,20 +105,13 @@ class TopicRules:
             exclude=re.compile(settings.topics_exclude),
         )
 
-    @property
-    def subscription_pattern(self) -> str:
-        """Regex for the consumer's pattern subscription: exactly the replicated source topics.
-
-        The include and exclude rules are folded in as lookaheads, so the consumer group is never
-        assigned a partition the leg would not replicate.
-        """
-        suffix = re.escape(self.suffix)
-        return (
-            f"^(?=(?:{self.include.pattern}){suffix}$)"
-            f"(?!(?:{self.exclude.pattern}){suffix}$)"
-            f"(?!.*{suffix}{suffix}$)"
-            f".+{suffix}$"
-        )
+    def describe(self) -> dict[str, str]:
+        """The rules as configured, for logs and ``/status``."""
+        return {
+            "include": self.include.pattern,
+            "exclude": self.exclude.pattern,
+            "suffix": self.suffix,
+        }
 
     def rejection(self, source_topic: str) -> Rejection | None:
         """Why ``source_topic`` is not replicated, or ``None`` when it is."""
@@ -99,3 +132,15 @@ class TopicRules:
         if self.rejection(source_topic) is not None:
             return None
         return source_topic[: -len(self.suffix)]
+
+    def select(self, topics: Iterable[str]) -> TopicSelection:
+        """Sort a cluster's topics into replicated and rejected (with the reason)."""
+        replicated: list[str] = []
+        rejected: dict[str, Rejection] = {}
+        for topic in sorted(set(topics)):
+            reason = self.rejection(topic)
+            if reason is None:
+                replicated.append(topic)
+            else:
+                rejected[topic] = reason
+        return TopicSelection(tuple(replicated), rejected)

@@ -16,11 +16,20 @@ from tests.integration.harness import (
     create_topics,
     holds,
     produce,
+    produce_records,
     read,
     replicator_env,
     start_clusters,
     wait_until,
 )
+
+
+def replicated_headers(source: Sent, origin: Provenance) -> list[tuple[str, bytes | None]]:
+    """What the replicator writes for ``source``: its own headers, then the provenance it
+    carried (a derived record) as ``replicator-upstream``, then its own provenance."""
+    own = [(k, v) for k, v in source.headers if k not in provenance.HEADER_NAMES]
+    carried = [(provenance.UPSTREAM, v) for k, v in source.headers if k == provenance.ORIGIN]
+    return [*own, *carried, (provenance.ORIGIN, str(origin).encode())]
 
 
 def assert_exact_replica(
@@ -44,7 +53,7 @@ def assert_exact_replica(
             source.value,
             source.timestamp,
         )
-        assert list(record.headers) == provenance.tagged(source.headers, Provenance(*key))
+        assert list(record.headers) == replicated_headers(source, Provenance(*key))
         stream = (origin.cluster, origin.partition)
         assert origin.offset > last_offset[stream], f"out of order in {stream}"
         last_offset[stream] = origin.offset
@@ -67,11 +76,11 @@ def test_two_datacenters_replicate_both_ways_exactly_once(replicators: Start) ->
             alias: produce(broker, "orders_REPLICA", 300, partitions=3)
             for alias, broker in brokers.items()
         }
-        # Records that already carry provenance (written by another replicator) and records with
-        # broken provenance are never mirrored again.
+        # Records whose provenance names the topic they sit in (replicated records published
+        # again into their own flow) and records with broken provenance are never mirrored.
         forged = Provenance("dc9", "orders_REPLICA", 0, 42).headers()
         produce(brokers["dc1"], "orders_REPLICA", 20, 3, tag="-tagged", headers=tuple(forged))
-        broken = ((provenance.ORIGIN_CLUSTER, b"dc9"),)
+        broken = ((provenance.ORIGIN, b"dc9"),)
         produce(brokers["dc1"], "orders_REPLICA", 5, 3, tag="-broken", headers=broken)
         produce(brokers["dc1"], "internal_REPLICA", 10, 1)
 
@@ -83,10 +92,7 @@ def test_two_datacenters_replicate_both_ways_exactly_once(replicators: Start) ->
             assert count(broker, "internal") == 0, "excluded topic was replicated"
 
         for leg in ("dc1->dc1", "dc1->dc2"):
-            assert (
-                dc1.metric("replicator_records_skipped_total", leg=leg, reason="already_replicated")
-                == 20
-            )
+            assert dc1.metric("replicator_records_skipped_total", leg=leg, reason="loop") == 20
             assert (
                 dc1.metric(
                     "replicator_records_skipped_total", leg=leg, reason="malformed_provenance"
@@ -112,19 +118,58 @@ def _all_committed(replicator: ReplicatorProcess) -> bool:
     return all(p["lag"] == 0 for leg in body["legs"] for p in leg["partitions"])
 
 
-def test_three_datacenters_each_hold_the_union(replicators: Start) -> None:
+def test_three_datacenters_each_hold_the_union_and_derived_data_chains(
+    replicators: Start,
+) -> None:
     aliases = ("dc1", "dc2", "dc3")
     with start_clusters(*aliases) as brokers:
         for broker in brokers.values():
             create_topics(broker, events_REPLICA=2)
-        running = [replicators(a, replicator_env(a, brokers)) for a in aliases]
-        for replicator in running:
+        create_topics(brokers["dc1"], derived_REPLICA=2)
+        create_topics(brokers["dc2"], summary_REPLICA=1)
+        running = {a: replicators(a, replicator_env(a, brokers)) for a in aliases}
+        for replicator in running.values():
             replicator.wait_ready()
         sent = {a: produce(b, "events_REPLICA", 120, partitions=2) for a, b in brokers.items()}
         for broker in brokers.values():
             wait_until(holds(broker, "events", 360), 60, f"events on {broker.alias}")
+
+        # A stream processor in dc1 reads events (every origin's) and publishes one derived
+        # record each, forwarding the input's headers (provenance included), as Kafka Streams
+        # does; one in dc2 reads those derived records and publishes a summary the same way.
+        # Each is new data: replicated everywhere, once, with its own provenance.
+        def derive(records: list[StoredRecord], partitions: int) -> list[Sent]:
+            return [
+                Sent("", r.offset % partitions, -1, r.key, b"from-" + (r.value or b""),
+                     r.headers, r.timestamp)
+                for r in records
+            ]  # fmt: skip
+
+        events_dc1 = read(brokers["dc1"], "events")
+        derived = produce_records(brokers["dc1"], "derived_REPLICA", derive(events_dc1, 2))
+        wait_until(holds(brokers["dc2"], "derived", 360), 60, "derived on dc2")
+        derived_dc2 = read(brokers["dc2"], "derived")
+        summary = produce_records(brokers["dc2"], "summary_REPLICA", derive(derived_dc2, 1))
+        # An application in dc3 publishes 30 replicated events again into events_REPLICA: the
+        # loop the rule exists for. They are skipped and counted, never mirrored.
+        again = read(brokers["dc3"], "events")[:30]
+        produce_records(brokers["dc3"], "events_REPLICA", derive(again, 2))
+
+        for broker in brokers.values():
+            wait_until(holds(broker, "summary", 360), 60, f"summary on {broker.alias}")
+            wait_until(holds(broker, "derived", 360), 60, f"derived on {broker.alias}")
         time.sleep(2)
         for broker in brokers.values():
             assert_exact_replica(read(broker, "events"), sent, "events")
-        for replicator in running:
+            assert_exact_replica(read(broker, "derived"), {"dc1": derived}, "derived")
+            assert_exact_replica(read(broker, "summary"), {"dc2": summary}, "summary")
+        for destination in aliases:
+            leg = f"dc3->{destination}"
+            assert (
+                running["dc3"].metric("replicator_records_skipped_total", leg=leg, reason="loop")
+                == 30
+            )
+            leg = f"dc1->{destination}"
+            assert running["dc1"].metric("replicator_records_derived_total", leg=leg) == 360
+        for replicator in running.values():
             assert replicator.stop() == 0

@@ -66,23 +66,41 @@ def test_a_full_batch_is_closed_and_the_ranges_stay_contiguous() -> None:
     assert origins == list(range(50))
 
 
-def test_tagged_and_malformed_records_are_skipped_but_covered_by_the_range() -> None:
-    tagged = Provenance("dc2", "orders_REPLICA", 0, 7).headers()
+def test_loops_and_malformed_records_are_skipped_but_covered_by_the_range() -> None:
+    looped = Provenance("dc2", "orders_REPLICA", 0, 7).headers()  # the topic it sits in
     records = [
         Record(0),
-        Record(1, headers=list(tagged)),
-        Record(2, headers=[(provenance.ORIGIN_CLUSTER, b"dc2")]),
+        Record(1, headers=list(looped)),
+        Record(2, headers=[(provenance.ORIGIN, b"dc2/orders_REPLICA/0")]),
         Record(3),
     ]
     target = Target(0, new_batch)
     build(records, 4, TAGGER, [target])
     assert [(b.first, b.end, b.count) for b in target.batches] == [(0, 4, 2)]
-    assert target.skipped == {Marking.TAGGED: 1, Marking.MALFORMED: 1}
+    assert target.marked == {Marking.LOOP: 1, Marking.MALFORMED: 1}
     assert [o for o, _, _ in contents(target.batches[0])] == [0, 3]
 
 
+def test_derived_records_are_replicated_with_fresh_provenance_and_their_upstream() -> None:
+    upstream = Provenance("dc2", "payments_REPLICA", 0, 7)  # read, enriched, published
+    forwarded = [("trace", b"t"), *upstream.headers(), ("app", b"a")]
+    records = [Record(0), Record(1, headers=forwarded), Record(2)]
+    behind, ahead = Target(0, new_batch), Target(1, new_batch)
+    build(records, 3, TAGGER, [behind, ahead])
+    assert behind.marked == ahead.marked == {Marking.DERIVED: 1}
+    for target in (behind, ahead):
+        got = {o: headers for o, _, headers in contents(target.batches[0])}
+        assert got[1] == [
+            ("trace", b"t"),
+            ("app", b"a"),
+            (provenance.UPSTREAM, b"dc2/payments_REPLICA/0/7"),
+            (provenance.ORIGIN, b"dc1/orders_REPLICA/3/1"),
+        ]
+    assert [o for o, _, _ in contents(behind.batches[0])] == [0, 1, 2]
+
+
 def test_a_range_with_nothing_to_send_still_advances() -> None:
-    records = [Record(5, headers=list(Provenance("dc2", "t", 0, 1).headers()))]
+    records = [Record(5, headers=list(Provenance("dc2", "orders_REPLICA", 0, 1).headers()))]
     target = Target(5, new_batch)
     build(records, 6, TAGGER, [target])
     assert [(b.first, b.end, b.count) for b in target.batches] == [(5, 6, 0)]
