@@ -78,7 +78,7 @@ class ReplicatorService:
             local_cluster=self.settings.local_cluster,
             destinations=[self.settings.local_cluster, *self.settings.remote_clusters],
             http_port=self.http.port,
-            subscription=self.rules.subscription_pattern,
+            topic_rules=self.rules.describe(),
         )
         try:
             async with asyncio.TaskGroup() as group:
@@ -205,6 +205,7 @@ class ReplicatorService:
                 alias: {"reachable": client.error is None, "error": client.error}
                 for alias, client in self.clusters.items()
             },
+            "topics": self.feed.topics.status() if self.feed else None,
             "source_feed": self.feed.status() if self.feed else None,
             "legs": [leg.status(self._log_end) for leg in self.legs],
         }

@@ -41,6 +41,7 @@ from replicator.metrics import Metrics
 from replicator.records import SourceRecord
 from replicator.sender import PartitionSender
 from replicator.settings import Settings
+from replicator.topic_watch import TopicWatch
 from replicator.topology import TopicRules
 
 log = structlog.get_logger(__name__)
@@ -149,6 +150,9 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         )
         self._consumer = self._make_consumer()
         self._fanouts: dict[TopicPartition, PartitionFanout] = {}
+        self.topics = TopicWatch(rules, metrics, settings.local_cluster)
+        self._listing_interval = settings.metadata_max_age_ms / 1000
+        self._next_listing = 0.0
         for leg in legs:
             leg.restarted = self._rewire
         self.connected = False
@@ -190,7 +194,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 self._consumer = self._make_consumer()
                 await sleep_unless_stopped(stop, backoff.delay(error.retriable))
                 continue
-            self._consumer.subscribe(pattern=self._rules.subscription_pattern, listener=self)
+            await self._list_topics(subscribe=True)
             self.connected = True
             self.last_error = None
             self._log.info("source feed connected", group=self.group)
@@ -200,6 +204,8 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
     async def _fetch_loop(self, stop: asyncio.Event) -> None:
         consumer = self._consumer
         while not stop.is_set():
+            if time.monotonic() >= self._next_listing:
+                await self._list_topics()
             try:
                 fetched = await consumer.getmany(timeout_ms=_FETCH_TIMEOUT_MS)
             except Exception as exc:
@@ -228,6 +234,23 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                     await self._out_of_range(tp, beyond)
             for fanout in self._fanouts.values():
                 fanout.check()
+
+    async def _list_topics(self, subscribe: bool = False) -> None:
+        """List the cluster's topics; subscribe to exactly the replicated ones when they change.
+
+        The subscription is built from the rules' answer for each listing (never from the
+        user's regexes), so the group is assigned exactly the partitions the legs replicate.
+        """
+        self._next_listing = time.monotonic() + self._listing_interval
+        try:
+            topics = await self._consumer.topics()
+        except Exception as exc:
+            self.topics.listing_failed(str(translate(exc)))
+            changed = False
+        else:
+            changed = self.topics.listed(topics)
+        if subscribe or changed:
+            self._consumer.subscribe(pattern=self.topics.subscription_pattern, listener=self)
 
     async def _out_of_range(self, tp: TopicPartition, position: int) -> None:
         """The source log no longer holds ``position``: apply the policy on every leg."""
