@@ -1,4 +1,5 @@
-"""The command line: ``replicator run`` (the service), ``demo``, and the Spark jobs.
+"""The command line: ``replicator run`` (the service), ``demo``, ``sandbox``, the operator
+commands and the Spark jobs.
 
 Messages go to stderr, data to stdout. Invalid configuration exits with status 2 and names the
 variable at fault.
@@ -43,6 +44,9 @@ def run() -> None:
         raise
     except asyncio.CancelledError:  # a second signal forced the exit
         raise typer.Exit(130) from None
+    except ConfigError as exc:  # found at start-up, e.g. an HTTP port that cannot be bound
+        typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
     except BaseException:  # a crashed task stops the service loudly, with its traceback
         structlog.get_logger("replicator").exception("replicator crashed")
         raise typer.Exit(1) from None
@@ -65,6 +69,30 @@ def demo(
     from replicator.demo import main as run_demo
 
     raise typer.Exit(run_demo(seconds, rate))
+
+
+@app.command()
+def sandbox(
+    clusters: str = typer.Option(
+        "dc1,dc2", help="Comma-separated cluster aliases: one local broker for each."
+    ),
+    json_output: bool = typer.Option(
+        False, "--json", help="Print the brokers and each datacenter's environment as JSON."
+    ),
+) -> None:
+    """Local brokers to try the replicator by hand, and the exports to run one per datacenter.
+
+    Runs until Ctrl-C or SIGTERM, then stops the brokers and exits 0. The brokers keep data in
+    memory only: everything is lost when the sandbox stops. For trials, not production.
+    """
+    from replicator.sandbox import parse_aliases, serve
+
+    try:
+        aliases = parse_aliases(clusters)
+    except ValueError as exc:
+        typer.echo(f"--clusters: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    raise typer.Exit(serve(aliases, json_output))
 
 
 def _settings() -> Settings:
@@ -95,7 +123,11 @@ def check_config(
 def lag(
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Per leg, topic and partition: committed offset, source log end, and lag."""
+    """Per leg, topic and partition: committed offset, source log end, and lag.
+
+    Exits 0; 1 when the topic rules select no topic of the local cluster (a warning on stderr
+    names the rules and the replica topics they rejected, with why); 2 on invalid configuration.
+    """
     from replicator.operations import lag as show_lag
 
     raise typer.Exit(show_lag(_settings(), json_output))
@@ -116,12 +148,19 @@ def topics_ensure(
 ) -> None:
     """Create X_REPLICA and X with the same partitions and configs on every cluster.
 
-    Exits 0 when every pair exists as asked, 1 when one has another partition count or could not
-    be created (reported per cluster), 2 on invalid configuration.
+    Give the real topic name (orders, not orders_REPLICA). A pair the topic rules would not
+    replicate is still created, with a warning naming the rule. Exits 0 when every pair exists as
+    asked, 1 when one has another partition count or could not be created (reported per cluster),
+    2 on invalid configuration or an invalid topic name (before any cluster is touched).
     """
-    from replicator.operations import ensure_topics
+    from replicator.operations import ensure_topics, topic_name_problem
 
     settings = _settings()
+    for name in topic:
+        problem = topic_name_problem(name, settings.replica_suffix)
+        if problem:
+            typer.echo(f"--topic: {problem}", err=True)
+            raise typer.Exit(EXIT_CONFIG)
     pairs = dict(item.split("=", 1) for item in config or [] if "=" in item)
     if len(pairs) != len(config or []):
         typer.echo("--config: expected key=value", err=True)

@@ -7,14 +7,23 @@
   remote outage must not hold a rolling update).
 - ``/status``: JSON per leg (assigned partitions, offsets, lag, last error). No secrets.
 - ``/metrics``: Prometheus exposition.
+
+An address the server cannot listen on (port taken, host not on this machine) is configuration
+error: :meth:`HttpServer.start` raises :class:`~replicator.errors.ConfigError` naming the variable.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import socket
 from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
+
+from replicator.errors import ConfigError
+from replicator.settings import ENV_PREFIX
 
 
 class Observable(Protocol):
@@ -71,12 +80,37 @@ class HttpServer:
         self.port = port
 
     async def start(self) -> None:
+        """Listen on the configured address; :class:`ConfigError` if it cannot be bound."""
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            raise self._bind_error(exc) from None
         sockets = getattr(site._server, "sockets", None)
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
+
+    def _bind_error(self, exc: OSError) -> ConfigError:
+        where = f"{self._host}:{self._port}"
+        if isinstance(exc, socket.gaierror) or not exc.errno:
+            reason = exc.strerror or type(exc).__name__
+        else:
+            reason = os.strerror(exc.errno)
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            return ConfigError(
+                f"{ENV_PREFIX}HTTP_HOST",
+                f"cannot listen on {where}: {reason} (not an address of this machine; "
+                "0.0.0.0 listens on all of them)",
+            )
+        if exc.errno == errno.EADDRINUSE:
+            return ConfigError(
+                f"{ENV_PREFIX}HTTP_PORT",
+                f"cannot listen on {where}: the port is already in use (another replicator "
+                "on this host? give each its own REPLICATOR_HTTP_PORT)",
+            )
+        return ConfigError(f"{ENV_PREFIX}HTTP_PORT", f"cannot listen on {where}: {reason}")
 
     async def stop(self) -> None:
         await self._runner.cleanup()

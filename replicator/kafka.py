@@ -264,12 +264,28 @@ class ClusterClient:
             await asyncio.wait_for(admin.describe_cluster(), timeout)
         except Exception as exc:
             error = translate(exc)
-            self.error = str(error) or type(exc).__name__
+            self.error = self.describe_failure(error, exc)
             self.retriable = error.retriable
             await self.reset()
             return
         self.error = None
         self.retriable = True
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Where this cluster is contacted (host:port list; never holds credentials)."""
+        return self._cluster.bootstrap_servers
+
+    def describe_failure(self, error: ReplicatorError, exc: BaseException) -> str:
+        """One line for logs, ``/status`` and ``check-config``: what failed, and where.
+
+        The cause alone (``KafkaConnectionError``) does not tell an operator which address is
+        wrong; the bootstrap servers do, and they hold no secret.
+        """
+        cause = str(error) or type(exc).__name__
+        if isinstance(error, ClusterUnavailable):
+            return f"{cause}: could not reach {self.bootstrap_servers}"
+        return f"{cause} (at {self.bootstrap_servers})"
 
     async def reset(self) -> None:
         async with self._lock:

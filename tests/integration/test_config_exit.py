@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,25 @@ def test_console_script_and_module_behave_the_same() -> None:
     )
     assert helped.returncode == 0
     assert "run" in helped.stdout and "demo" in helped.stdout
+
+
+def test_an_http_port_already_in_use_exits_2_naming_the_variable() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_with(
+            {**VALID, "REPLICATOR_HTTP_HOST": "127.0.0.1", "REPLICATOR_HTTP_PORT": str(port)}
+        )
+    assert result.returncode == 2, result.stderr
+    assert "REPLICATOR_HTTP_PORT" in result.stderr and str(port) in result.stderr
+    assert "already in use" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_an_http_host_not_on_this_machine_exits_2_naming_the_variable() -> None:
+    result = run_with({**VALID, "REPLICATOR_HTTP_HOST": "192.0.2.1", "REPLICATOR_HTTP_PORT": "0"})
+    assert result.returncode == 2, result.stderr
+    assert "REPLICATOR_HTTP_HOST" in result.stderr and "192.0.2.1" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout

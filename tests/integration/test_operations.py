@@ -1,10 +1,19 @@
-"""Operator commands against real brokers: ``replicator check-config`` and ``replicator lag``."""
+"""Operator commands against real brokers: check-config, lag, topics ensure and the sandbox."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
 
-from replicator.embedded import EmbeddedBroker
+from aiokafka import AIOKafkaProducer
+
+from replicator.embedded import EmbeddedBroker, free_port
+from replicator.readback import read_topic
+from replicator.settings import load_settings
 from replicator.topics import topic_configs
 from tests.integration.harness import (
     Start,
@@ -116,3 +125,140 @@ def test_topics_ensure_creates_matching_pairs_everywhere_and_reports_mismatches(
         assert [(o["cluster"], o["topic"], o["partitions"]) for o in mismatched] == [
             ("dc2", "payments", 2)
         ]
+
+
+def _check(env: dict[str, str], **rules: str) -> tuple[int, dict[str, Any], str]:
+    extra = {f"REPLICATOR_TOPICS_{k.upper()}": v for k, v in rules.items()}
+    status, out, err = replicator_cli({**env, **extra}, "check-config", "--json")
+    return status, json.loads(out), err
+
+
+def test_check_config_lists_replicated_and_rejected_topics_by_reason() -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        create_topics(
+            brokers["dc1"],
+            orders_REPLICA=1,
+            payments_REPLICA=1,
+            refunds_REPLICA=1,
+            orders_REPLICA_REPLICA=1,
+            orders=1,
+        )
+        env = replicator_env("dc1", brokers)
+
+        status, report, err = _check(env, include="^orders$")
+        assert status == 0, err
+        topics = report["topics"]
+        assert topics["replicated"] == ["orders_REPLICA"]
+        assert topics["rejected"]["not_included"] == ["payments_REPLICA", "refunds_REPLICA"]
+        assert topics["rejected"]["target_is_replica_topic"] == ["orders_REPLICA_REPLICA"]
+        assert "orders" in topics["rejected"]["not_a_replica_topic"]
+
+        status, report, err = _check(env, include="orders, payments", exclude="refunds")
+        assert status == 0, err
+        assert report["topics"]["replicated"] == ["orders_REPLICA", "payments_REPLICA"]
+        assert report["topics"]["rejected"]["not_included"] == ["refunds_REPLICA"]
+
+        status, report, err = _check(env, exclude="refunds,payments")
+        assert status == 0, err
+        assert report["topics"]["replicated"] == ["orders_REPLICA"]
+        assert report["topics"]["rejected"]["excluded"] == ["payments_REPLICA", "refunds_REPLICA"]
+
+        extra = {"REPLICATOR_TOPICS_INCLUDE": "^orders$"}
+        status, out, err = replicator_cli({**env, **extra}, "check-config")
+        assert status == 0, err
+        assert "replicated: orders_REPLICA -> orders" in out
+        assert "rejected (not_included): payments_REPLICA" in out
+        assert "rejected (target_is_replica_topic): orders_REPLICA_REPLICA" in out
+        assert "not a replica topic" in out and "warning" not in err
+
+        status, report, err = _check(env, include="shipments")
+        assert status == 0 and report["topics"]["replicated"] == []
+        assert "no topic of dc1 would be replicated" in err
+        assert "REPLICATOR_TOPICS_INCLUDE='shipments'" in err
+        assert "orders_REPLICA (not_included)" in err
+
+
+def test_check_config_names_the_address_of_an_unreachable_cluster() -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    with start_clusters("dc1") as brokers:
+        env = replicator_env("dc1", brokers, clusters__dc2__bootstrap_servers=nobody)
+        status, out, err = replicator_cli(env, "check-config")
+        assert status == 2, out + err
+        assert "cluster dc1: reachable" in out
+        unreachable = [line for line in out.splitlines() if line.startswith("cluster dc2:")]
+        assert len(unreachable) == 1 and nobody in unreachable[0], out
+        status, report, _ = _check(env)
+        assert status == 2 and nobody in report["clusters"]["dc2"]["error"]
+        assert report["topics"] == {"replicated": [], "rejected": {}}
+
+
+def test_lag_warns_and_exits_1_when_the_rules_select_no_topic() -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        create_topics(brokers["dc1"], orders_REPLICA=1, payments_REPLICA=1)
+        env = replicator_env("dc1", brokers, topics_include="shipments,returns")
+        status, out, err = replicator_cli(env, "lag", "--json")
+        assert status == 1, err
+        assert json.loads(out) == []
+        assert "REPLICATOR_TOPICS_INCLUDE='shipments|returns'" in err
+        assert "orders_REPLICA (not_included)" in err and "payments_REPLICA (not_included)" in err
+        status, _, err = replicator_cli(env, "lag")
+        assert status == 1 and "no topic of dc1 would be replicated" in err
+
+
+async def _round_trip(bootstrap: str, topic: str, value: bytes) -> list[bytes]:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, partition=0)
+    finally:
+        await producer.stop()
+    return [r.value for r in await read_topic(bootstrap, topic) if r.value is not None]
+
+
+def test_sandbox_serves_one_broker_per_alias_prints_their_env_and_stops_on_sigterm() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+    sandbox = subprocess.Popen(
+        [sys.executable, "-m", "replicator", "sandbox", "--clusters", "dc1,dc2", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sandbox.stdout is not None
+        printed = json.loads(sandbox.stdout.readline())
+        clusters = printed["clusters"]
+        assert set(clusters) == {"dc1", "dc2"} and clusters["dc1"] != clusters["dc2"]
+        envs = printed["env"]
+        assert envs["dc1"]["REPLICATOR_LOCAL_CLUSTER"] == "dc1"
+        assert envs["dc1"]["REPLICATOR_HTTP_PORT"] != envs["dc2"]["REPLICATOR_HTTP_PORT"]
+        for alias in ("dc1", "dc2"):
+            for other, bootstrap in clusters.items():
+                variable = f"REPLICATOR_CLUSTERS__{other.upper()}__BOOTSTRAP_SERVERS"
+                assert envs[alias][variable] == bootstrap
+            assert load_settings(envs[alias]).local_cluster == alias
+        for alias, bootstrap in clusters.items():
+            value = f"hello {alias}".encode()
+            assert run(_round_trip(bootstrap, "sandbox_check", value)) == [value]
+        sandbox.send_signal(signal.SIGTERM)
+        assert sandbox.wait(timeout=30) == 0
+        assert sandbox.stderr is not None
+        messages = sandbox.stderr.read()
+        assert "memory only" in messages and "not production" in messages
+    finally:
+        if sandbox.poll() is None:
+            sandbox.kill()
+            sandbox.wait()
+
+
+def test_topics_ensure_warns_when_the_rules_would_not_replicate_the_pair() -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        env = replicator_env("dc1", brokers, topics_include="orders")
+        args = ("topics", "ensure", "--topic", "payments", "--partitions", "2", "--json")
+        status, out, err = replicator_cli(env, *args)
+        assert status == 0, err
+        assert {o["action"] for o in json.loads(out)} == {"created"}
+        assert "payments_REPLICA will not be replicated" in err
+        assert "not_included" in err and "REPLICATOR_TOPICS_INCLUDE='orders'" in err
+        status, out, err = replicator_cli(env, *args[:-1], "--topic", "orders_REPLICA")
+        assert status == 2 and "give the real topic name: orders" in err

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import typer.main
 from typer.testing import CliRunner
 
 from replicator.cli import app
 
-EXPECTED = {"run", "demo", "check-config", "lag", "topics ensure", "backfill", "audit"}
+EXPECTED = {
+    "run",
+    "demo",
+    "sandbox",
+    "check-config",
+    "lag",
+    "topics ensure",
+    "backfill",
+    "audit",
+}
+# Clusters nobody listens on: a command that reached one would fail differently, and slowly.
+UNREACHABLE = {
+    "REPLICATOR_LOCAL_CLUSTER": "dc1",
+    "REPLICATOR_CLUSTERS__DC1__BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVERS": "127.0.0.1:10",
+}
 
 
 def commands(group: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -42,3 +59,31 @@ def test_commands_that_print_data_offer_json() -> None:
     for path in ("check-config", "lag", "topics ensure", "backfill", "audit"):
         options = {o for p in found[path].params for o in getattr(p, "opts", [])}
         assert "--json" in options, path
+
+
+@pytest.mark.parametrize("clusters", ["dc1,DC2", "dc1,dc_2", "dc1,dc1", " , "])
+def test_sandbox_refuses_invalid_aliases_with_2_naming_the_option(clusters: str) -> None:
+    result = CliRunner().invoke(app, ["sandbox", "--clusters", clusters])
+    assert result.exit_code == 2, result.output
+    assert "--clusters" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("topic", "expected"),
+    [
+        ("orders_REPLICA", "give the real topic name: orders"),
+        ("orders/eu", "not a valid Kafka topic name"),
+        ("..", "not a valid Kafka topic name"),
+        ("x" * 250, "not a valid Kafka topic name"),
+        ("x" * 245, "not a valid Kafka topic name"),  # its X_REPLICA would be too long
+    ],
+)
+def test_topics_ensure_refuses_bad_names_before_touching_a_cluster(
+    topic: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in [k for k in os.environ if k.startswith("REPLICATOR_")]:
+        monkeypatch.delenv(key)
+    args = ["topics", "ensure", "--topic", "payments", "--topic", topic, "--partitions", "3"]
+    result = CliRunner().invoke(app, args, env=UNREACHABLE)
+    assert result.exit_code == 2, result.output
+    assert "--topic" in result.stderr and expected in result.stderr
