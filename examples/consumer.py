@@ -1,12 +1,13 @@
 """An application that reads through the replicator: it consumes ``<topic>``.
 
 ``<topic>`` holds the records written to ``<topic>_REPLICA`` in every datacenter. The provenance
-header ``replicator-origin-cluster`` says where each record was first written, so the app can
-treat local and remote records differently if it needs to (most apps need not).
+header ``replicator: <cluster>/<topic>/<partition>/<offset>`` says where each record was first
+written, so the app can treat local and remote records differently if it needs to (most apps
+need not).
 
     python examples/consumer.py --bootstrap-servers localhost:29092 --topic orders
 
-Needs only aiokafka. Prints a JSON line per ``--report-every`` seconds: records per origin.
+Needs only aiokafka. Prints a JSON line per ``--report-every`` seconds: records per origin cluster.
 """
 
 from __future__ import annotations
@@ -21,15 +22,25 @@ from collections import Counter
 
 from aiokafka import AIOKafkaConsumer
 
-ORIGIN_CLUSTER = "replicator-origin-cluster"
+PROVENANCE = "replicator"  # value: <cluster>/<topic>/<partition>/<offset>, ASCII
 
 
-def origin(headers: list[tuple[str, bytes]]) -> str:
-    """The cluster a record was first written to (``unknown`` if it was not replicated)."""
+def origin(headers: list[tuple[str, bytes | None]]) -> tuple[str, str, int, int] | None:
+    """Where a record was first written: (cluster, topic, partition, offset), or ``None`` if it
+    carries no readable provenance (it was not replicated)."""
     for name, value in headers:
-        if name == ORIGIN_CLUSTER:
-            return value.decode("ascii")
-    return "unknown"
+        if name == PROVENANCE and value:
+            # "/" cannot appear in a cluster alias or a topic name: four fields, no escaping
+            fields = value.decode("ascii", "replace").split("/")
+            if len(fields) == 4 and fields[2].isdigit() and fields[3].isdigit():
+                return fields[0], fields[1], int(fields[2]), int(fields[3])
+    return None
+
+
+def origin_cluster(headers: list[tuple[str, bytes | None]]) -> str:
+    """The cluster a record was first written to (``unknown`` if it was not replicated)."""
+    found = origin(headers)
+    return found[0] if found else "unknown"
 
 
 async def consume(args: argparse.Namespace) -> int:
@@ -57,7 +68,7 @@ async def consume(args: argparse.Namespace) -> int:
             batches = await consumer.getmany(timeout_ms=500)
             for records in batches.values():
                 for record in records:
-                    per_origin[origin(list(record.headers))] += 1
+                    per_origin[origin_cluster(list(record.headers))] += 1
                     total += 1
             if time.monotonic() >= next_report:
                 report()

@@ -1,14 +1,34 @@
 """The audit: proof that every cluster holds what every replica topic was given.
 
 From one snapshot of every cluster (exact offset ranges, taken first), reads each ``X_REPLICA``
-(what applications published) and each ``X`` (what the clusters hold), matches the records of
-``X`` to their source by provenance (origin cluster, topic, partition, offset), and reports, per
-cluster, topic, partition and origin: records expected, delivered, missing (and how many of those
-are the tail not yet replicated at the snapshot: lag), duplicates, out of order (first
-occurrences against source order), payload mismatches (digest of key, value and the application's
-headers), untagged records in ``X``, and loops (records carrying provenance found in a replica
-topic: replicated data published again). Everything is computed in Spark; only the per-partition
-report reaches the driver.
+(what applications published) and each ``X`` (what the clusters hold), applies the loop rule
+(:mod:`replicator.provenance`) to every source record, matches the records of ``X`` to their
+source by provenance (origin cluster, partition, offset; the provenance must name ``X_REPLICA``),
+and reports, per cluster, topic, partition and origin:
+
+- ``expected``: the source records the replicator replicates, in every cluster: untagged ones
+  and derived ones (provenance naming another topic, or only ``replicator-upstream``; their
+  copies carry fresh provenance ``<origin>/X_REPLICA/<p>/<o>`` and are matched by it);
+- ``delivered``, ``missing`` (and how many of those are the tail not yet replicated at the
+  snapshot: ``lag``), ``duplicates``, ``out_of_order`` (first occurrences against source order);
+- ``mismatched``: payload differences, by a digest of key, value and the application's own
+  headers (``replicator`` and ``replicator-upstream`` excluded on both sides, since a derived
+  record's copy moves the one to the other);
+- ``untagged``: records of ``X`` with no readable provenance of ``X_REPLICA`` (written there
+  directly; a provenance header that is malformed, repeated, or names another topic counts here);
+- ``loops``: records of ``X_REPLICA`` whose provenance names ``X_REPLICA`` itself (any cluster):
+  replicated data published again, which the replicator skips;
+- ``malformed``: records of ``X_REPLICA`` whose ``replicator`` header does not parse or appears
+  twice, which the replicator refuses.
+
+Loops and malformed records are never expected (the replicator refuses them by design, so they
+are not missing anywhere), but both fail the audit, like missing, mismatched and reordered
+records: each is data an application published into a replica topic that no cluster will ever
+hold, a fault of that application to fix (the live replicator only counts them, in
+``replicator_records_skipped_total``). ``untagged``, ``duplicates`` and ``lag`` (with
+``allow_lag``) are reported without failing it.
+
+Everything is computed in Spark; only the per-partition report reaches the driver.
 """
 
 from __future__ import annotations
@@ -19,13 +39,14 @@ from typing import Any
 from pyspark.sql import Column, SparkSession, Window
 from pyspark.sql import functions as sf
 
-from replicator.provenance import HEADER_NAMES
+from replicator.provenance import HEADER_NAMES, Marking
 from replicator.spark.frames import (
+    REPLICATED,
     ClusterInput,
+    marking,
     origin_columns,
     read_snapshot,
     real_topic,
-    tagged,
 )
 
 COUNTS = (
@@ -38,8 +59,9 @@ COUNTS = (
     "mismatched",
     "untagged",
     "loops",
+    "malformed",
 )
-FAILING = ("missing", "mismatched", "out_of_order", "loops")
+FAILING = ("missing", "mismatched", "out_of_order", "loops", "malformed")
 
 
 @dataclass
@@ -47,7 +69,8 @@ class PartitionReport:
     cluster: str
     topic: str
     partition: int
-    origin: str  # the cluster whose replica topic the records came from ("" for untagged/loops)
+    # the cluster whose replica topic the records came from ("" for untagged, loops, malformed)
+    origin: str
     expected: int = 0
     delivered: int = 0
     missing: int = 0
@@ -57,6 +80,7 @@ class PartitionReport:
     mismatched: int = 0
     untagged: int = 0
     loops: int = 0
+    malformed: int = 0
 
 
 @dataclass
@@ -113,18 +137,17 @@ def run_audit(
     assert sources is not None and holdings is not None
     aliases = spark.createDataFrame([(c.alias,) for c in clusters], "dest string")
 
-    sources = sources.withColumn("tagged", tagged()).withColumn("digest", _digest())
-    loops = (
-        sources.filter("tagged")
-        .groupBy(
-            sf.col("cluster"),
-            real_topic(suffix).alias("topic"),
-            "partition",
+    sources = sources.withColumn("mark", marking()).withColumn("digest", _digest())
+    refused = (
+        sources.filter(sf.col("mark").isin(Marking.LOOP.value, Marking.MALFORMED.value))
+        .groupBy(sf.col("cluster"), real_topic(suffix).alias("topic"), "partition")
+        .agg(
+            sf.count(sf.when(sf.col("mark") == Marking.LOOP.value, 1)).alias("loops"),
+            sf.count(sf.when(sf.col("mark") == Marking.MALFORMED.value, 1)).alias("malformed"),
         )
-        .agg(sf.count("*").alias("loops"))
         .withColumn("origin", sf.lit(""))
     )
-    source = sources.filter(~sf.col("tagged")).select(
+    source = sources.filter(sf.col("mark").isin(*REPLICATED)).select(
         sf.col("cluster").alias("origin"),
         real_topic(suffix).alias("topic"),
         "partition",
@@ -134,13 +157,17 @@ def run_audit(
     expected = source.crossJoin(aliases)
 
     held = holdings.select("*", *origin_columns()).withColumn("digest", _digest())
+    # A copy names its source X_REPLICA: anything else in X is no copy of it (counted untagged).
+    copy = sf.coalesce(
+        sf.col("o_topic") == sf.concat(sf.col("topic"), sf.lit(suffix)), sf.lit(False)
+    )
     untagged = (
-        held.filter(sf.col("o_cluster").isNull() | sf.col("o_offset").isNull())
+        held.filter(~copy)
         .groupBy("cluster", "topic", "partition")
         .agg(sf.count("*").alias("untagged"))
         .withColumn("origin", sf.lit(""))
     )
-    copies = held.filter(sf.col("o_cluster").isNotNull() & sf.col("o_offset").isNotNull()).select(
+    copies = held.filter(copy).select(
         sf.col("cluster").alias("dest"),
         sf.col("topic"),
         sf.col("partition").alias("dest_partition"),
@@ -149,7 +176,6 @@ def run_audit(
         sf.col("o_partition").alias("partition"),
         sf.col("o_offset").alias("origin_offset"),
         sf.col("digest"),
-        sf.col("o_topic"),
     )
     key = ["dest", "topic", "origin", "partition", "origin_offset"]
     matched = copies.join(
@@ -204,7 +230,7 @@ def run_audit(
     )
     report = (
         per_origin.unionByName(untagged, allowMissingColumns=True)
-        .unionByName(loops, allowMissingColumns=True)
+        .unionByName(refused, allowMissingColumns=True)
         .groupBy("cluster", "topic", "partition", "origin")
         .agg(*(sf.sum(sf.coalesce(sf.col(c), sf.lit(0))).alias(c) for c in COUNTS))
         .orderBy("cluster", "topic", "partition", "origin")

@@ -1,12 +1,16 @@
 """The backfill: copy a bounded history of replica topics to other clusters, then hand over.
 
 Reads one cluster's ``X_REPLICA`` topics over an exact range (the log start, or the first record
-at or after a timestamp, up to a snapshot of the log end taken when the job starts), tags every
-record with the same provenance headers the live replicator writes, and writes it to ``X`` on
-each destination, into the same partition number and in source order. Records that already carry
-provenance are not copied (as live). Records a destination already holds (matched by provenance)
-are not written again, so re-running a backfill over the same range adds nothing; what it skipped
-is reported.
+at or after a timestamp, up to a snapshot of the log end taken when the job starts), applies the
+loop rule (:mod:`replicator.provenance`) to every record as the live replicator does, and writes
+what it replicates to ``X`` on each destination, into the same partition number and in source
+order, with exactly the headers the live replicator writes: untagged records get
+``replicator: <source>/X_REPLICA/<p>/<o>`` after their own headers; derived records (provenance
+naming another topic, or only ``replicator-upstream``) get their own headers, the provenance they
+carried as ``replicator-upstream``, then their fresh ``replicator``. Loops (provenance naming
+``X_REPLICA`` itself) and records with malformed provenance are not copied, and are counted in
+the result. Records a destination already holds (matched by provenance) are not written again,
+so re-running a backfill over the same range adds nothing; what it skipped is reported.
 
 Hand-over: the live replicator's consumer group of each leg (``<prefix>.<source>.<destination>``)
 is set to the snapshot end where it is behind it, so the sidecar continues exactly where the
@@ -24,23 +28,32 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
+from replicator.provenance import Marking
 from replicator.spark.frames import (
+    REPLICATED,
     ClusterInput,
+    marking,
     origin_columns,
     read_snapshot,
     real_topic,
-    tagged,
     with_provenance,
 )
+
+_WITH, _WITHOUT = "with_provenance", "without_provenance"  # a real-topic record's kind
 
 
 @dataclass
 class BackfillResult:
     source: str
-    records: int  # untagged source records in the range
+    # records to copy: the untagged and derived ones of the replica topics' range (with real
+    # topics: those with provenance)
+    records: int
     written: dict[str, int] = field(default_factory=dict)  # per destination
     already_there: dict[str, int] = field(default_factory=dict)
-    untagged: int = 0  # real-topic records without provenance: not copied
+    derived: int = 0  # of ``records``: derived, copied with fresh provenance and their upstream
+    loops: int = 0  # provenance naming the replica topic they sit in: not copied (as live)
+    malformed: int = 0  # a provenance header that does not parse or is repeated: not copied
+    untagged: int = 0  # real-topic records without (readable) provenance: not copied
     handed_over: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -55,7 +68,8 @@ def run_backfill(
 ) -> BackfillResult:
     """Copy ``source.snapshot`` to every destination's real topics.
 
-    The snapshot covers replica topics (tagged here, as live), or with ``real_topics`` the real
+    The snapshot covers replica topics (the loop rule applied and provenance written here, as
+    live; loops and malformed provenance counted, not copied), or with ``real_topics`` the real
     topics themselves (every origin's records, copied with their provenance as they are; records
     without provenance are not copied and are counted). Each destination's ``snapshot`` covers
     its real topics, read to skip the records it already holds.
@@ -67,29 +81,36 @@ def run_backfill(
         return result
     frame = read_snapshot(spark, fmt, source)
     columns = ["key", "value", "partition", "offset", "timestamp"]
+    origin = ["target", "o_cluster", "o_topic", "o_partition", "o_offset"]
     if real_topics:
-        # counted twice (untagged, then copied): read from Kafka once
-        frame = frame.select("*", *origin_columns()).cache()
-        known = sf.col("o_cluster").isNotNull() & sf.col("o_offset").isNotNull()
-        result.untagged = frame.filter(~known).count()
-        records = frame.filter(known).withColumnRenamed("topic", "target")
+        marked = frame.select(
+            sf.col("topic").alias("target"), *columns, "headers", *origin_columns()
+        ).withColumn("kind", sf.when(sf.col("o_cluster").isNotNull(), _WITH).otherwise(_WITHOUT))
+        copied: tuple[str, ...] = (_WITH,)
     else:
-        records = (
-            frame.filter(~tagged())
-            .select(
-                real_topic(suffix).alias("target"),
-                *columns,
-                with_provenance(source.alias).alias("headers"),
-            )
-            .select("*", *origin_columns())
+        marked = frame.select(
+            real_topic(suffix).alias("target"),
+            *columns,
+            with_provenance(source.alias).alias("headers"),
+            sf.lit(source.alias).alias("o_cluster"),
+            sf.col("topic").alias("o_topic"),
+            sf.col("partition").alias("o_partition"),
+            sf.col("offset").alias("o_offset"),
+            marking().alias("kind"),
         )
-    records = records.select(
-        "target", *columns, "headers", "o_cluster", "o_partition", "o_offset"
-    ).cache()
-    result.records = records.count()
-    frame.unpersist()  # records holds what is needed from here on
+        copied = REPLICATED
+    # Counted by kind, then copied: read from Kafka once.
+    marked = marked.cache()
+    kinds = {r["kind"]: int(r["count"]) for r in marked.groupBy("kind").count().collect()}
+    result.records = sum(kinds.get(k, 0) for k in copied)
+    result.derived = kinds.get(Marking.DERIVED.value, 0)
+    result.loops = kinds.get(Marking.LOOP.value, 0)
+    result.malformed = kinds.get(Marking.MALFORMED.value, 0)
+    result.untagged = kinds.get(_WITHOUT, 0)
+    records = marked.filter(sf.col("kind").isin(*copied)).select(
+        "target", *columns, "headers", *origin[1:]
+    )
     partitions = max(1, len(source.snapshot))
-    origin = ["target", "o_cluster", "o_partition", "o_offset"]
     for destination in destinations:
         out = records
         if any(end > start for start, end in destination.snapshot.values()):
@@ -125,7 +146,7 @@ def run_backfill(
         ordered.unpersist()
         result.written[destination.alias] = written
         result.already_there[destination.alias] = held
-    records.unpersist()
+    marked.unpersist()
     result.seconds = time.monotonic() - started
     return result
 

@@ -39,6 +39,7 @@ _SHORT = {
     "mismatched": "altered",
     "untagged": "untagged",
     "loops": "loops",
+    "malformed": "malformed",
 }
 
 
@@ -101,6 +102,11 @@ def backfill(
             result = run_backfill(spark, fmt, origin, targets, suffix, copy_real_topics)
     finally:
         spark.stop()
+    if result.loops or result.malformed:
+        err.print(
+            f"not copied, as the live replicator would not: {result.loops} loops (provenance "
+            f"naming their own replica topic), {result.malformed} with malformed provenance"
+        )
     if copy_real_topics and with_hand_over:
         err.print("hand-over applies to replica topics (one leg each); skipped for real topics")
     elif with_hand_over:
@@ -116,6 +122,12 @@ def _print_backfill(result: BackfillResult, as_json: bool) -> None:
         print(json.dumps(asdict(result)))
         return
     title = f"backfill from {result.source} ({result.records} records"
+    if result.derived:
+        title += f", {result.derived} of them derived (copied with replicator-upstream)"
+    if result.loops:
+        title += f"; {result.loops} loops not copied"
+    if result.malformed:
+        title += f"; {result.malformed} with malformed provenance not copied"
     if result.untagged:
         title += f"; {result.untagged} without provenance not copied"
     table = Table(title=title + ")")

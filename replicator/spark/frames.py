@@ -1,4 +1,9 @@
-"""DataFrames of Kafka snapshots, and provenance as Spark columns (the jobs' shared vocabulary)."""
+"""DataFrames of Kafka snapshots, and provenance as Spark columns (the jobs' shared vocabulary).
+
+The columns here are the Spark form of :mod:`replicator.provenance` (same header, same grammar,
+same loop rule), built from Spark's own functions so the jobs stay columnar: no Python UDF.
+tests/unit/test_spark_provenance.py checks them against that module, case by case.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from replicator.provenance import (
-    HEADER_NAMES,
-    ORIGIN_CLUSTER,
-    ORIGIN_OFFSET,
-    ORIGIN_PARTITION,
-    ORIGIN_TOPIC,
-)
+from replicator.provenance import HEADER_NAMES, ORIGIN, UPSTREAM, VALUE_PATTERN, Marking
 from replicator.snapshot import Range
 from replicator.spark.kafka_source import offsets_json
 
@@ -52,26 +51,76 @@ def read_snapshot(
     return frame.select("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 
 
-def header(name: str) -> Column:
-    """The first value of header ``name`` (null if absent)."""
-    return sf.try_element_at(sf.filter("headers", lambda h: h["key"] == sf.lit(name)), sf.lit(1))[
-        "value"
-    ]
-
-
 def tagged() -> Column:
-    """Whether a record carries any provenance header."""
+    """Whether a record carries a provenance header (``replicator``, ``replicator-upstream``)."""
     return sf.exists("headers", lambda h: h["key"].isin(*HEADER_NAMES))
 
 
+# The whole value, as provenance.decode reads it (\A and \z: Java's $ would accept a final "\n").
+_VALUE = rf"\A(?:{VALUE_PATTERN})\z"
+
+
+def _origin() -> tuple[Column, Column, Column, Column, Column, Column]:
+    """How many ``replicator`` headers a record has, whether there is exactly one that
+    :func:`replicator.provenance.decode` accepts, and its four fields (nulls unless it does)."""
+    values = sf.filter("headers", lambda h: h["key"] == sf.lit(ORIGIN))
+    count = sf.size(values)
+    raw = sf.when(count == 1, sf.try_element_at(values, sf.lit(1))["value"].cast("string"))
+    found = sf.coalesce(raw.rlike(_VALUE), sf.lit(False))
+
+    def group(index: int) -> Column:
+        return sf.when(found, sf.regexp_extract(raw, _VALUE, index))
+
+    partition = group(3).try_cast("int")  # null beyond 2**31 - 1, as decode refuses
+    offset = group(4).try_cast("long")  # null beyond 2**63 - 1
+    valid = found & partition.isNotNull() & offset.isNotNull()
+    return (
+        count,
+        valid,
+        sf.when(valid, group(1)),
+        sf.when(valid, group(2)),
+        sf.when(valid, partition),
+        sf.when(valid, offset),
+    )
+
+
 def origin_columns() -> list[Column]:
-    """``o_cluster``, ``o_topic``, ``o_partition``, ``o_offset`` (null where unreadable)."""
+    """``o_cluster``, ``o_topic``, ``o_partition``, ``o_offset``: the ``replicator`` header.
+
+    All four are null when the record has no such header, when its value does not parse (or its
+    partition or offset is out of range), and when it appears more than once: a record has one
+    provenance or none readable, as :func:`replicator.provenance.parse` decides.
+    """
+    _, _, cluster, topic, partition, offset = _origin()
     return [
-        header(ORIGIN_CLUSTER).cast("string").alias("o_cluster"),
-        header(ORIGIN_TOPIC).cast("string").alias("o_topic"),
-        header(ORIGIN_PARTITION).cast("string").try_cast("int").alias("o_partition"),
-        header(ORIGIN_OFFSET).cast("string").try_cast("long").alias("o_offset"),
+        cluster.alias("o_cluster"),
+        topic.alias("o_topic"),
+        partition.alias("o_partition"),
+        offset.alias("o_offset"),
     ]
+
+
+def marking(topic: str = "topic") -> Column:
+    """The loop rule (:func:`replicator.provenance.marking`) for a record read from ``topic``.
+
+    A :class:`~replicator.provenance.Marking` value: ``untagged`` (no provenance header),
+    ``derived`` (provenance naming another topic, or only ``replicator-upstream``), ``loop``
+    (provenance naming ``topic`` itself, of any cluster) or ``malformed_provenance``.
+    """
+    count, valid, _, origin_topic, _, _ = _origin()
+    return (
+        sf.when(
+            count == 0,
+            sf.when(tagged(), sf.lit(Marking.DERIVED.value)).otherwise(Marking.UNTAGGED.value),
+        )
+        .when(~valid, sf.lit(Marking.MALFORMED.value))
+        .when(origin_topic == sf.col(topic), sf.lit(Marking.LOOP.value))
+        .otherwise(sf.lit(Marking.DERIVED.value))
+    )
+
+
+REPLICATED = (Marking.UNTAGGED.value, Marking.DERIVED.value)
+"""The markings the replicator replicates (as new data, with fresh provenance)."""
 
 
 def real_topic(suffix: str) -> Column:
@@ -79,18 +128,33 @@ def real_topic(suffix: str) -> Column:
     return sf.expr(f"substring(topic, 1, length(topic) - {len(suffix)})")
 
 
+def provenance_value(alias: str) -> Column:
+    """``<alias>/<topic>/<partition>/<offset>`` of the record, as the live replicator writes it."""
+    return sf.concat_ws(
+        "/",
+        sf.lit(alias),
+        sf.col("topic"),
+        sf.col("partition").cast("string"),
+        sf.col("offset").cast("string"),
+    ).cast("binary")
+
+
 def with_provenance(alias: str) -> Column:
-    """The application's headers followed by the four provenance headers (ASCII decimal)."""
+    """The headers the live replicator writes for a record (untagged or derived) of ``alias``.
+
+    The application's own headers, in order (provenance headers removed), then, for a derived
+    record, the ``replicator`` value it carried as ``replicator-upstream``, then its own
+    ``replicator: <alias>/<topic>/<partition>/<offset>``: what
+    :meth:`replicator.provenance.Tagger.retag` returns. Meaningful only for records the loop
+    rule replicates (:data:`REPLICATED`).
+    """
 
     def entry(name: str, value: Column) -> Column:
         return sf.struct(sf.lit(name).alias("key"), value.cast("binary").alias("value"))
 
-    return sf.concat(
-        sf.col("headers"),
-        sf.array(
-            entry(ORIGIN_CLUSTER, sf.lit(alias)),
-            entry(ORIGIN_TOPIC, sf.col("topic")),
-            entry(ORIGIN_PARTITION, sf.col("partition").cast("string")),
-            entry(ORIGIN_OFFSET, sf.col("offset").cast("string")),
-        ),
+    own = sf.filter("headers", lambda h: ~h["key"].isin(*HEADER_NAMES))
+    carried = sf.transform(
+        sf.filter("headers", lambda h: h["key"] == sf.lit(ORIGIN)),
+        lambda h: entry(UPSTREAM, h["value"]),
     )
+    return sf.concat(own, carried, sf.array(entry(ORIGIN, provenance_value(alias))))

@@ -1,9 +1,11 @@
 """The Spark jobs as ``replicator backfill`` and ``replicator audit``, local mode, real brokers.
 
 Backfill: a history copied exactly (partition, order, key, value, headers, timestamp, provenance),
-a re-run that adds nothing, and the hand-over to a live replicator with no gap and no duplicate.
-Audit: clean clusters report nothing; injected faults (a missing, a duplicated, a reordered, an
-altered, a looped and an untagged record) are reported exactly.
+a derived record copied with fresh provenance and its upstream, a loop and a malformed record
+counted and not copied, a re-run that adds nothing, and the hand-over to a live replicator with
+no gap and no duplicate. Audit: clean clusters (a derived record among the expected ones) report
+nothing; injected faults (a missing, a duplicated, a reordered, an altered, a looped, a malformed
+and an untagged record) are reported exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from replicator.provenance import Provenance
+from replicator.provenance import ORIGIN, Provenance, Tagger
 from tests.integration.harness import (
     Sent,
     Start,
@@ -31,6 +33,25 @@ from tests.integration.harness import (
     start_clusters,
     wait_until,
 )
+
+
+def _derived(topic: str, partition: int, timestamp: int) -> Sent:
+    """A record a stream processor published into ``topic``: it forwarded the headers of a
+    record it read from dc2's ``payments`` (whose provenance names ``payments_REPLICA``)."""
+    carried = Provenance("dc2", "payments_REPLICA", 1, 7).headers()
+    headers = (("trace-id", b"d1"), *carried, ("app", b"enricher"))
+    return Sent(topic, partition, -1, b"d", b"derived", headers, timestamp)
+
+
+def _looped(topic: str, partition: int, timestamp: int) -> Sent:
+    """A replicated record (from dc2, through ``topic``) published into ``topic`` again."""
+    headers = (("trace-id", b"l1"), *Provenance("dc2", topic, partition, 3).headers())
+    return Sent(topic, partition, -1, b"l", b"looped", headers, timestamp)
+
+
+def _malformed(topic: str, partition: int, timestamp: int) -> Sent:
+    headers = (("trace-id", b"m1"), (ORIGIN, b"dc2/orders_REPLICA/one/1"))
+    return Sent(topic, partition, -1, b"m", b"malformed", headers, timestamp)
 
 
 async def _committed(bootstrap: str, group: str, partitions: int) -> list[int | None]:
@@ -51,14 +72,28 @@ def test_backfill_copies_exactly_then_hands_over_to_the_live_replicator(
         local, remote = brokers["dc1"], brokers["dc2"]
         create_topics(local, orders_REPLICA=3)
         sent = produce(local, "orders_REPLICA", 3000, partitions=3)
+        at = sent[0].timestamp
+        derived, _, _ = produce_records(
+            local,
+            "orders_REPLICA",
+            [
+                _derived("orders_REPLICA", 0, at),
+                _looped("orders_REPLICA", 1, at),
+                _malformed("orders_REPLICA", 2, at),
+            ],
+        )
+        sent = [*sent, derived]  # what the live replicator would copy
         env = replicator_env("dc1", brokers)
 
         status, out, err = replicator_cli(env, "backfill", "--to", "dc2", "--json")
         assert status == 0, err
         result = json.loads(out)
-        assert result["records"] == 3000 and result["written"] == {"dc2": 3000}, result
+        assert (result["records"], result["written"]) == (3001, {"dc2": 3001}), result
+        counted = {k: result[k] for k in ("derived", "loops", "malformed", "untagged")}
+        assert counted == {"derived": 1, "loops": 1, "malformed": 1, "untagged": 0}, result
         rate = 3000 / result["seconds"]
         stored = read(remote, "orders")
+        assert len(stored) == 3001
         report = oracle(sent, stored, "dc1")
         assert not report.missing and not report.duplicates and not report.out_of_order, report
         by_origin = {(r.partition, r.offset): r for r in sent}
@@ -68,22 +103,34 @@ def test_backfill_copies_exactly_then_hands_over_to_the_live_replicator(
             assert tag == Provenance("dc1", "orders_REPLICA", record.partition, tag.offset)
             source = by_origin[(tag.partition, tag.offset)]
             assert record.timestamp == source.timestamp
-            assert record.headers[: len(source.headers)] == source.headers
+            # exactly the live replicator's headers (a derived record's carry its upstream)
+            _, written = Tagger("dc1", "orders_REPLICA", source.partition).retag(
+                source.headers, source.offset
+            )
+            assert list(record.headers) == written
+        (copied,) = [r for r in stored if r.value == b"derived"]
+        assert copied.headers == (
+            ("trace-id", b"d1"),
+            ("app", b"enricher"),
+            ("replicator-upstream", b"dc2/payments_REPLICA/1/7"),
+            ("replicator", f"dc1/orders_REPLICA/0/{derived.offset}".encode()),
+        )
 
         status, out, err = replicator_cli(env, "backfill", "--to", "dc2", "--json")
         assert status == 0, err
         again = json.loads(out)
-        assert again["written"] == {"dc2": 0} and again["already_there"] == {"dc2": 3000}
-        assert len(read(remote, "orders")) == 3000, "a re-run wrote duplicates"
+        assert again["written"] == {"dc2": 0} and again["already_there"] == {"dc2": 3001}
+        assert len(read(remote, "orders")) == 3001, "a re-run wrote duplicates"
 
         group = "replicator.dc1.dc2"
-        assert run(_committed(local.bootstrap_servers, group, 3)) == [1000, 1000, 1000]
+        assert run(_committed(local.bootstrap_servers, group, 3)) == [1001, 1001, 1001]
         dc1 = replicators("dc1", env)
         dc1.wait_ready()
         more = produce(local, "orders_REPLICA", 300, partitions=3, tag="-live")
-        wait_until(holds(remote, "orders", 3300), 60, "live records on dc2", dc1.log)
-        wait_until(holds(local, "orders", 3300), 60, "dc1's own topic", dc1.log)
+        wait_until(holds(remote, "orders", 3301), 60, "live records on dc2", dc1.log)
+        wait_until(holds(local, "orders", 3301), 60, "dc1's own topic", dc1.log)
         time.sleep(1)
+        assert len(read(remote, "orders")) == 3301
         final = oracle(sent + more, read(remote, "orders"), "dc1")
         assert not final.missing and not final.duplicates and not final.out_of_order, final
         assert dc1.stop() == 0
@@ -91,19 +138,14 @@ def test_backfill_copies_exactly_then_hands_over_to_the_live_replicator(
 
 
 def _copy(source: list[Sent], topic: str) -> list[Sent]:
-    """What the replicator writes for ``source`` records of dc1: same place, with provenance."""
-    return [
-        Sent(
-            topic,
-            r.partition,
-            -1,
-            r.key,
-            r.value,
-            (*r.headers, *Provenance("dc1", "orders_REPLICA", r.partition, r.offset).headers()),
-            r.timestamp,
-        )
-        for r in source
-    ]
+    """What the replicator writes into ``topic`` for ``source`` records (untagged or derived)
+    of dc1: same place, with provenance naming the replica topic they were read from."""
+    copies = []
+    for r in source:
+        _, headers = Tagger("dc1", r.topic, r.partition).retag(r.headers, r.offset)
+        assert headers is not None, f"not replicated: {r}"
+        copies.append(Sent(topic, r.partition, -1, r.key, r.value, tuple(headers), r.timestamp))
+    return copies
 
 
 def _audit(env: dict[str, str], topic: str) -> tuple[int, dict[str, Any]]:
@@ -121,6 +163,10 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
         for broker in (local, remote):
             create_topics(broker, orders_REPLICA=3, orders=3)
         sent = produce(local, "orders_REPLICA", 300, partitions=3)
+        # derived: expected in every cluster, like new data, matched by its fresh provenance
+        sent += produce_records(
+            local, "orders_REPLICA", [_derived("orders_REPLICA", 0, sent[0].timestamp)]
+        )
         copies = _copy(sent, "orders")
         env = replicator_env("dc1", brokers)
 
@@ -129,7 +175,7 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
         status, clean = _audit(env, "orders")
         assert status == 0, clean
         totals = clean["totals"]
-        assert totals["expected"] == totals["delivered"] == 600, totals
+        assert totals["expected"] == totals["delivered"] == 602, totals
         assert {k: v for k, v in totals.items() if k not in ("expected", "delivered")} == {
             "missing": 0,
             "lag": 0,
@@ -138,6 +184,7 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
             "mismatched": 0,
             "untagged": 0,
             "loops": 0,
+            "malformed": 0,
         }
 
         # The same history, with one fault of each kind, on dc2's "payments".
@@ -148,7 +195,8 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
         produce_records(local, "payments", [*_copy(paid, "payments")])
         produce_records(remote, "payments", faulty)
         looped = _copy(paid[:1], "payments_REPLICA")  # replicated data published again
-        produce_records(remote, "payments_REPLICA", looped)
+        broken = _malformed("payments_REPLICA", 2, paid[0].timestamp)
+        produce_records(remote, "payments_REPLICA", [*looped, broken])
         status, found = _audit(env, "payments")
         assert status == 1, found
         assert found["totals"] == {
@@ -161,11 +209,20 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
             "mismatched": 1,
             "untagged": 1,
             "loops": 1,
+            "malformed": 1,
         }, found["totals"]
         flagged = {
             (p["cluster"], p["partition"], k)
             for p in found["partitions"]
-            for k in ("missing", "duplicates", "out_of_order", "mismatched", "untagged", "loops")
+            for k in (
+                "missing",
+                "duplicates",
+                "out_of_order",
+                "mismatched",
+                "untagged",
+                "loops",
+                "malformed",
+            )
             if p[k]
         }
         assert flagged == {
@@ -175,6 +232,7 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
             ("dc2", 2, "mismatched"),
             ("dc2", 1, "untagged"),
             ("dc2", paid[0].partition, "loops"),
+            ("dc2", 2, "malformed"),
         }, flagged
         print(f"audit of injected faults: {found['totals']}")
 

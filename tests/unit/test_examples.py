@@ -1,11 +1,15 @@
-"""The example environment files are valid configurations."""
+"""The example environment files are valid configurations; the example consumer reads provenance."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from replicator import provenance
+from replicator.provenance import Provenance, Tagger
 from replicator.settings import SecurityProtocol, load_settings
 from replicator.topology import TopicRules, legs_for
 from tests.unit.deployment import EXAMPLES, env_file
@@ -30,3 +34,26 @@ def test_three_datacenter_example_has_separate_credentials() -> None:
     rules = TopicRules.from_settings(settings)
     assert rules.target("customers-eu_REPLICA") == "customers-eu"
     assert rules.target("audit_REPLICA") is None
+
+
+def _consumer_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("consumer_example", EXAMPLES / "consumer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_consumer_example_reads_the_provenance_header_as_the_replicator_writes_it() -> None:
+    consumer = _consumer_example()
+    written = Tagger("dc2", "orders_REPLICA", 3).tag([("trace-id", b"t1")], 1042)
+    assert consumer.origin(written) == ("dc2", "orders_REPLICA", 3, 1042)
+    assert consumer.origin_cluster(written) == "dc2"
+    derived = [
+        (provenance.UPSTREAM, b"dc1/orders_REPLICA/0/5"),
+        *Provenance("dc3", "enriched_REPLICA", 0, 7).headers(),
+    ]
+    assert consumer.origin_cluster(derived) == "dc3"
+    for headers in ([], [("app", b"x")], [(provenance.ORIGIN, b"not/provenance")]):
+        assert consumer.origin(headers) is None
+        assert consumer.origin_cluster(headers) == "unknown"
