@@ -51,6 +51,8 @@ T = TypeVar("T")
 TOPIC = "bench"
 SOURCE = f"{TOPIC}_REPLICA"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Extra replicator settings for every run (--setting KEY=VALUE), to compare tunings.
+SETTINGS: dict[str, str] = {}
 console = Console(stderr=True)
 
 
@@ -144,7 +146,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def start_contender(name: str, brokers: dict[str, EmbeddedBroker]) -> Monitored:
     if name == "replicator":
-        env = replicator_environment("dc1", brokers, free_port(), log_format="json")
+        env = replicator_environment("dc1", brokers, free_port(), log_format="json", **SETTINGS)
         return Monitored([sys.executable, "-m", "replicator", "run"], child_env(env), name)
     destinations = ",".join(b.bootstrap_servers for b in brokers.values())
     args = [sys.executable, "-m", "benchmarks.mirrors", name, "--source"]
@@ -308,7 +310,7 @@ def replicator_beside_dc1(
     if not start:
         yield None, port
         return
-    env = replicator_environment("dc1", brokers, port, log_format="json")
+    env = replicator_environment("dc1", brokers, port, log_format="json", **SETTINGS)
     process = Monitored([sys.executable, "-m", "replicator", "run"], child_env(env), "replicator")
     try:
         yield process, port
@@ -633,7 +635,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="runs per contender (median)")
     parser.add_argument("--quick", action="store_true", help="small sizes, 10 s of latency")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a replicator setting for every run, e.g. linger_ms=10 (REPLICATOR_LINGER_MS)",
+    )
     args = parser.parse_args(argv)
+    SETTINGS.update(item.split("=", 1) for item in args.setting)
     if args.quick:
         args.records_100b, args.records_1kb = 100_000, 30_000
         args.latency_seconds, args.outage_records, args.rounds = 10, 30_000, 1

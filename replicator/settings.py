@@ -243,7 +243,10 @@ class Settings(BaseSettings):
         512 * 1024, ge=1024, description="Largest fetch per source partition."
     )
     partition_queue_max_records: int = Field(
-        5_000,
+        # With small records the byte bound below decides; a record bound lower than a whole
+        # fetch of one partition made the feed pause after every fetch (measured: 0.77x -> 0.87x
+        # of the batch-copy ceiling at 100 B when raised from 5,000, peak memory unchanged).
+        20_000,
         ge=1,
         description="Records queued per source partition and leg before fetching pauses.",
     )

@@ -83,7 +83,11 @@ def test_loops_and_malformed_records_are_skipped_but_covered_by_the_range() -> N
 
 def test_derived_records_are_replicated_with_fresh_provenance_and_their_upstream() -> None:
     upstream = Provenance("dc2", "payments_REPLICA", 0, 7)  # read, enriched, published
-    forwarded = [("trace", b"t"), *upstream.headers(), ("app", b"a")]
+    forwarded: list[tuple[str, bytes | None]] = [
+        ("trace", b"t"),
+        *upstream.headers(),
+        ("app", b"a"),
+    ]
     records = [Record(0), Record(1, headers=forwarded), Record(2)]
     behind, ahead = Target(0, new_batch), Target(1, new_batch)
     build(records, 3, TAGGER, [behind, ahead])
