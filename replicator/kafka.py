@@ -22,6 +22,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 
 from replicator.errors import (
     AuthenticationFailed,
+    AuthorizationFailed,
     ClusterUnavailable,
     KafkaFailure,
     RecordRefused,
@@ -36,7 +37,6 @@ _REFUSED = (
     kerr.RecordListTooLargeError,
     kerr.RecordTooLargeError,
     kerr.InvalidTopicError,
-    kerr.TopicAuthorizationFailedError,
     kerr.CorruptRecordException,
     kerr.InvalidTimestampError,
     kerr.UnsupportedForMessageFormatError,
@@ -48,8 +48,14 @@ _AUTH = (
     kerr.SaslAuthenticationFailed,
     kerr.UnsupportedSaslMechanismError,
     kerr.IllegalSaslStateError,
+)
+# Authenticated, but an ACL denies the operation: a different fix (grant it) than a bad password.
+_AUTHORIZATION = (
+    kerr.TopicAuthorizationFailedError,
     kerr.GroupAuthorizationFailedError,
     kerr.ClusterAuthorizationFailedError,
+    kerr.TransactionalIdAuthorizationFailed,
+    kerr.DelegationTokenAuthorizationFailed,
 )
 _UNAVAILABLE = (
     kerr.KafkaConnectionError,
@@ -84,9 +90,12 @@ def translate(exc: BaseException) -> ReplicatorError:
     if _in_scram_exchange(exc):
         return AuthenticationFailed("SASL/SCRAM authentication refused: check username/password")
     if isinstance(exc, _AUTH):
-        return AuthenticationFailed(f"{name}: credentials or permissions refused")
+        return AuthenticationFailed(f"{name}: credentials refused")
+    if isinstance(exc, _AUTHORIZATION):
+        return AuthorizationFailed(f"{name}: operation denied by the cluster's ACLs")
     if isinstance(exc, ssl.SSLError):
-        return AuthenticationFailed(f"TLS handshake failed: {exc.reason or name}")
+        # ``reason`` is set only on errors raised by OpenSSL, not on those raised in Python.
+        return AuthenticationFailed(f"TLS handshake failed: {getattr(exc, 'reason', None) or name}")
     if isinstance(exc, _REFUSED):
         return RecordRefused(name)
     if isinstance(exc, (*_UNAVAILABLE, OSError, TimeoutError)):
@@ -94,6 +103,17 @@ def translate(exc: BaseException) -> ReplicatorError:
     if isinstance(exc, kerr.KafkaError):
         return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))
     return KafkaFailure(name, retriable=False)
+
+
+def broker_error(code: int) -> ReplicatorError:
+    """The replicator's view of an error code in a broker's answer (per topic, in CreateTopics)."""
+    return translate(kerr.for_code(code)())
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for a broker error code (``TopicAuthorizationFailedError`` for 29)."""
+    name: str = kerr.for_code(code).__name__
+    return name
 
 
 def client_options(cluster: ClusterSettings, settings: Settings) -> dict[str, Any]:
@@ -191,6 +211,20 @@ def make_consumer(
     )
 
 
+async def start_consumer(
+    cluster: ClusterSettings, settings: Settings, group_id: str, client_id: str
+) -> AIOKafkaConsumer:
+    """A started :func:`make_consumer`; one that failed to start is closed before the error
+    is raised (the caller retries with a new one)."""
+    consumer = make_consumer(cluster, settings, group_id, client_id)
+    try:
+        await consumer.start()
+    except BaseException:
+        await close_quietly(consumer.stop())
+        raise
+    return consumer
+
+
 def out_of_range_positions(exc: BaseException) -> dict[TopicPartition, int] | None:
     """The positions a fetch found outside the log, if ``exc`` is OFFSET_OUT_OF_RANGE."""
     if isinstance(exc, kerr.OffsetOutOfRangeError) and exc.args and isinstance(exc.args[0], dict):
@@ -262,7 +296,7 @@ class ClusterClient:
         try:
             admin = await asyncio.wait_for(self.admin(), timeout)
             await asyncio.wait_for(admin.describe_cluster(), timeout)
-        except Exception as exc:
+        except Exception as exc:  # kept in self.error: the caller logs it once per change
             error = translate(exc)
             self.error = self.describe_failure(error, exc)
             self.retriable = error.retriable

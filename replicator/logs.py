@@ -2,17 +2,80 @@
 
 JSON lines when the output is not a terminal (containers, CI), a readable console format when it
 is, unless ``REPLICATOR_LOG_FORMAT`` says otherwise. Everything goes to stderr: stdout is for data.
+
+aiokafka logs every failed attempt while a cluster is down (about 20 lines a second, measured);
+:class:`RepeatFilter` lets the first of each kind through at once and then one per 30 s, saying how
+many it held back.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import structlog
 
 Format = Literal["json", "console", "auto"]
+
+REPEAT_INTERVAL_S = 30.0
+
+
+@dataclass
+class _Seen:
+    passed_at: float  # when a record of this kind was last let through
+    suppressed: int = 0  # how many were held back since
+
+
+class RepeatFilter(logging.Filter):
+    """Rate-limits repeated records of the loggers under ``scope``; others pass untouched.
+
+    Records are alike when they come from the same logger with the same template
+    (``record.msg``, before its arguments are filled in: "Unable connect to node with id %s"
+    is one kind whatever the node). The first of a kind passes at once; then at most one per
+    ``interval`` seconds, which says how many were held back since the last one.
+
+    A filter on a logger sees only that logger's own records, not its children's, so this one
+    goes on the handler, and ``scope`` picks the hierarchy. Templates are constants in the
+    logging code, so the kinds remembered stay few.
+    """
+
+    def __init__(
+        self,
+        scope: str = "aiokafka",
+        interval: float = REPEAT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self._scope = scope
+        self._interval = interval
+        self._clock = clock
+        self._seen: dict[tuple[str, str], _Seen] = {}
+        self._lock = threading.Lock()  # handlers may be called from threads (executors)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        if name != self._scope and not name.startswith(f"{self._scope}."):
+            return True
+        key = (name, str(record.msg))
+        now = self._clock()
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and now - seen.passed_at < self._interval:
+                seen.suppressed += 1
+                return False
+            self._seen[key] = _Seen(now)
+        if seen is not None and seen.suppressed:
+            elapsed = now - seen.passed_at
+            record.msg = (
+                f"{record.msg} ({seen.suppressed} similar messages suppressed "
+                f"in the last {elapsed:.0f}s)"
+            )
+        return True
 
 
 def configure_logging(level: str = "INFO", fmt: Format = "auto") -> None:
@@ -49,6 +112,7 @@ def configure_logging(level: str = "INFO", fmt: Format = "auto") -> None:
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)
+    handler.addFilter(RepeatFilter("aiokafka"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -4,6 +4,9 @@ Before the first record of ``X_REPLICA`` is sent to a destination cluster, ``X``
 if it is missing, with the source topic's partition count, replication factor and topic-level
 configuration overrides. An existing ``X`` with fewer partitions than the source cannot keep
 partition numbers, so that topic is refused (:class:`TopicMismatch`) and reported, never written.
+A source topic not in metadata yet is :class:`TopicMissing` (retried); a creation the cluster
+refuses is :class:`TopicRefused` (retried only if the broker's error is retriable), or
+:class:`AuthorizationFailed` when an ACL denies it.
 
 Topics are looked up by listing all topics, never by naming a missing one: some brokers create a
 topic with default settings on a metadata request that names it.
@@ -12,15 +15,23 @@ topic with default settings on a metadata request that names it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from replicator.errors import ClusterUnavailable, ReplicatorError, TopicMismatch
-from replicator.kafka import ClusterClient, translate
+from replicator.errors import (
+    AuthorizationFailed,
+    ReplicatorError,
+    TopicMismatch,
+    TopicMissing,
+    TopicRefused,
+)
+from replicator.kafka import ClusterClient, broker_error, error_name, translate
 
 log = structlog.get_logger(__name__)
 
@@ -79,18 +90,50 @@ async def replication_factor(admin: AIOKafkaAdminClient, configured: int | None)
     return min(3, len((await admin.describe_cluster())["brokers"]))
 
 
-async def create_topic(
+BrokerErrors = Sequence[tuple[int, str | None]]  # (error code, message) as a broker answered
+
+
+async def _request_creation(
     admin: AIOKafkaAdminClient, spec: TopicSpec, tolerate: tuple[int, ...] = ()
-) -> list[str]:
-    """Create ``spec``; the broker's errors (``error <code> <message>``), empty on success."""
+) -> BrokerErrors:
     response = await admin.create_topics(
         [NewTopic(spec.name, spec.partitions, spec.replication_factor, topic_configs=spec.configs)]
     )
     return [
-        f"error {code} {message or ''}".strip()
+        (code, message)
         for _, code, message in response.topic_errors
         if code != 0 and code not in tolerate
     ]
+
+
+def describe_errors(errors: BrokerErrors) -> list[str]:
+    """One line per broker error: ``<Name> (error <code>): <message>``."""
+    return [
+        f"{error_name(code)} (error {code})" + (f": {message}" if message else "")
+        for code, message in errors
+    ]
+
+
+def creation_failure(topic: str, errors: BrokerErrors) -> ReplicatorError | None:
+    """What a CreateTopics answer with ``errors`` for ``topic`` means; ``None`` if it succeeded.
+
+    An ACL denial is :class:`AuthorizationFailed`; anything else is :class:`TopicRefused`,
+    retriable only if every error the broker gave is (e.g. NotController while it moves).
+    """
+    if not errors:
+        return None
+    reason = f"cannot create {topic}: {'; '.join(describe_errors(errors))}"
+    translated = [broker_error(code) for code, _ in errors]
+    if any(isinstance(error, AuthorizationFailed) for error in translated):
+        return AuthorizationFailed(reason)
+    return TopicRefused(reason, retriable=all(error.retriable for error in translated))
+
+
+async def create_topic(
+    admin: AIOKafkaAdminClient, spec: TopicSpec, tolerate: tuple[int, ...] = ()
+) -> list[str]:
+    """Create ``spec``; the broker's errors (see :func:`describe_errors`), empty on success."""
+    return describe_errors(await _request_creation(admin, spec, tolerate))
 
 
 async def _config_entries(admin: AIOKafkaAdminClient, topic: str) -> list[Any]:
@@ -137,19 +180,24 @@ class TopicProvisioner:
         self._replication_factor = replication_factor
         self._ready: dict[str, DestinationTopic] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # Topics refused for good, with the reason and how to raise it again (a fresh exception
+        # per caller: one instance raised in many tasks would collect all their tracebacks).
         self.refused: dict[str, str] = {}
+        self._refusals: dict[str, Callable[[], ReplicatorError]] = {}
 
     async def ensure(self, source_topic: str, target_topic: str) -> DestinationTopic:
         """Return once ``target_topic`` can receive ``source_topic``; raise if it cannot.
 
         Callers for one topic wait for one attempt. A retriable failure is not remembered, so the
-        next call tries again; a :class:`TopicMismatch` is remembered until :meth:`forget`.
+        next call tries again; one that is not (:class:`TopicMismatch`, a refused creation) is
+        remembered until :meth:`forget`.
         """
         async with self._locks.setdefault(target_topic, asyncio.Lock()):
             if target_topic in self._ready:
                 return self._ready[target_topic]
-            if target_topic in self.refused:
-                raise TopicMismatch(self.refused[target_topic])
+            refusal = self._refusals.get(target_topic)
+            if refusal is not None:
+                raise refusal()
             topic = await self._provision(source_topic, target_topic)
             self._ready[target_topic] = topic
             return topic
@@ -158,6 +206,14 @@ class TopicProvisioner:
         """Check ``target_topic`` again on next use (after it was deleted, say)."""
         self._ready.pop(target_topic, None)
         self.refused.pop(target_topic, None)
+        self._refusals.pop(target_topic, None)
+
+    def _refuse(self, target_topic: str, error: Callable[[], ReplicatorError]) -> ReplicatorError:
+        """Remember that ``target_topic`` is refused for good; the error to raise now."""
+        self._refusals[target_topic] = error
+        raised = error()
+        self.refused[target_topic] = str(raised)
+        return raised
 
     async def _provision(self, source_topic: str, target_topic: str) -> DestinationTopic:
         try:
@@ -166,36 +222,40 @@ class TopicProvisioner:
             existing = (await describe_partitions(destination)).get(target_topic)
             if existing is None:
                 await self._create(destination, spec)
-                existing = (await describe_partitions(destination)).get(target_topic, [])
+                existing = (await describe_partitions(destination)).get(target_topic)
+            if existing is None:
+                raise TopicMissing(
+                    f"destination topic {target_topic} created on {self._destination.alias} "
+                    "but not in its metadata yet"
+                )
             limit = await max_message_bytes(destination, target_topic)
         except ReplicatorError:
             raise
         except Exception as exc:
             raise translate(exc) from exc
-        if len(existing) < spec.partitions:
-            reason = (
-                f"destination topic {target_topic} has {len(existing)} partitions, "
-                f"source {source_topic} has {spec.partitions}: partition numbers cannot be kept"
-            )
-            self.refused[target_topic] = reason
-            raise TopicMismatch(reason)
+        reason = partition_shortfall(source_topic, spec.partitions, target_topic, len(existing))
+        if reason is not None:
+            raise self._refuse(target_topic, partial(TopicMismatch, reason))
         return DestinationTopic(target_topic, len(existing), limit)
 
     async def _spec(self, source_topic: str, target_topic: str) -> TopicSpec:
         source = await self._source.admin()
         partitions = (await describe_partitions(source)).get(source_topic)
         if not partitions:
-            raise ClusterUnavailable(f"source topic {source_topic} not found in metadata yet")
+            raise TopicMissing(
+                f"source topic {source_topic} not in the metadata of {self._source.alias} yet"
+            )
         replication = self._replication_factor or max(len(p["replicas"]) for p in partitions)
         configs = await topic_configs(source, source_topic)
         return TopicSpec(target_topic, len(partitions), replication, configs)
 
     async def _create(self, destination: AIOKafkaAdminClient, spec: TopicSpec) -> None:
-        errors = await create_topic(destination, spec, tolerate=(_TOPIC_ALREADY_EXISTS,))
-        if errors:
-            reason = f"cannot create {spec.name}: {'; '.join(errors)}"
-            self.refused[spec.name] = reason
-            raise TopicMismatch(reason)
+        errors = await _request_creation(destination, spec, tolerate=(_TOPIC_ALREADY_EXISTS,))
+        failure = creation_failure(spec.name, errors)
+        if failure is not None and failure.retriable:
+            raise failure
+        if failure is not None:  # TopicRefused or AuthorizationFailed, for good: remembered
+            raise self._refuse(spec.name, partial(type(failure), str(failure)))
         log.info(
             "destination topic created",
             topic=spec.name,
@@ -203,3 +263,15 @@ class TopicProvisioner:
             replication_factor=spec.replication_factor,
             configs=spec.configs,
         )
+
+
+def partition_shortfall(
+    source_topic: str, source_partitions: int, target_topic: str, target_partitions: int
+) -> str | None:
+    """Why ``target_topic`` cannot receive ``source_topic`` partition for partition, if so."""
+    if target_partitions >= source_partitions:
+        return None
+    return (
+        f"destination topic {target_topic} has {target_partitions} partitions, "
+        f"source {source_topic} has {source_partitions}: partition numbers cannot be kept"
+    )

@@ -39,6 +39,6 @@ def kafka_format(spark: SparkSession) -> str:
     """``kafka`` when the standard connector is on the classpath, else ``replicator-kafka``."""
     try:
         spark.sparkContext._jvm.java.lang.Class.forName(_CONNECTOR)  # type: ignore[union-attr]
-    except Exception:
+    except Exception:  # ClassNotFoundException, via py4j: that absence is the answer sought
         return FORMAT
     return "kafka"

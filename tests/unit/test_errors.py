@@ -1,0 +1,172 @@
+"""The error tree: aiokafka's errors translated at one boundary, each with its retriable flag."""
+
+from __future__ import annotations
+
+import ssl
+
+import aiokafka.errors as kerr
+import pytest
+
+import replicator.errors as errors_module
+from replicator.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
+    ClusterUnavailable,
+    ConfigError,
+    KafkaFailure,
+    RecordRefused,
+    ReplicatorError,
+    TopicError,
+    TopicMismatch,
+    TopicMissing,
+    TopicRefused,
+)
+from replicator.kafka import broker_error, error_name, translate
+from replicator.topics import creation_failure, describe_errors, partition_shortfall
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        kerr.TopicAuthorizationFailedError(),
+        kerr.GroupAuthorizationFailedError(),
+        kerr.ClusterAuthorizationFailedError(),
+        kerr.TransactionalIdAuthorizationFailed(),
+    ],
+)
+def test_authorization_failures_are_their_own_class_and_not_retriable(error: Exception) -> None:
+    translated = translate(error)
+    assert type(translated) is AuthorizationFailed
+    assert not translated.retriable
+    assert type(error).__name__ in str(translated)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [kerr.SaslAuthenticationFailed(), kerr.AuthenticationFailedError(), ssl.SSLError("bad cert")],
+)
+def test_authentication_failures_stay_apart_from_authorization(error: Exception) -> None:
+    translated = translate(error)
+    assert type(translated) is AuthenticationFailed
+    assert not translated.retriable
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "retriable"),
+    [
+        (kerr.KafkaConnectionError(), ClusterUnavailable, True),
+        (kerr.RequestTimedOutError(), ClusterUnavailable, True),
+        (ConnectionRefusedError(), ClusterUnavailable, True),
+        (TimeoutError(), ClusterUnavailable, True),
+        (kerr.MessageSizeTooLargeError(), RecordRefused, False),
+        (kerr.InvalidTopicError(), RecordRefused, False),
+        (kerr.NotLeaderForPartitionError(), KafkaFailure, True),
+        (kerr.UnknownError(), KafkaFailure, False),
+        (ValueError("odd"), KafkaFailure, False),
+    ],
+)
+def test_everything_else_maps_as_before(
+    error: Exception, kind: type[ReplicatorError], retriable: bool
+) -> None:
+    translated = translate(error)
+    assert type(translated) is kind
+    assert translated.retriable is retriable
+
+
+def test_the_replicators_own_errors_pass_through_unchanged() -> None:
+    refused = TopicRefused("cannot create orders", retriable=True)
+    assert translate(refused) is refused
+
+
+def test_retriable_flags_of_the_tree() -> None:
+    assert TopicMissing("orders not in metadata yet").retriable
+    assert ClusterUnavailable("down").retriable
+    for error in (
+        AuthorizationFailed("denied"),
+        AuthenticationFailed("bad password"),
+        TopicMismatch("too few partitions"),
+        TopicRefused("invalid config"),
+        RecordRefused("too large"),
+        ConfigError("REPLICATOR_X", "bad"),
+    ):
+        assert not error.retriable, type(error).__name__
+    assert TopicRefused("controller moved", retriable=True).retriable
+    assert not TopicRefused("controller moved", retriable=False).retriable
+    assert KafkaFailure("x", retriable=True).retriable
+
+
+def test_topic_errors_share_a_base_and_only_a_mismatch_is_a_mismatch() -> None:
+    # The sender blocks a partition on TopicMismatch and treats every other error by its flag.
+    for error in (TopicMissing("m"), TopicRefused("r"), TopicMismatch("p")):
+        assert isinstance(error, TopicError)
+    assert not isinstance(TopicRefused("r"), TopicMismatch)
+    assert not isinstance(TopicMissing("m"), TopicMismatch)
+
+
+def test_every_class_is_drawn_in_the_module_docstring() -> None:
+    doc = errors_module.__doc__ or ""
+    classes = [
+        value
+        for value in vars(errors_module).values()
+        if isinstance(value, type) and issubclass(value, ReplicatorError)
+    ]
+    assert len(classes) == 11
+    for cls in classes:
+        assert f" {cls.__name__} " in doc, cls.__name__
+
+
+def test_broker_error_codes() -> None:
+    assert error_name(29) == "TopicAuthorizationFailedError"
+    assert type(broker_error(29)) is AuthorizationFailed
+    assert type(broker_error(31)) is AuthorizationFailed
+    assert broker_error(41).retriable  # NotController
+    assert not broker_error(38).retriable  # InvalidReplicationFactor
+
+
+# -- what topics.py makes of a CreateTopics answer ----------------------------------------------
+
+
+def test_a_created_topic_is_no_failure() -> None:
+    assert creation_failure("orders", []) is None
+
+
+def test_a_refused_creation_is_not_retriable_and_says_why() -> None:
+    failure = creation_failure("orders", [(38, "Replication factor: 3 larger than brokers: 1")])
+    assert type(failure) is TopicRefused
+    assert not failure.retriable
+    assert str(failure) == (
+        "cannot create orders: InvalidReplicationFactorError (error 38): "
+        "Replication factor: 3 larger than brokers: 1"
+    )
+
+
+def test_a_creation_refused_for_a_passing_reason_is_retriable() -> None:
+    failure = creation_failure("orders", [(41, None)])  # NotController: the controller moved
+    assert type(failure) is TopicRefused
+    assert failure.retriable
+    # One lasting error among passing ones makes the refusal lasting.
+    mixed = creation_failure("orders", [(41, None), (40, "bad config")])
+    assert mixed is not None and not mixed.retriable
+
+
+def test_a_creation_denied_by_acls_is_an_authorization_failure() -> None:
+    failure = creation_failure("orders", [(29, "Authorization failed.")])
+    assert type(failure) is AuthorizationFailed
+    assert not failure.retriable
+    assert "TopicAuthorizationFailedError (error 29)" in str(failure)
+
+
+def test_broker_errors_are_described_by_name_and_code() -> None:
+    assert describe_errors([(37, "Number of partitions must be larger than 0."), (44, None)]) == [
+        "InvalidPartitionsError (error 37): Number of partitions must be larger than 0.",
+        "PolicyViolationError (error 44)",
+    ]
+
+
+def test_a_destination_with_too_few_partitions_cannot_keep_partition_numbers() -> None:
+    assert partition_shortfall("orders_REPLICA", 3, "orders", 3) is None
+    assert partition_shortfall("orders_REPLICA", 3, "orders", 8) is None
+    assert partition_shortfall("orders_REPLICA", 3, "orders", 1) == (
+        "destination topic orders has 1 partitions, source orders_REPLICA has 3: "
+        "partition numbers cannot be kept"
+    )
