@@ -3,13 +3,14 @@
 Start order (enforced in :meth:`ReplicatorService.run` and :meth:`_replicate`):
   1. HTTP server, so ``/livez`` and ``/readyz`` answer while the rest starts;
   2. heartbeat and cluster probes (reachability of every cluster, for ``/readyz``);
-  3. one :class:`LegRunner` per destination (local first): its source consumer, then in the
-     background its destination producer, its catch-up fetch and its commit timer;
+  3. one :class:`LegRunner` per destination (local first): its source consumer, then, in the
+     leg's own TaskGroup, its destination producer, catch-up fetch, committer and senders;
   4. the shared :class:`SourceFeed`, which joins the group and fans records out to the legs.
-Stop is the reverse: the first SIGTERM/SIGINT sets the stop event; the feed stops fetching, every
-leg drains in-flight sends within the grace period and commits what was acknowledged, the feed
-leaves its group, the legs close their clients; then probes end, admin clients close and the HTTP
-server stops last. A second signal cancels everything at once.
+Stop is the reverse, and wins over a rebalance at any moment: the first SIGTERM/SIGINT sets the
+stop event; the feed stops fetching, every leg drains in-flight sends within the grace period and
+commits what was acknowledged, the feed leaves its group (an assignment completing meanwhile
+starts nothing), each leg releases what it still holds and closes its clients; then probes end,
+admin clients close and the HTTP server stops last. A second signal cancels everything at once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Coroutine
 from typing import Any
 
 import structlog
@@ -26,9 +26,10 @@ from aiokafka import TopicPartition
 from replicator.deadletter import DeadLetters
 from replicator.health import HttpServer
 from replicator.kafka import ClusterClient
-from replicator.leg import LegRunner, Spawn
-from replicator.lifecycle import Backoff, sleep_unless_stopped
+from replicator.leg import LegRunner
+from replicator.lifecycle import sleep_unless_stopped
 from replicator.metrics import Metrics
+from replicator.retry import Backoff
 from replicator.settings import OversizePolicy, Settings
 from replicator.source import SourceFeed
 from replicator.topology import TopicRules, legs_for
@@ -82,21 +83,23 @@ class ReplicatorService:
         )
         try:
             async with asyncio.TaskGroup() as group:
-
-                def spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-                    return group.create_task(coro, name=name)
-
-                spawn(self._heartbeat(), "heartbeat")
+                group.create_task(self._heartbeat(), name="heartbeat")
                 for client in self.clusters.values():
-                    spawn(self._probe(client), f"probe:{client.alias}")
-                spawn(self._replicate(spawn), "replicate")
+                    group.create_task(self._probe(client), name=f"probe:{client.alias}")
+                group.create_task(self._replicate(), name="replicate")
         finally:
             await asyncio.gather(*(c.close() for c in self.clusters.values()))
             await self.http.stop()
             log.info("replicator stopped")
 
-    async def _replicate(self, spawn: Spawn) -> None:
-        """Legs first (they hold the committed offsets), then the shared feed; stop in reverse."""
+    async def _replicate(self) -> None:
+        """Legs first (they hold the committed offsets), then the shared feed; stop in reverse.
+
+        Each leg owns its tasks in its own TaskGroup (nested in ``legs`` here). On stop the feed
+        stops fetching, releases its partitions (every leg drains and commits them) and leaves
+        its group; then each leg closes its partitions (any a late rebalance gave it), its
+        TaskGroup ends and it closes its clients.
+        """
         stop = self.stop_event
         for direction in legs_for(self.settings):
             self.legs.append(
@@ -105,24 +108,25 @@ class ReplicatorService:
                     self.settings,
                     self.rules,
                     self.metrics,
-                    spawn,
                     self.clusters[direction.source],
                     self.clusters[direction.destination],
                     self.dead_letters,
                 )
             )
         self.feed = SourceFeed(self.settings, self.rules, self.metrics, self.legs)
-        running: list[asyncio.Task[None]] = []
         try:
             for leg in self.legs:
                 if not await leg.start_source(stop):
                     return
-            running = [spawn(leg.run(stop), f"leg:{leg.leg.name}") for leg in self.legs]
-            await self.feed.run(stop)
+            async with asyncio.TaskGroup() as legs:
+                for leg in self.legs:
+                    legs.create_task(leg.run(stop), name=f"leg:{leg.leg.name}")
+                try:
+                    await self.feed.run(stop)
+                finally:
+                    stop.set()  # the feed only ends on stop, or on a failure that stops all
+                    await asyncio.gather(*(leg.close_partitions() for leg in self.legs))
         finally:
-            stop.set()  # the feed only ends on stop, or on a failure that must stop the legs too
-            await asyncio.gather(*running, return_exceptions=True)
-            await asyncio.gather(*(leg.close() for leg in self.legs))
             if self.dead_letters is not None:
                 await self.dead_letters.close()
 
@@ -192,9 +196,8 @@ class ReplicatorService:
         else:
             problems.extend(self.feed.problems())
         for runner in self.legs:
-            found = runner.problems()  # also refreshes the leg's readiness gauges
             if runner.leg.destination == local or not local_only:
-                problems.extend(found)
+                problems.extend(runner.health.problems())
         return problems
 
     def status(self) -> dict[str, Any]:
@@ -207,7 +210,7 @@ class ReplicatorService:
             },
             "topics": self.feed.topics.status() if self.feed else None,
             "source_feed": self.feed.status() if self.feed else None,
-            "legs": [leg.status(self._log_end) for leg in self.legs],
+            "legs": [leg.health.status(self._log_end) for leg in self.legs],
         }
 
     def _log_end(self, tp: TopicPartition) -> int | None:
@@ -215,6 +218,5 @@ class ReplicatorService:
 
     def metrics_exposition(self) -> bytes:
         for leg in self.legs:
-            leg.problems()  # refreshes the readiness gauges
-            leg.update_lag(self._log_end)
+            leg.health.refresh(self._log_end)
         return self.metrics.exposition()

@@ -30,7 +30,7 @@ class OutboundBatch:
     end: int
     count: int
     size: int  # key and value bytes of the records in it
-    oldest_ms: int  # source timestamp of its first record
+    oldest_ms: int  # when its first record was appended to the source (see build)
 
 
 @dataclass(slots=True)
@@ -43,9 +43,18 @@ class Target:
     marked: Counter[Marking] = field(default_factory=Counter)  # records that carried provenance
 
 
-def build(records: Sequence[SourceRecord], end: int, tagger: Tagger, targets: list[Target]) -> None:
+def build(
+    records: Sequence[SourceRecord],
+    end: int,
+    tagger: Tagger,
+    targets: list[Target],
+    fetched_ms: int,
+) -> None:
     """Fill each target's ``batches`` with the records at or after its ``start``, up to ``end``.
 
+    Each batch's ``oldest_ms`` (what replication latency is measured from) is its first record's
+    log-append time when the source topic uses ``LogAppendTime``; with ``CreateTime`` (the
+    producer's clock, which may be any age) it is ``fetched_ms``, when the replicator read it.
     The hot loop of the replicator: no avoidable Python work per record.
     """
     count = len(targets)
@@ -91,7 +100,7 @@ def build(records: Sequence[SourceRecord], end: int, tagger: Tagger, targets: li
                 firsts[i], counts[i], sizes[i] = offset, 0, 0
                 appends[i](timestamp=timestamp, key=key, value=value, headers=tags)
             if not counts[i]:
-                oldest[i] = timestamp
+                oldest[i] = timestamp if record.timestamp_type else fetched_ms
             counts[i] += 1
             sizes[i] += size
     for i in indices:

@@ -1,10 +1,16 @@
-"""Waiting and closing in long-lived tasks: sleep until the stop event, close clients quietly."""
+"""Waiting and closing in long-lived tasks: sleep until the stop event, close clients quietly.
+
+Retrying is :mod:`replicator.retry`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
+
+import structlog
+
+log = structlog.get_logger(__name__)
 
 
 async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
@@ -13,31 +19,27 @@ async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), timeout=seconds)
 
 
-async def close_quietly(closing: Awaitable[None], timeout: float = 5.0) -> None:
-    """Close a client within ``timeout``; its own errors add nothing to the one reported."""
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(closing, timeout=timeout)
+async def close_quietly(closing: Awaitable[None], timeout: float = 5.0, what: str = "") -> None:
+    """Close a client within ``timeout``; its own errors add nothing to the one reported.
 
-
-class Backoff:
-    """Delays between attempts to connect to a cluster.
-
-    Steady while the cluster is unreachable (it may come back any moment); doubling up to
-    ``ceiling`` while it refuses for good (wrong credentials, missing permissions), since
-    retrying cannot help until an operator changes something: a wrong password costs a handful
-    of attempts a minute, not a retry storm.
+    With ``what`` (a client closed at shutdown, where a timeout means unsent or uncommitted
+    work), a close that fails or does not finish in time is logged.
     """
+    try:
+        await asyncio.wait_for(closing, timeout=timeout)
+    except Exception as exc:
+        if what:
+            log.warning("closing did not finish cleanly", client=what, error=repr(exc))
 
-    def __init__(self, base: float = 2.0, ceiling: float = 60.0) -> None:
-        self._base = base
-        self._ceiling = ceiling
-        self._next = base
 
-    def delay(self, retriable: bool) -> float:
-        """Seconds to wait after a failed attempt."""
-        if retriable:
-            self._next = self._base
-            return self._base
-        current = self._next
-        self._next = min(self._ceiling, current * 2)
-        return current
+async def wait_any(events: Iterable[asyncio.Event], timeout: float) -> None:
+    """Wait until one of ``events`` is set, or ``timeout`` seconds."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    if not waiters:
+        await asyncio.sleep(timeout)
+        return
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

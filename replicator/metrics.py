@@ -1,7 +1,8 @@
 """Prometheus metrics of the replicator, in one registry per service instance.
 
 Names use base units (seconds, bytes) and ``_total`` for counters. Labels are the leg
-(``dc1->dc2``), the real topic, and where it matters the source partition or a reason. No label
+(``dc1->dc2``), ``topic`` (always the real topic ``X``, never ``X_REPLICA``), and where it matters
+the source partition or a reason. No label
 ever carries configuration values, so secrets cannot leak through metrics. ``Metrics.catalogue``
 lists every metric (README's metrics reference and the Grafana dashboard are checked against it).
 """
@@ -98,7 +99,9 @@ class Metrics:
         self.latency = self._declare(
             Histogram,
             "replicator_replication_latency_seconds",
-            "Time from a source record's timestamp to its acknowledgement by the destination.",
+            "Time from a record's append to the source (its log-append time when the topic uses "
+            "LogAppendTime; with CreateTime, when the replicator fetched it) to its "
+            "acknowledgement by the destination.",
             ["leg"],
             buckets=LATENCY_BUCKETS,
         )

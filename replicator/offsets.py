@@ -15,9 +15,11 @@ from dataclasses import dataclass
 class OffsetTracker:
     """Contiguous-acknowledgement tracking for one source partition."""
 
-    def __init__(self, start: int) -> None:
+    def __init__(self, start: int, must_commit: bool = False) -> None:
+        """Track from ``start``; ``must_commit``: ``start`` itself is not committed yet (a
+        position moved back, which the leg must commit even though it is lower)."""
         self._committable = start
-        self._committed = start
+        self._committed: int | None = None if must_commit else start
         # first offset -> (end offset, acknowledged?) in the order ranges were registered.
         self._ranges: OrderedDict[int, tuple[int, bool]] = OrderedDict()
         self._last_end = start
@@ -28,7 +30,7 @@ class OffsetTracker:
         return self._committable
 
     @property
-    def committed(self) -> int:
+    def committed(self) -> int | None:
         """The last offset committed to the source cluster (see :meth:`mark_committed`)."""
         return self._committed
 
@@ -39,7 +41,7 @@ class OffsetTracker:
 
     @property
     def needs_commit(self) -> bool:
-        return self._committable > self._committed
+        return self._committed is None or self._committable > self._committed
 
     def track(self, first: int, end: int) -> None:
         """Register the range ``[first, end)`` before it is sent; ranges must come in order."""
@@ -62,7 +64,7 @@ class OffsetTracker:
             self._committable = head_end
 
     def mark_committed(self, offset: int) -> None:
-        self._committed = max(self._committed, offset)
+        self._committed = offset if self._committed is None else max(self._committed, offset)
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,17 @@
 One consumer (group ``<prefix>.<source>``) subscribes to the replica topics and owns the
 partition assignment; replicas of the same datacenter share the partitions through it. Each
 fetched chunk of a partition is handed to a :class:`PartitionFanout`, which builds, in one pass
-over the records, the batches of every leg whose sender is attached and continues exactly where
-the chunk starts. A leg that cannot keep up (its queue is full: destination slow or down) is
-detached and fetches for itself with its catch-up consumer, so the feed never waits for the
-slowest destination. Committed offsets stay per leg, in each leg's own group.
+over the records, the batches of every leg's :class:`LegPartition` that is attached and continues
+exactly where the chunk starts. A leg that cannot keep up (its queue is full: destination slow or
+down) is detached and fetched for by its own catch-up fetch, so the feed never waits for the
+slowest destination longer than ``REPLICATOR_DETACH_AFTER_MS``. Committed offsets stay per leg.
 
-On assignment the feed starts each partition at the lowest committed offset of the legs (a leg
-that is further on waits for the feed to reach it); on revocation and shutdown every leg drains
-and commits its senders before the partitions are given up. A position the source log no longer
-holds (records deleted by retention, a topic deleted and recreated) is never reset silently: each
-leg applies ``REPLICATOR_OFFSET_RESET_POLICY`` and counts it, then the feed starts again.
+On assignment the feed starts each partition at the lowest position of the legs (a leg that is
+further on waits for the feed to reach it). A stop request wins over a rebalance at any moment:
+an assignment that completes after it starts nothing, and on stop every leg drains and commits
+before the feed leaves its group. A position the source log no longer holds (retention, a topic
+deleted and recreated) is never reset silently: each leg applies ``REPLICATOR_OFFSET_RESET_POLICY``
+and counts it, then the feed starts the partition again.
 """
 
 from __future__ import annotations
@@ -20,26 +21,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable
-from functools import partial
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from replicator import batching
+from replicator.errors import ReplicatorError
 from replicator.kafka import (
     check_position,
     lacks_position,
-    make_consumer,
     out_of_range_positions,
+    start_consumer,
     translate,
 )
 from replicator.leg import LegRunner
-from replicator.lifecycle import Backoff, close_quietly, sleep_unless_stopped
+from replicator.lifecycle import close_quietly, wait_any
 from replicator.metrics import Metrics
+from replicator.partition import Fit, LegPartition, Mode
 from replicator.records import SourceRecord
-from replicator.sender import PartitionSender
+from replicator.retry import retrying
 from replicator.settings import Settings
 from replicator.topic_watch import TopicWatch
 from replicator.topology import TopicRules
@@ -47,54 +49,70 @@ from replicator.topology import TopicRules
 log = structlog.get_logger(__name__)
 
 _FETCH_TIMEOUT_MS = 200
-_CONNECT_BACKOFF_S = 2.0
+_STARTING_POLL_S = 0.05
 
 
 class PartitionFanout:
     """One source partition's records, built into batches for every attached leg at once.
 
-    Backpressure: while an attached leg's queue is full, the feed pauses this partition, so the
-    legs move together at the pace of the slowest healthy one. A leg that stays full for longer
-    than ``detach_after`` seconds is detached (it fetches for itself) and the feed goes on for
-    the others: one slow or unreachable destination delays the others by that much, once.
+    Backpressure: while an attached leg's queue is full (or a leg is still preparing its
+    destination topic), the feed pauses this partition, so the legs move together at the pace of
+    the slowest healthy one; see :meth:`SourceFeed._hold`.
     """
 
-    def __init__(
-        self,
-        tp: TopicPartition,
-        senders: list[PartitionSender],
-        position: int,
-        pause: Callable[[TopicPartition], None],
-        resume: Callable[[TopicPartition], None],
-        detach_after: float,
-    ) -> None:
+    def __init__(self, tp: TopicPartition, partitions: list[LegPartition], position: int) -> None:
         self.tp = tp
-        self.senders = senders
+        self.partitions = partitions
         self.position = position
-        self._pause = pause
-        self._resume = resume
-        self._detach_after = detach_after
-        self._paused_since: float | None = None
         self._polled_ms: int | None = None
         self._suspect: int | None = None
-        for sender in senders:
-            sender.feed_waiting = self.check
+        self._waited_out: set[int] = (
+            set()
+        )  # ids of starting partitions the feed stopped waiting for
 
-    def deliver(self, records: list[SourceRecord]) -> None:
+    def deliver(self, records: list[SourceRecord], fetched_ms: int) -> None:
         start, end = self.position, records[-1].offset + 1
         self.position = end
-        joining = [s for s in self.senders if s.joins(start, end)]
+        joining: list[LegPartition] = []
+        for partition in self.partitions:
+            fit = partition.fit(start, end)
+            if fit is Fit.JOIN:
+                joining.append(partition)
+            elif fit is Fit.AHEAD:
+                partition.attach()  # waits for the feed instead of fetching alone
+            elif fit is Fit.BEHIND:
+                partition.detach()
         if joining:
-            targets = [s.target() for s in joining]
+            targets = [p.target() for p in joining]
             # Every leg tags a partition's records alike: build with the first leg's tagger.
-            batching.build(records, end, joining[0].tagger, targets)
-            for sender, target in zip(joining, targets, strict=True):
-                sender.take_built(target, end)
-        if self._paused_since is None and any(
-            s.attached and s.open and not s.has_room for s in self.senders
-        ):
-            self._paused_since = time.monotonic()
-            self._pause(self.tp)
+            batching.build(records, end, joining[0].tagger, targets, fetched_ms)
+            for partition, target in zip(joining, targets, strict=True):
+                partition.take_built(target, end)
+
+    def settle(self) -> None:
+        """Detach attached partitions the feed is already past (prepared late, say): without
+        this they would wait for a chunk that never comes while the source is idle."""
+        for partition in self.partitions:
+            position = partition.position
+            if partition.attached and position is not None and position < self.position:
+                partition.detach()
+
+    def blocking(self) -> list[LegPartition]:
+        """The partitions the feed waits for: attached and full, or still starting."""
+        return [
+            p
+            for p in self.partitions
+            if (p.attached and not p.has_room)
+            or (p.mode is Mode.STARTING and id(p) not in self._waited_out)
+        ]
+
+    def give_up(self, partitions: Iterable[LegPartition]) -> None:
+        """Stop waiting for ``partitions``: they catch up alone once they can."""
+        for partition in partitions:
+            if partition.attached:
+                partition.detach()
+            else:
+                self._waited_out.add(id(partition))
 
     def beyond_log_end(self, log_end: int | None, polled_ms: int | None) -> int | None:
         """A position (of the feed or a leg) past the log end, seen in two fetches in a row.
@@ -110,24 +128,11 @@ class PartitionFanout:
         suspect, self._suspect = self._suspect, None
         if suspect is not None and suspect > log_end:
             return suspect
-        positions = [s.next_offset for s in self.senders if s.open and s.next_offset is not None]
+        positions = [p.position for p in self.partitions if p.open and p.position is not None]
         furthest = max([self.position, *positions]) if positions else None
         if furthest is not None and furthest > log_end:
             self._suspect = furthest
         return None
-
-    def check(self) -> None:
-        """Resume once every attached leg has room; detach legs that stayed full too long."""
-        if self._paused_since is None:
-            return
-        full = [s for s in self.senders if s.attached and s.open and not s.has_room]
-        if full and time.monotonic() - self._paused_since > self._detach_after:
-            for sender in full:
-                sender.detach()
-            full = []
-        if not full:
-            self._paused_since = None
-            self._resume(self.tp)
 
 
 class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -141,31 +146,35 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self._metrics = metrics
         self._legs = legs
         self.group = f"{settings.group_prefix}.{settings.local_cluster}"
-        self._make_consumer: Callable[[], AIOKafkaConsumer] = partial(
-            make_consumer,
-            settings.clusters[settings.local_cluster],
-            settings,
-            self.group,
-            f"replicator-{settings.local_cluster}-feed",
-        )
-        self._consumer = self._make_consumer()
+        self._consumer: AIOKafkaConsumer | None = None
         self._fanouts: dict[TopicPartition, PartitionFanout] = {}
+        self._waiters: dict[TopicPartition, asyncio.Task[None]] = {}
+        self._tasks: asyncio.TaskGroup | None = None
+        self._stop = asyncio.Event()
+        self._detach_after = settings.detach_after_ms / 1000
         self.topics = TopicWatch(rules, metrics, settings.local_cluster)
         self._listing_interval = settings.metadata_max_age_ms / 1000
         self._next_listing = 0.0
-        for leg in legs:
-            leg.restarted = self._rewire
-        self.connected = False
         self.joined = False
         self.last_error: str | None = None
         self.last_poll = time.monotonic()
         self._log = log.bind(feed=settings.local_cluster)
 
+    @property
+    def connected(self) -> bool:
+        return self._consumer is not None
+
     async def run(self, stop: asyncio.Event) -> None:
         """Join the group and fan records out until ``stop``; then release every partition."""
+        self._stop = stop
         try:
-            if await self._connect(stop):
-                await self._fetch_loop(stop)
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                consumer = await self._connect(stop)
+                if consumer is not None:
+                    await self._fetch_loop(stop, consumer)
+                for waiter in self._waiters.values():
+                    waiter.cancel()
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -175,57 +184,57 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             self._log.exception("source feed cancelled unexpectedly")
             raise RuntimeError("the source feed was cancelled unexpectedly") from exc
         finally:
+            self._tasks = None
             await self._release(list(self._fanouts))
-            if self.connected:
+            if self._consumer is not None:
                 grace = max(self._settings.shutdown_grace_ms / 1000, 1.0)
-                await close_quietly(self._consumer.stop(), grace)
+                await close_quietly(self._consumer.stop(), grace, "source feed consumer")
             self._log.info("source feed stopped")
 
-    async def _connect(self, stop: asyncio.Event) -> bool:
-        backoff = Backoff()
-        while not stop.is_set():
-            try:
-                await self._consumer.start()
-            except Exception as exc:
-                error = translate(exc)
-                self.last_error = f"cannot connect to {self._settings.local_cluster}: {error}"
-                self._log.warning("cannot reach the source, retrying", error=str(error))
-                await close_quietly(self._consumer.stop())
-                self._consumer = self._make_consumer()
-                await sleep_unless_stopped(stop, backoff.delay(error.retriable))
-                continue
-            await self._list_topics(subscribe=True)
-            self.connected = True
-            self.last_error = None
-            self._log.info("source feed connected", group=self.group)
-            return True
-        return False
+    async def _connect(self, stop: asyncio.Event) -> AIOKafkaConsumer | None:
+        settings = self._settings
+        cluster = settings.clusters[settings.local_cluster]
 
-    async def _fetch_loop(self, stop: asyncio.Event) -> None:
-        consumer = self._consumer
+        def connect() -> Awaitable[AIOKafkaConsumer]:
+            client_id = f"replicator-{settings.local_cluster}-feed"
+            return start_consumer(cluster, settings, self.group, client_id)
+
+        def failed(error: ReplicatorError) -> None:
+            self.last_error = f"cannot connect to {settings.local_cluster}: {error}"
+
+        consumer = await retrying(
+            connect, stop=stop, what="reach the source", log=self._log, on_error=failed
+        )
+        if consumer is None:
+            return None
+        self._consumer = consumer
+        await self._list_topics(consumer, subscribe=True)
+        self.last_error = None
+        self._log.info("source feed connected", group=self.group)
+        return consumer
+
+    async def _fetch_loop(self, stop: asyncio.Event, consumer: AIOKafkaConsumer) -> None:
+        def failed(error: ReplicatorError) -> None:
+            self.last_error = f"fetch failed: {error}"
+
         while not stop.is_set():
             if time.monotonic() >= self._next_listing:
-                await self._list_topics()
-            try:
-                fetched = await consumer.getmany(timeout_ms=_FETCH_TIMEOUT_MS)
-            except Exception as exc:
-                positions = out_of_range_positions(exc)
-                if positions is not None:
-                    for tp, position in positions.items():
-                        await self._out_of_range(tp, position)
-                    continue
-                if lacks_position(exc):
-                    continue
-                error = translate(exc)
-                self.last_error = f"fetch failed: {error}"
-                self._log.warning("fetch failed", error=str(error), retriable=error.retriable)
-                await sleep_unless_stopped(stop, _CONNECT_BACKOFF_S)
-                continue
+                await self._list_topics(consumer)
+            fetched = await retrying(
+                lambda: self._fetch(consumer),
+                stop=stop,
+                what="fetch",
+                log=self._log,
+                on_error=failed,
+            )
+            if stop.is_set():
+                return
             self.last_poll = time.monotonic()
-            for tp, records in fetched.items():
+            fetched_ms = int(time.time() * 1000)
+            for tp, records in (fetched or {}).items():
                 fanout = self._fanouts.get(tp)
                 if fanout is not None and records:
-                    fanout.deliver(records)
+                    fanout.deliver(records, fetched_ms)
             for tp, fanout in list(self._fanouts.items()):
                 # A log shorter than a position already reached: some brokers do not answer
                 # OFFSET_OUT_OF_RANGE to a fetch past the end, and a leg may be further on.
@@ -233,9 +242,28 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 if beyond is not None:
                     await self._out_of_range(tp, beyond)
             for fanout in self._fanouts.values():
-                fanout.check()
+                fanout.settle()
+                self._hold(fanout)
 
-    async def _list_topics(self, subscribe: bool = False) -> None:
+    async def _fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
+        """One fetch; positions outside the log are handled here, other errors raised."""
+        try:
+            fetched: dict[TopicPartition, list[Any]] = await consumer.getmany(
+                timeout_ms=_FETCH_TIMEOUT_MS
+            )
+        except Exception as exc:
+            positions = out_of_range_positions(exc)
+            if positions is not None:
+                for tp, position in positions.items():
+                    await self._out_of_range(tp, position)
+                return {}
+            if lacks_position(exc):
+                return {}
+            raise
+        self.last_error = None
+        return fetched
+
+    async def _list_topics(self, consumer: AIOKafkaConsumer, subscribe: bool = False) -> None:
         """List the cluster's topics; subscribe to exactly the replicated ones when they change.
 
         The subscription is built from the rules' answer for each listing (never from the
@@ -243,32 +271,73 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         """
         self._next_listing = time.monotonic() + self._listing_interval
         try:
-            topics = await self._consumer.topics()
+            topics = await consumer.topics()
         except Exception as exc:
             self.topics.listing_failed(str(translate(exc)))
             changed = False
         else:
             changed = self.topics.listed(topics)
         if subscribe or changed:
-            self._consumer.subscribe(pattern=self.topics.subscription_pattern, listener=self)
+            consumer.subscribe(pattern=self.topics.subscription_pattern, listener=self)
+
+    # -- backpressure ---------------------------------------------------------------------------
+
+    def _hold(self, fanout: PartitionFanout) -> None:
+        """Pause ``fanout``'s partition while a leg it waits for has no room."""
+        tp = fanout.tp
+        if tp in self._waiters or self._tasks is None or not fanout.blocking():
+            return
+        self._pause(tp)
+        self._waiters[tp] = self._tasks.create_task(
+            self._await_room(fanout), name=f"hold:{tp.topic}:{tp.partition}"
+        )
+
+    async def _await_room(self, fanout: PartitionFanout) -> None:
+        """Resume once every partition the feed waits for has room; after ``detach_after``
+        seconds, stop waiting for those still full (they fetch alone) and resume."""
+        paused_at = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                waiting = fanout.blocking()
+                if not waiting:
+                    break
+                left = self._detach_after - (time.monotonic() - paused_at)
+                if left <= 0:
+                    fanout.give_up(waiting)
+                    break
+                starting = any(p.mode is Mode.STARTING for p in waiting)
+                rooms = [p.room for p in waiting if p.attached]
+                await wait_any(
+                    [*rooms, self._stop], min(left, _STARTING_POLL_S) if starting else left
+                )
+        finally:
+            if self._waiters.get(fanout.tp) is asyncio.current_task():
+                del self._waiters[fanout.tp]
+        if self._fanouts.get(fanout.tp) is fanout:
+            self._resume(fanout.tp)
+
+    # -- positions outside the log --------------------------------------------------------------
 
     async def _out_of_range(self, tp: TopicPartition, position: int) -> None:
         """The source log no longer holds ``position``: apply the policy on every leg."""
+        consumer = self._consumer
         fanout = self._fanouts.get(tp)
-        if fanout is None or tp not in self._consumer.assignment():
+        if consumer is None or fanout is None or tp not in consumer.assignment():
             return
         try:
-            found = await check_position(self._consumer, tp, position)
+            found = await check_position(consumer, tp, position)
         except Exception as exc:
             self._log.warning("cannot read the source log bounds", error=str(translate(exc)))
             return
         if self._fanouts.get(tp) is not fanout:
             return  # released meanwhile
         if found is None:
-            self._consumer.seek(tp, position)  # in range after all: carry on
+            consumer.seek(tp, position)  # in range after all: carry on
             return
-        await asyncio.gather(*(leg.out_of_range(tp, found) for leg in self._legs))
+        for leg in self._legs:
+            leg.out_of_range(tp, found)
         if self._fanouts.get(tp) is fanout:  # not released or assigned again meanwhile
+            self._drop_fanout(tp)
             await self._start_fanout(tp)
 
     # -- rebalance (called by aiokafka) ---------------------------------------------------------
@@ -277,67 +346,69 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._release(list(revoked))
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        consumer = self._consumer
+        assigned = list(assigned)
+        if consumer is None:
+            return
+        for tp in assigned:
+            consumer.seek(tp, 0)  # a position keeps the consumer quiet; fetching waits for it
+            consumer.pause(tp)
+        if self._stop.is_set():
+            self._log.info(
+                "assignment after stop was requested: not started", partitions=len(assigned)
+            )
+            return
         self.joined = True
         partitions = [tp for tp in assigned if self._rules.target(tp.topic) is not None]
-        for tp in set(assigned) - set(partitions):
-            self._consumer.seek(tp, 0)  # never fetched; a position keeps the consumer quiet
-            self._consumer.pause(tp)
         for leg in self._legs:
             self._metrics.rebalances.labels(leg.leg.name).inc()
         await asyncio.gather(*(leg.assign(partitions) for leg in self._legs))
+        if self._stop.is_set():
+            return  # the legs release what they took when they close
         for tp in partitions:
             await self._start_fanout(tp)
         self._log.info("partitions assigned", partitions=len(partitions))
 
     async def _start_fanout(self, tp: TopicPartition) -> None:
-        """Fan ``tp`` out to the legs' senders, from the lowest position one of them needs."""
-        senders = self._senders(tp)
-        starts = [s.next_offset for s in senders if s.open]
+        """Fan ``tp`` out to the legs' partitions, from the lowest position one of them needs."""
+        consumer = self._consumer
+        assert consumer is not None
+        partitions = [leg.partitions[tp] for leg in self._legs if tp in leg.partitions]
+        starts = [p.position for p in partitions if p.open]
         if not starts:
-            self._consumer.pause(tp)  # halted on every leg: nothing to fetch
-        elif all(offset is not None for offset in starts):
-            self._consumer.seek(tp, min(o for o in starts if o is not None))
+            self._fanouts[tp] = PartitionFanout(tp, partitions, 0)
+            return  # halted on every leg: nothing to fetch
+        if all(offset is not None for offset in starts):
+            consumer.seek(tp, min(o for o in starts if o is not None))
         else:
-            await self._consumer.seek_to_beginning(tp)
-        position = 0
-        if starts:
-            position = await self._consumer.position(tp)
-            self._consumer.resume(tp)
-        self._fanouts[tp] = PartitionFanout(
-            tp,
-            senders,
-            position,
-            self._pause,
-            self._resume,
-            self._settings.detach_after_ms / 1000,
-        )
+            await consumer.seek_to_beginning(tp)
+        position = await consumer.position(tp)
+        for partition in partitions:
+            partition.place(position)
+        fanout = PartitionFanout(tp, partitions, position)
+        self._fanouts[tp] = fanout
+        consumer.resume(tp)
+        self._hold(fanout)
 
-    def _rewire(self, tp: TopicPartition) -> None:
-        """A leg replaced its sender for ``tp``: fan out to the new one (which starts behind the
-        feed, so it detaches and catches up on its own first)."""
-        fanout = self._fanouts.get(tp)
-        if fanout is not None:
-            fanout.senders = self._senders(tp)
-            for sender in fanout.senders:
-                sender.feed_waiting = fanout.check
-
-    def _senders(self, tp: TopicPartition) -> list[PartitionSender]:
-        """Every leg's sender for ``tp``."""
-        return [leg.senders[tp] for leg in self._legs if tp in leg.senders]
+    def _drop_fanout(self, tp: TopicPartition) -> None:
+        self._fanouts.pop(tp, None)
+        waiter = self._waiters.pop(tp, None)
+        if waiter is not None:
+            waiter.cancel()
 
     def _pause(self, tp: TopicPartition) -> None:
-        if tp in self._consumer.assignment():
+        if self._consumer is not None and tp in self._consumer.assignment():
             self._consumer.pause(tp)
 
     def _resume(self, tp: TopicPartition) -> None:
-        if tp in self._consumer.assignment():
+        if self._consumer is not None and tp in self._consumer.assignment():
             self._consumer.resume(tp)
 
     async def _release(self, partitions: list[TopicPartition]) -> None:
         if not partitions:
             return
         for tp in partitions:
-            self._fanouts.pop(tp, None)
+            self._drop_fanout(tp)
         await asyncio.gather(*(leg.release(partitions) for leg in self._legs))
         self._log.info("partitions released", partitions=len(partitions))
 
@@ -345,16 +416,20 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def log_end(self, tp: TopicPartition) -> int | None:
         """The source partition's log-end offset, as last seen in a fetch response."""
-        return self._highwater(tp) if self.connected else None
+        return self._highwater(tp)
 
     def _polled_ms(self, tp: TopicPartition) -> int | None:
-        with contextlib.suppress(Exception):
+        if self._consumer is None:
+            return None
+        with contextlib.suppress(AssertionError, AttributeError):  # not assigned (any more)
             polled: int | None = self._consumer.last_poll_timestamp(tp)
             return polled
         return None
 
     def _highwater(self, tp: TopicPartition) -> int | None:
-        with contextlib.suppress(Exception):
+        if self._consumer is None:
+            return None
+        with contextlib.suppress(AssertionError, AttributeError):  # not assigned (any more)
             end: int | None = self._consumer.highwater(tp)
             return end
         return None

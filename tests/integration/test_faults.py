@@ -29,6 +29,7 @@ from tests.integration.harness import (
     holds,
     oracle,
     peak_rss_mb,
+    produce,
     read,
     replicator_env,
     start_clusters,
@@ -122,6 +123,42 @@ def test_remote_cut_off_for_30s(replicators: Start) -> None:
             "remote cut off for 30 s", [local_report, remote_report], rss, f"{recovery:.1f} s"
         )
         assert rss < RSS_LIMIT_MB
+        assert dc1.stop() == 0
+
+
+def test_idle_leg_reports_its_destination_down_within_seconds(replicators: Start) -> None:
+    """No traffic, so no send can stall: the leg learns of the outage from its probe."""
+    with remote_behind_proxy(replicators) as (local, dc2, proxy, dc1):
+        produce(local, "orders_REPLICA", 3, 3)
+        wait_until(holds(dc2, "orders", 3), 30, "first records on dc2", dc1.log)
+        wait_until(lambda: dc1.metric("replicator_leg_ready", leg="dc1->dc2") == 1, 20, "ready")
+        proxy.cut()
+        cut_at = time.monotonic()
+
+        def leg(name: str) -> dict[str, object]:
+            _, body = dc1.get("/status")
+            return next(entry for entry in body["legs"] if entry["leg"] == name)
+
+        wait_until(
+            lambda: dc1.metric("replicator_leg_ready", leg="dc1->dc2") == 0,
+            10,
+            "the idle leg reporting dc2 down",
+            dc1.log,
+        )
+        noticed = time.monotonic() - cut_at
+        assert leg("dc1->dc2")["connected"] is False
+        assert dc1.metric("replicator_leg_ready", leg="dc1->dc1") == 1, "only the remote leg"
+        _, ready = dc1.get("/readyz")
+        assert any("dc2" in problem for problem in ready["problems"]), ready
+        print(f"idle leg: dc2 down reported after {noticed:.1f}s")
+        proxy.restore()
+        wait_until(
+            lambda: dc1.metric("replicator_leg_ready", leg="dc1->dc2") == 1,
+            30,
+            "the leg ready again",
+            dc1.log,
+        )
+        assert leg("dc1->dc2")["connected"] is True
         assert dc1.stop() == 0
 
 

@@ -11,6 +11,7 @@ from replicator.provenance import Marking, Provenance, Tagger
 from tests.unit.sample import Record
 
 TAGGER = Tagger("dc1", "orders_REPLICA", 3)
+FETCHED_MS = 1_800_000_000_000
 
 
 def new_batch(size: int = 64 * 1024) -> BatchBuilder:
@@ -34,7 +35,7 @@ def contents(
 def test_one_target_gets_every_record_tagged_in_one_range() -> None:
     records = [Record(o, headers=[("trace", b"t%d" % o)]) for o in range(10, 15)]
     target = Target(10, new_batch)
-    build(records, 15, TAGGER, [target])
+    build(records, 15, TAGGER, [target], FETCHED_MS)
     assert [(b.first, b.end, b.count) for b in target.batches] == [(10, 15, 5)]
     got = contents(target.batches[0])
     assert [offset for offset, _, _ in got] == [10, 11, 12, 13, 14]
@@ -47,7 +48,7 @@ def test_one_target_gets_every_record_tagged_in_one_range() -> None:
 def test_each_destination_starts_at_its_own_offset() -> None:
     records = [Record(o) for o in range(100, 110)]
     behind, ahead = Target(100, new_batch), Target(106, new_batch)
-    build(records, 110, TAGGER, [behind, ahead])
+    build(records, 110, TAGGER, [behind, ahead], FETCHED_MS)
     assert [(b.first, b.end, b.count) for b in behind.batches] == [(100, 110, 10)]
     assert [(b.first, b.end, b.count) for b in ahead.batches] == [(106, 110, 4)]
     assert [o for o, _, _ in contents(ahead.batches[0])] == [106, 107, 108, 109]
@@ -56,7 +57,7 @@ def test_each_destination_starts_at_its_own_offset() -> None:
 def test_a_full_batch_is_closed_and_the_ranges_stay_contiguous() -> None:
     records = [Record(o, value=b"x" * 200) for o in range(0, 50)]
     target = Target(0, lambda: new_batch(1024))
-    build(records, 50, TAGGER, [target])
+    build(records, 50, TAGGER, [target], FETCHED_MS)
     assert len(target.batches) > 3
     assert target.batches[0].first == 0 and target.batches[-1].end == 50
     for before, after in zip(target.batches, target.batches[1:], strict=False):
@@ -75,7 +76,7 @@ def test_loops_and_malformed_records_are_skipped_but_covered_by_the_range() -> N
         Record(3),
     ]
     target = Target(0, new_batch)
-    build(records, 4, TAGGER, [target])
+    build(records, 4, TAGGER, [target], FETCHED_MS)
     assert [(b.first, b.end, b.count) for b in target.batches] == [(0, 4, 2)]
     assert target.marked == {Marking.LOOP: 1, Marking.MALFORMED: 1}
     assert [o for o, _, _ in contents(target.batches[0])] == [0, 3]
@@ -90,7 +91,7 @@ def test_derived_records_are_replicated_with_fresh_provenance_and_their_upstream
     ]
     records = [Record(0), Record(1, headers=forwarded), Record(2)]
     behind, ahead = Target(0, new_batch), Target(1, new_batch)
-    build(records, 3, TAGGER, [behind, ahead])
+    build(records, 3, TAGGER, [behind, ahead], FETCHED_MS)
     assert behind.marked == ahead.marked == {Marking.DERIVED: 1}
     for target in (behind, ahead):
         got = {o: headers for o, _, headers in contents(target.batches[0])}
@@ -106,20 +107,30 @@ def test_derived_records_are_replicated_with_fresh_provenance_and_their_upstream
 def test_a_range_with_nothing_to_send_still_advances() -> None:
     records = [Record(5, headers=list(Provenance("dc2", "orders_REPLICA", 0, 1).headers()))]
     target = Target(5, new_batch)
-    build(records, 6, TAGGER, [target])
+    build(records, 6, TAGGER, [target], FETCHED_MS)
     assert [(b.first, b.end, b.count) for b in target.batches] == [(5, 6, 0)]
 
 
 def test_gaps_in_source_offsets_are_covered() -> None:
     records = [Record(0), Record(4), Record(9)]  # compacted log
     target = Target(0, new_batch)
-    build(records, 10, TAGGER, [target])
+    build(records, 10, TAGGER, [target], FETCHED_MS)
     assert [(b.first, b.end, b.count) for b in target.batches] == [(0, 10, 3)]
 
 
 def test_null_keys_values_and_header_values_are_kept() -> None:
     records = [Record(0, key=None, value=None, headers=[("h", None)])]
     target = Target(0, new_batch)
-    build(records, 1, TAGGER, [target])
+    build(records, 1, TAGGER, [target], FETCHED_MS)
     ((_, value, headers),) = contents(target.batches[0])
     assert value is None and headers[0] == ("h", None)
+
+
+def test_latency_starts_at_log_append_time_or_when_fetched() -> None:
+    """CreateTime is the producer's clock (any age): latency counts from the fetch instead."""
+    created = [Record(0, timestamp=1_000), Record(1, timestamp=2_000)]
+    appended = [Record(0, timestamp=1_000, timestamp_type=1), Record(1, timestamp=2_000)]
+    for records, expected in ((created, FETCHED_MS), (appended, 1_000)):
+        target = Target(0, new_batch)
+        build(records, 2, TAGGER, [target], FETCHED_MS)
+        assert [b.oldest_ms for b in target.batches] == [expected]

@@ -1,0 +1,399 @@
+"""One source partition on one leg: where it stands, who feeds it, what is queued and acknowledged.
+
+Modelled on aiokafka's ``TopicPartitionState``: a :class:`LegPartition` is the single owner of the
+state of one source partition for one destination, and its named transitions are the only way
+that state changes. Nothing here does I/O; the shared feed, the leg's catch-up fetch, the sender
+and the committer act on it and wait on the events it exposes.
+
+::
+
+    STARTING  --prepared()--> ATTACHED --detach()--> ALONE --attach()--> ATTACHED
+    any open  --rewind()----> REPLAYING --attach()--> ATTACHED
+    any open  --halt()------> HALTED  (blocked or failed)
+    any       --stop()------> STOPPED (released; a halted partition stays HALTED)
+
+- ``STARTING``: the destination topic is being prepared (its ``max.message.bytes`` decides the
+  batches); nothing is fed yet.
+- ``ATTACHED``: the shared feed builds this partition's batches together with the other legs'.
+- ``ALONE``: the leg's catch-up fetch feeds it (it is behind the shared feed, or was too slow
+  for it); it attaches again when a chunk of the feed continues exactly where it stands, or
+  when it is ahead of the feed (it then waits for the feed).
+- ``REPLAYING``: like ``ALONE``, after :meth:`LegPartition.rewind` moved the position back (the
+  destination's log was replaced, or the source log was): in-flight acknowledgements of the
+  abandoned position are ignored, and the new position is committed.
+- ``HALTED``: blocked (the destination topic cannot hold it) or failed (refused for good);
+  nothing is queued, fed or committed past the problem until the partition is assigned again.
+- ``STOPPED``: released by a rebalance or shutdown.
+
+:attr:`LegPartition.position` is the next source offset this destination needs; input is only
+accepted if it continues from there (no gap, no repeat). Queries (``fit``, ``has_room``,
+``status``...) never change state. The resume position of a newly assigned partition is decided
+in one place, :func:`resume_position`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from replicator.batching import OutboundBatch, Target
+from replicator.offsets import OffsetTracker
+from replicator.provenance import Marking, Tagger
+from replicator.records import SourceRecord, payload_size
+
+
+class Mode(StrEnum):
+    """Who feeds a partition, or why nobody does."""
+
+    STARTING = "starting"
+    ATTACHED = "attached"
+    ALONE = "fetching_alone"
+    REPLAYING = "replaying"
+    HALTED = "halted"
+    STOPPED = "stopped"
+
+
+class Halt(StrEnum):
+    """Why a partition halted: what ``/status`` shows as its state."""
+
+    BLOCKED = "blocked"  # the destination topic cannot hold it (too few partitions)
+    FAILED = "failed"  # the destination refused it for good, or the reset policy is halt
+
+
+class Fit(Enum):
+    """What a chunk ``[start, end)`` of the shared feed means for one partition."""
+
+    JOIN = "join"  # it continues where the partition stands: build its batches from it
+    AHEAD = "ahead"  # the partition is further on: nothing in this chunk for it yet
+    BEHIND = "behind"  # the feed went past an attached partition: it must fetch alone
+    NONE = "none"  # not fed by the shared feed now (starting, halted, stopped, no room)
+
+
+FED_ALONE = frozenset({Mode.ALONE, Mode.REPLAYING})
+OPEN = frozenset({Mode.STARTING, Mode.ATTACHED, Mode.ALONE, Mode.REPLAYING})
+
+
+def resume_position(committed: int | None, log_start: int | None) -> int | None:
+    """Where a newly assigned partition resumes: the leg's committed offset, else the log start.
+
+    A partition this leg never committed starts at the oldest record still held (not offset 0,
+    which retention may have deleted long ago: that is no loss to report); ``None`` when neither
+    is known (the feed then starts it at the log start itself).
+    """
+    return committed if committed is not None else log_start
+
+
+@dataclass(slots=True)
+class Work:
+    """A queue entry: batches the shared feed built, or records the catch-up fetch read."""
+
+    records: int
+    size: int
+    batches: list[OutboundBatch] | None = None
+    marked: Counter[Marking] | None = None
+    fetched: list[SourceRecord] | None = None
+    start: int = 0
+    end: int = 0
+    fetched_ms: int = 0
+    epoch: int = 0
+
+
+class LegPartition:
+    """The state of one source partition on one leg; see the module docstring."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        target_topic: str,
+        source: str,
+        position: int | None,
+        max_records: int,
+        max_bytes: int,
+    ) -> None:
+        self.tp = tp
+        self.target_topic = target_topic
+        self.mode = Mode.STARTING
+        self.halt_kind: Halt | None = None
+        self.position = position
+        self.tracker: OffsetTracker | None = None
+        self.last_error: str | None = None
+        self.epoch = 0  # bumped by rewind(): work and acknowledgements of older epochs are void
+        self.tagger = Tagger(source, tp.topic, tp.partition)
+        self.new_batch: Callable[[], Any] | None = None  # set by prepared()
+        self.dead_lettered = 0
+        # Set whenever work is queued or the mode changes: the sender waits on it.
+        self.wakeup = asyncio.Event()
+        # Set while the queue has room: the feed and the catch-up fetch wait on it when full.
+        self.room = asyncio.Event()
+        self.room.set()
+        # Set when the partition leaves the open modes (halted or stopped).
+        self.closed = asyncio.Event()
+        self._queue: deque[Work] = deque()
+        self._queued_records = 0
+        self._queued_bytes = 0
+        self._max_records = max_records
+        self._max_bytes = max_bytes
+        # Hand-over time of the batches not yet acknowledged, oldest first (for stall reports).
+        self._unacked: deque[tuple[int, float]] = deque()
+
+    # -- queries --------------------------------------------------------------------------------
+
+    @property
+    def open(self) -> bool:
+        return self.mode in OPEN
+
+    @property
+    def halted(self) -> bool:
+        return self.mode is Mode.HALTED
+
+    @property
+    def attached(self) -> bool:
+        return self.mode is Mode.ATTACHED
+
+    @property
+    def fed_alone(self) -> bool:
+        """Whether the leg's catch-up fetch must feed this partition (when it has room)."""
+        return self.mode in FED_ALONE and self.position is not None
+
+    @property
+    def has_room(self) -> bool:
+        return self._queued_records < self._max_records and self._queued_bytes < self._max_bytes
+
+    @property
+    def queued_records(self) -> int:
+        return self._queued_records
+
+    @property
+    def state(self) -> str:
+        """What ``/status`` shows: the mode, or the kind of halt."""
+        if self.halt_kind is not None:
+            return self.halt_kind.value
+        return self.mode.value
+
+    def fit(self, start: int, end: int) -> Fit:
+        """What the shared feed's chunk ``[start, end)`` means for this partition (no change).
+
+        A partition ahead of the feed (after a restart, or a catch-up fetch that outran it)
+        waits for the feed rather than fetch alone: ``AHEAD`` (the feed attaches it).
+        """
+        if self.mode is Mode.ATTACHED:
+            position = start if self.position is None else self.position
+            if position > end:
+                return Fit.AHEAD
+            return Fit.JOIN if position >= start else Fit.BEHIND
+        if self.mode in FED_ALONE and self.has_room and self.position is not None:
+            if self.position > end:
+                return Fit.AHEAD
+            return Fit.JOIN if self.position >= start else Fit.NONE
+        return Fit.NONE
+
+    def oldest_unacked_age(self, now: float) -> float:
+        """Seconds the oldest batch handed to the destination has waited for acknowledgement."""
+        return now - self._unacked[0][1] if self._unacked else 0.0
+
+    # -- transitions: lifecycle -----------------------------------------------------------------
+
+    def prepared(self, new_batch: Callable[[], Any]) -> None:
+        """STARTING -> ATTACHED: the destination topic is ready; batches are made by ``new_batch``.
+
+        The shared feed serves it from where it stands (it detaches it if the feed is already
+        past that position, and the catch-up fetch takes over). In another open mode (the topic
+        was prepared again, after a replay) only the batch factory changes.
+        """
+        if not self.open:
+            return
+        self.new_batch = new_batch
+        self.last_error = None if self.mode is Mode.STARTING else self.last_error
+        if self.mode is Mode.STARTING:
+            self._enter(Mode.ATTACHED)
+
+    def place(self, offset: int) -> None:
+        """Start at ``offset`` (where the shared feed starts) if no position was known."""
+        if self.position is None:
+            self.position = offset
+
+    def attach(self) -> None:
+        """ALONE/REPLAYING -> ATTACHED: the shared feed continues where this partition stands."""
+        if self.mode in FED_ALONE:
+            self._enter(Mode.ATTACHED)
+
+    def detach(self) -> None:
+        """ATTACHED -> ALONE: too slow for the shared feed, or behind it."""
+        if self.mode is Mode.ATTACHED:
+            self._enter(Mode.ALONE)
+
+    def halt(self, reason: str, kind: Halt = Halt.FAILED) -> bool:
+        """Any open mode -> HALTED; ``False`` if it was not open."""
+        if not self.open:
+            return False
+        self.halt_kind = kind
+        self.last_error = reason
+        self._unacked.clear()  # nothing past the problem is committed: no stall to report
+        self._clear_queue()
+        self._enter(Mode.HALTED)
+        self.closed.set()
+        return True
+
+    def stop(self) -> None:
+        """Any mode but HALTED -> STOPPED: released; nothing more is queued or sent."""
+        self._clear_queue()
+        if self.mode is not Mode.HALTED:
+            self._enter(Mode.STOPPED)
+        self.closed.set()
+
+    def rewind(self, offset: int, note: str) -> None:
+        """Any open mode but STARTING -> REPLAYING at ``offset``, which is committed next.
+
+        What is queued is dropped, and acknowledgements still to come for batches of the old
+        position no longer count (the epoch changes).
+        """
+        if not self.open:
+            return
+        self.epoch += 1
+        self._clear_queue()
+        self._unacked.clear()
+        self.position = offset
+        self.tracker = OffsetTracker(offset, must_commit=True)
+        self.last_error = note
+        if self.mode is not Mode.STARTING:
+            self._enter(Mode.REPLAYING)
+
+    def skip_to(self, offset: int, note: str) -> None:
+        """Continue at ``offset``: the source no longer holds the records before it.
+
+        The gap is queued as an empty range, so it is committed in order, after what is queued
+        and in flight before it.
+        """
+        if not self.open or (self.position is not None and offset < self.position):
+            return  # released, or not a skip forward (rewind() moves a position back)
+        if self.position is not None and offset > self.position:
+            gap = OutboundBatch(None, self.position, offset, 0, 0, 0)
+            self._enqueue(Work(0, 0, batches=[gap], epoch=self.epoch))
+        self.position = offset
+        self.last_error = note
+
+    # -- transitions: input ---------------------------------------------------------------------
+
+    def target(self) -> Target:
+        """Where this partition's records start in the chunk the feed is building."""
+        assert self.position is not None and self.new_batch is not None
+        return Target(self.position, self.new_batch)
+
+    def take_built(self, target: Target, end: int) -> None:
+        """Queue the batches the shared feed built for this partition (after ``fit`` said JOIN)."""
+        if self.mode in FED_ALONE:
+            self._enter(Mode.ATTACHED)
+        self._enqueue(
+            Work(
+                records=sum(b.count for b in target.batches),
+                size=sum(b.size for b in target.batches),
+                batches=target.batches,
+                marked=target.marked,
+                epoch=self.epoch,
+            )
+        )
+        self.position = end
+
+    def take_fetched(
+        self, records: list[SourceRecord], start: int, end: int, fetched_ms: int
+    ) -> bool:
+        """Queue records the catch-up fetch read from ``start``; ``False``: fetch again from
+        :attr:`position` (a gap or a repeat, refused) or stop fetching (not fed alone, full)."""
+        if self.mode not in FED_ALONE or self.position is None:
+            return False
+        if start > self.position:
+            return False  # a gap: fetch again from the position
+        if end <= self.position:
+            return self.has_room  # already had all of it
+        work = Work(len(records), payload_size(records), fetched=records, start=self.position)
+        work.end, work.fetched_ms, work.epoch = end, fetched_ms, self.epoch
+        self._enqueue(work)
+        self.position = end
+        return self.has_room
+
+    # -- transitions: output (the sender) -------------------------------------------------------
+
+    def next_work(self) -> Work | None:
+        """The oldest queued work, or ``None``; it keeps its room until :meth:`handed_over`."""
+        if not self._queue or not self.open:
+            return None
+        return self._queue.popleft()
+
+    def handed_over(self, work: Work) -> None:
+        """``work`` was given to the producer (or skipped): its room is free again."""
+        if work.epoch != self.epoch or not self.open:
+            return  # counted out when rewind(), halt() or stop() cleared the queue
+        self._queued_records -= work.records
+        self._queued_bytes -= work.size
+        if self.has_room:
+            self.room.set()
+
+    def sending(self, epoch: int, first: int, end: int) -> OffsetTracker | None:
+        """A batch covering ``[first, end)`` goes out; the tracker that will acknowledge it.
+
+        ``None`` when the batch belongs to an abandoned epoch (it must not be sent).
+        """
+        if epoch != self.epoch or not self.open:
+            return None
+        if self.tracker is None:
+            self.tracker = OffsetTracker(first)
+        self.tracker.track(first, end)
+        self._unacked.append((first, time.monotonic()))
+        return self.tracker
+
+    def acknowledged(self, tracker: OffsetTracker, first: int) -> None:
+        """The destination acknowledged the batch starting at ``first`` (of ``tracker``)."""
+        tracker.ack(first)
+        if tracker is not self.tracker:
+            return  # an abandoned epoch
+        while self._unacked and self._unacked[0][0] < tracker.committable:
+            self._unacked.popleft()
+
+    def stalled(self, now: float, after: float) -> bool:
+        """Whether the destination has not acknowledged a batch for ``after`` seconds."""
+        return self.open and self.oldest_unacked_age(now) > after
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _enter(self, mode: Mode) -> None:
+        self.mode = mode
+        self.wakeup.set()
+
+    def _enqueue(self, work: Work) -> None:
+        self._queue.append(work)
+        self._queued_records += work.records
+        self._queued_bytes += work.size
+        if not self.has_room:
+            self.room.clear()
+        self.wakeup.set()
+
+    def _clear_queue(self) -> None:
+        self._queue.clear()
+        self._queued_records = 0
+        self._queued_bytes = 0
+        self.room.set()
+        self.wakeup.set()
+
+    def status(self, now: float, stall_after: float) -> dict[str, Any]:
+        tracker = self.tracker
+        return {
+            "topic": self.tp.topic,
+            "partition": self.tp.partition,
+            "target_topic": self.target_topic,
+            "state": "stalled" if self.stalled(now, stall_after) else self.state,
+            "unacknowledged_seconds": round(self.oldest_unacked_age(now), 1),
+            "attached_to_shared_fetch": self.attached,
+            "next_offset": self.position,
+            "acknowledged_offset": tracker.committable if tracker else None,
+            "committed_offset": tracker.committed if tracker else None,
+            "queued_records": self._queued_records,
+            "dead_lettered_records": self.dead_lettered,
+            "last_error": self.last_error,
+        }
