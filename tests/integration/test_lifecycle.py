@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from replicator.topics import describe_partitions
 from tests.integration.harness import (
+    ReplicatorProcess,
     Start,
+    Stream,
     admin_client,
     count,
     create_topics,
     holds,
+    holds_distinct,
+    oracle,
     produce,
     read,
     replicator_env,
@@ -133,3 +145,184 @@ def test_sigterm_during_a_stream_then_restart_loses_and_repeats_nothing(
             assert set(values.values()) == {1}, f"duplicates on {broker.alias}"
         print(f"stopped mid-stream at {stopped_at}; resumed with no loss and no duplicate")
         assert second.stop() == 0
+
+
+# -- SIGTERM while the group rebalances ------------------------------------------------------------
+
+_GRACE_S = 5  # REPLICATOR_SHUTDOWN_GRACE_MS of the replicas below
+_EXIT_MARGIN_S = 10  # a stop may take the grace plus this (closing clients, leaving the group)
+
+
+def _stack_of(process: ReplicatorProcess) -> str:
+    """py-spy's dump of a replicator that did not exit (best effort: py-spy may be missing)."""
+    assert process.process is not None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    try:
+        done = subprocess.run(
+            [spy, "dump", "--pid", str(process.process.pid)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(no stack: {exc!r})"
+    return done.stdout + done.stderr
+
+
+class _ExitClock:
+    """The moment each process exited (a thread waits for each), to time an exit seen late."""
+
+    def __init__(self, *processes: ReplicatorProcess) -> None:
+        self.at: dict[int, float] = {}
+        for process in processes:
+            threading.Thread(target=self._watch, args=(process,), daemon=True).start()
+
+    def _watch(self, process: ReplicatorProcess) -> None:
+        assert process.process is not None
+        process.process.wait()
+        self.at[process.process.pid] = time.monotonic()
+
+
+_clock = _ExitClock()
+
+
+def _exit_within(
+    process: ReplicatorProcess, since: float, limit: float, clock: _ExitClock = _clock
+) -> tuple[int, float]:
+    """Wait for ``process`` to exit at most ``limit`` seconds after ``since``: (status, seconds).
+
+    A process still running then is dumped (py-spy), killed, and the test fails with its stack
+    and log: what Kubernetes would do to it after the termination grace period.
+    """
+    assert process.process is not None
+    try:
+        status = process.process.wait(timeout=max(0.0, since + limit - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        stack = _stack_of(process)
+        process.kill()
+        raise AssertionError(
+            f"replicator {process.alias} (pid {process.process.pid}) still running "
+            f"{limit:.0f}s after SIGTERM\n--- stack ---\n{stack}\n--- log ---\n{process.log()}"
+        ) from None
+    return status, clock.at.get(process.process.pid, time.monotonic()) - since
+
+
+def _events(process: ReplicatorProcess) -> list[str]:
+    """The ``event`` of every JSON log line of ``process``, in order."""
+    events = []
+    for line in process.log_path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "event" in entry:
+            events.append(str(entry["event"]))
+    return events
+
+
+def _owned(process: ReplicatorProcess) -> int:
+    try:
+        feed = process.get("/status")[1]["source_feed"]
+    except (OSError, TypeError, ValueError):
+        return 0
+    return int(feed["assigned_partitions"]) if feed and feed["joined"] else 0
+
+
+# aiokafka's warning when a member's heartbeat learns that its group is rebalancing.
+_REBALANCING = "because it is rebalancing"
+
+
+def _signal_at(
+    moment: str, a: ReplicatorProcess, b: ReplicatorProcess, since: float, clock: _ExitClock
+) -> None:
+    """Return at ``moment`` of the rebalance that A's stop (at ``since``) causes on B.
+
+    Measured on the embedded broker: A leaves within a second, but B only learns of the
+    rebalance at its heartbeat after A's session expired (about 12 s after A's SIGTERM), and the
+    rebalance (revocation, join, sync, assignment) then takes about 5 s. Fixed delays after A's
+    signal would all land before it, so the moments are read from B's log and status instead.
+    An A that does not exit in time fails the test here, with its stack.
+    """
+    seen = b.log().count(_REBALANCING)
+    reached: Callable[[], bool] = {
+        "with-a": lambda: True,  # both draining at once, before any rebalance
+        "mid-rebalance": lambda: b.log().count(_REBALANCING) > seen,  # revoking / joining
+        "after-takeover": lambda: _owned(b) == 6,  # B was assigned every partition
+    }[moment]
+    while not reached():
+        assert a.process is not None
+        if a.process.poll() is None and time.monotonic() > since + _GRACE_S + _EXIT_MARGIN_S:
+            _exit_within(a, since, _GRACE_S + _EXIT_MARGIN_S, clock)  # fails with A's stack
+        b.assert_running()
+        if time.monotonic() > since + 60:
+            raise AssertionError(f"B never reached {moment} after A stopped:\n{b.log()}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("moment", ["with-a", "mid-rebalance", "after-takeover"])
+def test_sigterm_to_a_replica_while_its_group_rebalances_exits_within_the_grace(
+    replicators: Start, moment: str
+) -> None:
+    """Two replicas of dc1 share the feed's group; replica A is stopped (SIGTERM), which makes
+    the group rebalance onto B, and B gets SIGTERM at ``moment``: before, during or after that
+    rebalance. B must exit 0 within the grace period plus a margin, start nothing after its stop
+    request, and a replicator started afterwards must deliver every record."""
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=6)
+        env = replicator_env("dc1", brokers, shutdown_grace_ms=str(_GRACE_S * 1000))
+        a = replicators("dc1", env)
+        b = replicators("dc1", env)  # the same datacenter: shares the feed's partitions
+        a.wait_ready()
+        b.wait_ready()
+        with Stream(local, "orders_REPLICA", 6, per_tick=20) as stream:
+
+            def both_replicating() -> bool:
+                owned = (_owned(a), _owned(b))
+                return (
+                    min(owned) > 0
+                    and sum(owned) == 6
+                    and all(
+                        p.metric("replicator_records_replicated_total", leg="dc1->dc2") > 0
+                        for p in (a, b)
+                    )
+                )
+
+            wait_until(both_replicating, 60, "both replicas replicating their share", b.log)
+            assert a.process is not None and b.process is not None
+            clock = _ExitClock(a, b)
+            a.process.send_signal(signal.SIGTERM)
+            a_signalled = time.monotonic()
+            _signal_at(moment, a, b, a_signalled, clock)
+            b.process.send_signal(signal.SIGTERM)
+            b_signalled = time.monotonic()
+            limit = _GRACE_S + _EXIT_MARGIN_S
+            b_status, b_took = _exit_within(b, b_signalled, limit, clock)
+            a_status, a_took = _exit_within(a, a_signalled, limit, clock)
+        assert not stream.errors, stream.errors
+        print(
+            f"B signalled {moment}, {b_signalled - a_signalled:.1f}s after A; "
+            f"A exited {a_status} in {a_took:.1f}s, B exited {b_status} in {b_took:.1f}s"
+        )
+        assert (a_status, b_status) == (0, 0), f"A:\n{a.log()}\nB:\n{b.log()}"
+        events = _events(b)
+        assert "replicator stopped" in events, b.log()
+        stopped_at = events.index("stop requested, draining")
+        assert "partitions assigned" not in events[stopped_at:], (
+            f"B started partitions after its stop request:\n{b.log()}"
+        )
+
+        # Nothing lost: a replicator started afterwards delivers every record (A and B committed
+        # only what was acknowledged, so it resumes where they stopped).
+        total = count(local, "orders_REPLICA")
+        assert total == stream.produced
+        again = replicators("dc1", env)
+        again.wait_ready()
+        source = read(local, "orders_REPLICA")
+        for broker in brokers.values():
+            wait_until(holds_distinct(broker, "orders", total), 60, broker.alias, again.log)
+            report = oracle(source, read(broker, "orders"), "dc1")
+            assert not report.missing and not report.out_of_order, f"{broker.alias}: {report}"
+            print(f"{broker.alias}: {report}")
+        assert again.stop() == 0
