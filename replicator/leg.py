@@ -87,6 +87,7 @@ class LegRunner:
         self._running = asyncio.Event()
         self._partitions_closed = asyncio.Event()
         self._closed = False
+        self._stop = asyncio.Event()  # the service's stop event, once run() started
         self._log = log.bind(leg=leg.name)
 
     # -- read by the health view ----------------------------------------------------------------
@@ -162,6 +163,7 @@ class LegRunner:
         """
         consumer = self._consumer
         assert consumer is not None, "start_source() first"
+        self._stop = stop
         settings = self._settings
         self._catch_up = CatchUpFetch(self.leg.name, consumer, self.partitions, self.resets)
         self._committer = Committer(
@@ -216,8 +218,8 @@ class LegRunner:
         """Take ``partitions``: read the leg's committed offsets, start one sender each."""
         await self._running.wait()
         consumer = self._consumer
-        if self._closed or consumer is None:
-            return
+        if self._closed or self._stop.is_set() or consumer is None:
+            return  # stop wins over a rebalance
         replicated = [tp for tp in partitions if self._rules.target(tp.topic) is not None]
         self._assign_consumer(replicated)
         committed = {tp: await consumer.committed(tp) for tp in replicated}
@@ -233,7 +235,7 @@ class LegRunner:
                     partitions=len(new),
                     error=repr(exc),
                 )
-        if self._closed:
+        if self._closed or self._stop.is_set():
             return  # stop came while the offsets were read: start nothing
         for tp in replicated:
             self._start(tp, resume_position(committed[tp], log_start.get(tp)))

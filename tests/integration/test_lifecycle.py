@@ -149,7 +149,10 @@ def test_sigterm_during_a_stream_then_restart_loses_and_repeats_nothing(
 
 # -- SIGTERM while the group rebalances ------------------------------------------------------------
 
-_GRACE_S = 5  # REPLICATOR_SHUTDOWN_GRACE_MS of the replicas below
+# REPLICATOR_SHUTDOWN_GRACE_MS of the replicas below: longer than a rebalance of the embedded
+# broker (about 5 s), so that a consumer closing mid-rebalance sees it complete (and the
+# assignment arrive after stop) rather than being cut short by the grace.
+_GRACE_S = 8
 _EXIT_MARGIN_S = 10  # a stop may take the grace plus this (closing clients, leaving the group)
 
 
