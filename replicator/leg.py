@@ -140,7 +140,7 @@ class LegRunner:
                 await producer.start()
             except BaseException:
                 await close_quietly(producer.stop())
-                self.destination.producer = self._new_producer()
+                self.destination.replace(self._new_producer())
                 raise
             self.destination.connected(producer)
 

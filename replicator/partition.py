@@ -279,6 +279,15 @@ class LegPartition:
         self.position = offset
         self.last_error = note
 
+    def report(self, problem: str) -> None:
+        """Record a problem the sender is retrying through (shown as ``last_error``)."""
+        self.last_error = problem
+
+    def parked(self, records: int, note: str) -> None:
+        """``records`` too large for the destination were parked in the dead-letter topic."""
+        self.dead_lettered += records
+        self.last_error = note
+
     # -- transitions: input ---------------------------------------------------------------------
 
     def target(self) -> Target:

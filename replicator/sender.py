@@ -55,6 +55,10 @@ class Destination:
         self.producer = producer
         self.ready = asyncio.Event()
 
+    def replace(self, producer: AIOKafkaProducer) -> None:
+        """``producer`` takes the place of one that failed to start (not started yet)."""
+        self.producer = producer
+
     def connected(self, producer: AIOKafkaProducer) -> None:
         """The producer ``producer`` started: senders may send through it."""
         self.producer = producer
@@ -142,7 +146,7 @@ class PartitionSender:
             self._limit = topic.max_message_bytes
 
         def not_ready(error: ReplicatorError) -> None:
-            partition.last_error = f"destination topic not ready: {error}"
+            partition.report(f"destination topic not ready: {error}")
 
         waiting = asyncio.ensure_future(
             retrying(
@@ -218,7 +222,7 @@ class PartitionSender:
             return future
 
         def failed(error: ReplicatorError) -> None:
-            partition.last_error = str(error)
+            partition.report(str(error))
 
         try:
             future = await retrying(
@@ -308,7 +312,7 @@ class PartitionSender:
         destination = f"{self.leg.destination}/{partition.target_topic}"
 
         def failed(error: ReplicatorError) -> None:
-            partition.last_error = f"cannot park a record in the dead-letter topic: {error}"
+            partition.report(f"cannot park a record in the dead-letter topic: {error}")
 
         async def park() -> bool:
             await dead_letters.park(records, destination, reason)
@@ -325,11 +329,12 @@ class PartitionSender:
         if parked is None and partition.closed.is_set():
             return False  # stopping: the offset stays uncommitted, the record is parked next time
         partition.acknowledged(tracker, batch.first)
-        partition.dead_lettered += len(records)
         self._metrics.records_dead_lettered.labels(self.leg.name, partition.target_topic).inc(
             len(records)
         )
-        partition.last_error = f"{reason}; parked in dead-letter topic {dead_letters.topic}"
+        partition.parked(
+            len(records), f"{reason}; parked in dead-letter topic {dead_letters.topic}"
+        )
         self._log.warning(
             "record too large for the destination, parked in the dead-letter topic",
             offset=batch.first,
