@@ -2,8 +2,10 @@
 
 Each partition's :class:`OffsetTracker` knows the contiguous prefix of source offsets the
 destination acknowledged; the committer commits those prefixes to the leg's consumer group on a
-timer, when partitions are released (rebalance) and on shutdown. A commit is bounded in time (a
-commit for a partition being deleted is retried by the client forever) and its outcome counted.
+timer, when partitions are released (rebalance) and on shutdown, each with its destination mark
+as metadata (where a resume starts reading the destination, :mod:`replicator.resume`). A commit
+is bounded in time (a commit for a partition being deleted is retried by the client forever) and
+its outcome counted.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from replicator.kafka import translate
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.partition import LegPartition
+from replicator.resume import encode_mark
 
 log = structlog.get_logger(__name__)
 
@@ -46,16 +49,18 @@ class Committer:
     async def commit(self, partitions: Iterable[LegPartition]) -> None:
         """Commit the acknowledged prefix of every partition that moved since its last commit."""
         points = [
-            (p.tp, tracker, tracker.committable)
+            (p.tp, tracker, tracker.committable, tracker.destination_mark)
             for p in partitions
             if (tracker := p.tracker) is not None and tracker.needs_commit
         ]
-        if await self.commit_offsets({tp: offset for tp, _, offset in points}):
-            for _, tracker, offset in points:
-                tracker.mark_committed(offset)
+        offsets = {tp: (offset, encode_mark(mark)) for tp, _, offset, mark in points}
+        if await self.commit_offsets(offsets):
+            for _, tracker, offset, mark in points:
+                tracker.mark_committed(offset, mark)
 
-    async def commit_offsets(self, offsets: dict[TopicPartition, int]) -> bool:
-        """Commit ``offsets`` to the leg's group; ``False`` if nothing was committed."""
+    async def commit_offsets(self, offsets: dict[TopicPartition, tuple[int, str]]) -> bool:
+        """Commit ``offsets`` (with their metadata) to the leg's group; ``False`` if nothing
+        was committed."""
         if not offsets:
             return False
         try:

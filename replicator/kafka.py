@@ -193,11 +193,13 @@ def batch_records(builder: BatchBuilder) -> list[Any]:
 def make_consumer(
     cluster: ClusterSettings, settings: Settings, group_id: str, client_id: str
 ) -> AIOKafkaConsumer:
-    """A source consumer: manual commits, and no automatic offset reset.
+    """A source consumer: manual commits, no automatic offset reset, committed data only.
 
     Callers always set positions themselves; a position the log no longer holds surfaces as
     :class:`aiokafka.errors.OffsetOutOfRangeError` (see :func:`out_of_range_positions`) and is
-    handled by the configured policy, never silently reset.
+    handled by the configured policy, never silently reset. ``read_committed``: records of
+    aborted transactions are never replicated and control records never appear; an open
+    transaction holds back only its own partition (at its last stable offset).
     """
     return AIOKafkaConsumer(
         **client_options(cluster, settings),
@@ -205,10 +207,40 @@ def make_consumer(
         group_id=group_id,
         enable_auto_commit=False,
         auto_offset_reset="none",
+        isolation_level="read_committed",
         fetch_max_bytes=settings.fetch_max_bytes,
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
     )
+
+
+def make_reader(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaConsumer:
+    """A consumer of no group that reads ranges of a destination (the resume scan): fetches
+    answer at once at the log end, so the end is known without waiting."""
+    return AIOKafkaConsumer(
+        **client_options(cluster, settings),
+        client_id=client_id,
+        enable_auto_commit=False,
+        auto_offset_reset="none",
+        fetch_max_wait_ms=10,
+        max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
+    )
+
+
+async def committed_offsets(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition]
+) -> dict[TopicPartition, tuple[int | None, str]]:
+    """The group's committed offset and its metadata for each of ``partitions``, one request.
+
+    aiokafka's ``committed()`` answers one partition and drops the metadata.
+    """
+    found = await consumer._coordinator.fetch_committed_offsets(partitions)
+    result: dict[TopicPartition, tuple[int | None, str]] = {}
+    for tp in partitions:
+        point = found.get(tp)
+        offset = None if point is None or point.offset < 0 else int(point.offset)
+        result[tp] = (offset, (point.metadata or "") if point is not None else "")
+    return result
 
 
 async def start_consumer(

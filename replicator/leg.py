@@ -32,13 +32,20 @@ from replicator.catch_up import CatchUpFetch
 from replicator.committer import Committer
 from replicator.deadletter import DeadLetters
 from replicator.errors import ReplicatorError
-from replicator.kafka import ClusterClient, make_producer, start_consumer
+from replicator.kafka import (
+    ClusterClient,
+    committed_offsets,
+    make_producer,
+    make_reader,
+    start_consumer,
+)
 from replicator.leg_health import LegHealth
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.offset_reset import OffsetResets
 from replicator.offsets import OutOfRange
 from replicator.partition import LegPartition, resume_position
+from replicator.resume import decode_mark
 from replicator.retry import retrying
 from replicator.sender import Destination, PartitionSender
 from replicator.settings import Settings
@@ -72,7 +79,9 @@ class LegRunner:
         self._client_id = f"replicator-{leg.source}-to-{leg.destination}"
         self.group = leg.group_id(settings.group_prefix)
         self._consumer: AIOKafkaConsumer | None = None
-        self.destination = Destination(self._new_producer())
+        self.destination = Destination(
+            self._new_producer(), self._new_reader(), settings.request_timeout_ms / 1000
+        )
         self._topics = TopicProvisioner(
             source_client, destination_client, settings.destination_replication_factor
         )
@@ -116,6 +125,10 @@ class LegRunner:
         destination = self._settings.clusters[self.leg.destination]
         return make_producer(destination, self._settings, self._client_id)
 
+    def _new_reader(self) -> AIOKafkaConsumer:
+        destination = self._settings.clusters[self.leg.destination]
+        return make_reader(destination, self._settings, f"{self._client_id}-resume")
+
     async def start_source(self, stop: asyncio.Event) -> bool:
         """Start the source consumer; retry until it is up (``True``) or stop (``False``)."""
         source = self._settings.clusters[self.leg.source]
@@ -135,14 +148,16 @@ class LegRunner:
 
     async def _connect_destination(self, stop: asyncio.Event) -> None:
         async def connect() -> None:
-            producer = self.destination.producer
+            destination = self.destination
             try:
-                await producer.start()
+                await destination.producer.start()
+                await destination.reader.start()
             except BaseException:
-                await close_quietly(producer.stop())
-                self.destination.replace(self._new_producer())
+                await close_quietly(destination.producer.stop())
+                await close_quietly(destination.reader.stop())
+                destination.replace(self._new_producer(), self._new_reader())
                 raise
-            self.destination.connected(producer)
+            destination.connected()
 
         def failed(error: ReplicatorError) -> None:
             self.last_error = f"cannot connect to {self.leg.destination}: {error}"
@@ -201,6 +216,9 @@ class LegRunner:
         await close_quietly(
             self.destination.producer.stop(), grace, f"{self.leg.name} destination producer"
         )
+        await close_quietly(
+            self.destination.reader.stop(), grace, f"{self.leg.name} destination reader"
+        )
         self._metrics.assigned_partitions.labels(self.leg.name).set(0)
         self._log.info("leg stopped")
 
@@ -222,7 +240,9 @@ class LegRunner:
             return  # stop wins over a rebalance
         replicated = [tp for tp in partitions if self._rules.target(tp.topic) is not None]
         self._assign_consumer(replicated)
-        committed = {tp: await consumer.committed(tp) for tp in replicated}
+        points = await committed_offsets(consumer, replicated)
+        committed = {tp: offset for tp, (offset, _) in points.items()}
+        marks = {tp: decode_mark(metadata) for tp, (_, metadata) in points.items()}
         new = [tp for tp, offset in committed.items() if offset is None]
         log_start: dict[TopicPartition, int] = {}
         if new:
@@ -238,10 +258,10 @@ class LegRunner:
         if self._closed or self._stop.is_set():
             return  # stop came while the offsets were read: start nothing
         for tp in replicated:
-            self._start(tp, resume_position(committed[tp], log_start.get(tp)))
+            self._start(tp, resume_position(committed[tp], log_start.get(tp)), marks[tp])
         self._log.info("partitions assigned", partitions=len(self.partitions))
 
-    def _start(self, tp: TopicPartition, position: int | None) -> None:
+    def _start(self, tp: TopicPartition, position: int | None, mark: int | None) -> None:
         assert self._tasks is not None and self._consumer is not None
         target = self._rules.target(tp.topic)
         assert target is not None
@@ -253,6 +273,7 @@ class LegRunner:
             position,
             settings.partition_queue_max_records,
             settings.partition_queue_max_bytes,
+            destination_mark=mark,
         )
         consumer = self._consumer
         # A position is always set explicitly (the consumer never resets one by itself); the

@@ -96,6 +96,36 @@ class Metrics:
             "each is replayed from the source log start.",
             ["leg", "topic"],
         )
+        self.resume_skipped = self._declare(
+            Counter,
+            "replicator_resume_skipped_records_total",
+            "Records a starting partition found already written in the destination (acknowledged "
+            "after the last offset commit): skipped, not written again.",
+            ["leg", "topic"],
+        )
+        self.resume_seconds = self._declare(
+            Histogram,
+            "replicator_resume_seconds",
+            "Time a starting partition spent reading the destination's tail to find where to "
+            "resume.",
+            ["leg"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+        )
+        self.duplicates_written = self._declare(
+            Counter,
+            "replicator_duplicates_written_total",
+            "Records written to a destination a second time, known for certain (reason "
+            "destination_replaced: a replay wrote again what the recreated topic already held).",
+            ["leg", "topic", "reason"],
+        )
+        self.duplicates_possible = self._declare(
+            Counter,
+            "replicator_duplicates_possible_total",
+            "Records handed to a destination whose outcome was unknown when their partition was "
+            "released (drain timed out): written twice if they landed after the next owner "
+            "resumed. An upper bound.",
+            ["leg", "topic"],
+        )
         self.latency = self._declare(
             Histogram,
             "replicator_replication_latency_seconds",

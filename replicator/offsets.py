@@ -3,7 +3,10 @@
 Records of one source partition are sent in ranges (one range per destination batch). A range is
 *acknowledged* when the destination confirmed it with ``acks=all``. The committable offset is the
 end of the longest prefix of acknowledged ranges: committing it can never skip a record that has not
-reached the destination, whatever order acknowledgements arrive in. Pure, no I/O.
+reached the destination, whatever order acknowledgements arrive in. Alongside it the tracker keeps
+the *destination mark*: a destination offset before which every record of that prefix was
+written; the committer stores it with the offset, so that a resume reads the destination only
+from there (:mod:`replicator.resume`). Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -15,19 +18,33 @@ from dataclasses import dataclass
 class OffsetTracker:
     """Contiguous-acknowledgement tracking for one source partition."""
 
-    def __init__(self, start: int, must_commit: bool = False) -> None:
+    def __init__(
+        self, start: int, must_commit: bool = False, destination_mark: int | None = None
+    ) -> None:
         """Track from ``start``; ``must_commit``: ``start`` itself is not committed yet (a
-        position moved back, which the leg must commit even though it is lower)."""
+        position moved back, or a resume moved it, which the leg must commit);
+        ``destination_mark``: a destination offset before which every record of this partition
+        before ``start`` was written (``None``: not known)."""
         self._committable = start
         self._committed: int | None = None if must_commit else start
-        # first offset -> (end offset, acknowledged?) in the order ranges were registered.
-        self._ranges: OrderedDict[int, tuple[int, bool]] = OrderedDict()
+        # first offset -> (end offset, acknowledged?, destination end of the batch if written)
+        # in the order ranges were registered.
+        self._ranges: OrderedDict[int, tuple[int, bool, int | None]] = OrderedDict()
         self._last_end = start
+        self._mark = destination_mark
+        self._mark_committed = destination_mark if not must_commit else None
 
     @property
     def committable(self) -> int:
         """Every record below this offset has been acknowledged by the destination."""
         return self._committable
+
+    @property
+    def destination_mark(self) -> int | None:
+        """A destination offset before which every record of the committable prefix was written
+        (the end of the last acknowledged batch, or a log end read while nothing was in
+        flight); ``None`` if not known."""
+        return self._mark
 
     @property
     def committed(self) -> int | None:
@@ -41,7 +58,17 @@ class OffsetTracker:
 
     @property
     def needs_commit(self) -> bool:
-        return self._committed is None or self._committable > self._committed
+        """Whether the offset, or the destination mark stored with it, moved since the commit."""
+        return (
+            self._committed is None
+            or self._committable > self._committed
+            or self._mark != self._mark_committed
+        )
+
+    @property
+    def idle(self) -> bool:
+        """Nothing sent is waiting for an acknowledgement."""
+        return not self._ranges
 
     def track(self, first: int, end: int) -> None:
         """Register the range ``[first, end)`` before it is sent; ranges must come in order."""
@@ -49,22 +76,43 @@ class OffsetTracker:
             raise ValueError(f"empty range [{first}, {end})")
         if first < self._last_end:
             raise ValueError(f"range [{first}, {end}) overlaps or precedes offset {self._last_end}")
-        self._ranges[first] = (end, False)
+        self._ranges[first] = (end, False, None)
         self._last_end = end
 
-    def ack(self, first: int) -> None:
-        """Mark the range starting at ``first`` acknowledged; advance the committable prefix."""
-        end, _ = self._ranges[first]
-        self._ranges[first] = (end, True)
+    def ack(self, first: int, destination_end: int | None = None) -> None:
+        """Mark the range starting at ``first`` acknowledged, written before the destination
+        offset ``destination_end`` (``None``: nothing was written); advance the prefix."""
+        end, _, _ = self._ranges[first]
+        self._ranges[first] = (end, True, destination_end)
         while self._ranges:
-            head, (head_end, done) = next(iter(self._ranges.items()))
+            head, (head_end, done, written_before) = next(iter(self._ranges.items()))
             if not done:
                 break
             del self._ranges[head]
             self._committable = head_end
+            if written_before is not None:
+                self._raise_mark(written_before)
 
-    def mark_committed(self, offset: int) -> None:
+    def refresh_mark(self, destination_end: int, last_end: int) -> None:
+        """The destination's log end was ``destination_end`` while nothing was in flight and
+        :attr:`last_end` was ``last_end``: a resume need not read what others wrote before it.
+
+        Ignored if a range was registered since (a batch may be on its way)."""
+        if not self._ranges and self._last_end == last_end:
+            self._raise_mark(destination_end)
+
+    @property
+    def last_end(self) -> int:
+        """The end of the last range registered (where the next one must start)."""
+        return self._last_end
+
+    def _raise_mark(self, destination_end: int) -> None:
+        if self._mark is None or destination_end > self._mark:
+            self._mark = destination_end
+
+    def mark_committed(self, offset: int, destination_mark: int | None = None) -> None:
         self._committed = offset if self._committed is None else max(self._committed, offset)
+        self._mark_committed = destination_mark
 
 
 @dataclass(frozen=True)

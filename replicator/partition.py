@@ -7,13 +7,15 @@ and the committer act on it and wait on the events it exposes.
 
 ::
 
+    STARTING  --resumed()---> STARTING (at the position the destination's tail gives)
     STARTING  --prepared()--> ATTACHED --detach()--> ALONE --attach()--> ATTACHED
     any open  --rewind()----> REPLAYING --attach()--> ATTACHED
     any open  --halt()------> HALTED  (blocked or failed)
     any       --stop()------> STOPPED (released; a halted partition stays HALTED)
 
 - ``STARTING``: the destination topic is being prepared (its ``max.message.bytes`` decides the
-  batches); nothing is fed yet.
+  batches) and its tail read (:mod:`replicator.resume`: the position moves past what the
+  destination already holds of this origin); nothing is fed yet.
 - ``ATTACHED``: the shared feed builds this partition's batches together with the other legs'.
 - ``ALONE``: the leg's catch-up fetch feeds it (it is behind the shared feed, or was too slow
   for it); it attaches again when a chunk of the feed continues exactly where it stands, or
@@ -47,6 +49,7 @@ from replicator.batching import OutboundBatch, Target
 from replicator.offsets import OffsetTracker
 from replicator.provenance import Marking, Tagger
 from replicator.records import SourceRecord, payload_size
+from replicator.resume import Tail, resume_after
 
 
 class Mode(StrEnum):
@@ -116,6 +119,7 @@ class LegPartition:
         position: int | None,
         max_records: int,
         max_bytes: int,
+        destination_mark: int | None = None,
     ) -> None:
         self.tp = tp
         self.target_topic = target_topic
@@ -128,6 +132,10 @@ class LegPartition:
         self.tagger = Tagger(source, tp.topic, tp.partition)
         self.new_batch: Callable[[], Any] | None = None  # set by prepared()
         self.dead_lettered = 0
+        # The destination offset the committed position's records were written below (from the
+        # commit's metadata): the resume reads the destination from there.
+        self.destination_mark = destination_mark
+        self.skipped_at_resume = 0  # records the destination already held when it started
         # Set whenever work is queued or the mode changes: the sender waits on it.
         self.wakeup = asyncio.Event()
         # Set while the queue has room: the feed and the catch-up fetch wait on it when full.
@@ -213,6 +221,37 @@ class LegPartition:
         self.last_error = None if self.mode is Mode.STARTING else self.last_error
         if self.mode is Mode.STARTING:
             self._enter(Mode.ATTACHED)
+
+    def resumed(self, tail: Tail) -> int:
+        """STARTING: continue after what the destination already holds of this origin.
+
+        The tracker starts there, with the destination's log end as its mark, and the new
+        position is committed at the next commit if it moved. Returns how many records the
+        destination already held past the position (skipped, never sent again); negative when
+        the position moved back (the source log was replaced after the last commit).
+        """
+        if self.mode is not Mode.STARTING:
+            return 0
+        position = resume_after(self.position, tail)
+        moved = position != self.position
+        skipped = 0
+        if position is not None and self.position is not None:
+            skipped = position - self.position
+        self.position = position
+        if position is not None:
+            self.tracker = OffsetTracker(position, must_commit=moved, destination_mark=tail.log_end)
+        self.destination_mark = tail.log_end
+        self.skipped_at_resume = max(skipped, 0)
+        return skipped
+
+    def replay_from_mark(self, destination_end: int) -> None:
+        """After :meth:`rewind`: the replaced destination's log ended at ``destination_end``
+        when the replay began; a resume never reads below it (that came before the replay)."""
+        if self.open and self.tracker is not None:
+            self.tracker = OffsetTracker(
+                self.tracker.committable, must_commit=True, destination_mark=destination_end
+            )
+            self.destination_mark = destination_end
 
     def place(self, offset: int) -> None:
         """Start at ``offset`` (where the shared feed starts) if no position was known."""
@@ -357,9 +396,12 @@ class LegPartition:
         self._unacked.append((first, time.monotonic()))
         return self.tracker
 
-    def acknowledged(self, tracker: OffsetTracker, first: int) -> None:
-        """The destination acknowledged the batch starting at ``first`` (of ``tracker``)."""
-        tracker.ack(first)
+    def acknowledged(
+        self, tracker: OffsetTracker, first: int, destination_end: int | None = None
+    ) -> None:
+        """The destination acknowledged the batch starting at ``first`` (of ``tracker``),
+        written below its offset ``destination_end`` (``None``: nothing written)."""
+        tracker.ack(first, destination_end)
         if tracker is not self.tracker:
             return  # an abandoned epoch
         while self._unacked and self._unacked[0][0] < tracker.committable:
@@ -404,5 +446,6 @@ class LegPartition:
             "committed_offset": tracker.committed if tracker else None,
             "queued_records": self._queued_records,
             "dead_lettered_records": self.dead_lettered,
+            "skipped_at_resume": self.skipped_at_resume,
             "last_error": self.last_error,
         }

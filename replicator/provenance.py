@@ -152,6 +152,16 @@ class Tagger:
         self.topic = topic
         self._prefix = b"%s/%s/%d/" % (cluster.encode("ascii"), topic.encode("ascii"), partition)
 
+    def origin_offset(self, headers: Iterable[Header]) -> int | None:
+        """The source offset of a record this partition's provenance names; ``None`` for any
+        other record (another origin, no provenance, or a value that is not an offset)."""
+        prefix = self._prefix
+        for key, raw in headers:
+            if key == ORIGIN and raw is not None and raw.startswith(prefix):
+                digits = raw[len(prefix) :]
+                return int(digits) if digits.isdigit() else None
+        return None
+
     def tag(self, headers: Sequence[Header], offset: int) -> list[Header]:
         """``headers`` (untagged) followed by this partition's provenance for ``offset``."""
         return [*headers, (ORIGIN, self._prefix + b"%d" % offset)]

@@ -16,6 +16,10 @@ that is handled by ``REPLICATOR_RECORD_TOO_LARGE_POLICY``: halt, or park it in t
 dead-letter topic (:mod:`replicator.deadletter`) and go on. A destination that acknowledges at a
 lower offset than before had its log replaced (topic deleted and created again): the sender
 rewinds the partition to the source log start, and the catch-up fetch replays it.
+
+Before the first batch the sender also reads the destination partition's tail and continues
+after the last record of this origin it holds (:mod:`replicator.resume`): nothing acknowledged
+before a crash, rebalance or restart is written again.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 
 from replicator import batching
@@ -37,8 +41,9 @@ from replicator.errors import ClusterUnavailable, ReplicatorError, TopicMismatch
 from replicator.kafka import batch_factory, batch_records, translate
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
-from replicator.partition import Halt, LegPartition, Work
+from replicator.partition import Halt, LegPartition, Mode, Work
 from replicator.provenance import Marking
+from replicator.resume import DestinationTail, Tail
 from replicator.retry import Backoff, retrying
 from replicator.topics import TopicProvisioner
 from replicator.topology import Leg
@@ -49,19 +54,24 @@ _RETRY_BACKOFF_S = 0.5
 
 
 class Destination:
-    """The destination cluster of a leg as its senders see it: a producer, once it is up."""
+    """The destination cluster of a leg as its senders see it, once it is up: a producer, and
+    a reader of partition tails (where to resume)."""
 
-    def __init__(self, producer: AIOKafkaProducer) -> None:
+    def __init__(self, producer: AIOKafkaProducer, reader: AIOKafkaConsumer, timeout: float):
         self.producer = producer
+        self.reader = reader
+        self.timeout = timeout
+        self.tail = DestinationTail(reader, timeout)
         self.ready = asyncio.Event()
 
-    def replace(self, producer: AIOKafkaProducer) -> None:
-        """``producer`` takes the place of one that failed to start (not started yet)."""
+    def replace(self, producer: AIOKafkaProducer, reader: AIOKafkaConsumer) -> None:
+        """New clients take the place of those that failed to start (not started yet)."""
         self.producer = producer
+        self.reader = reader
+        self.tail = DestinationTail(reader, self.timeout)
 
-    def connected(self, producer: AIOKafkaProducer) -> None:
-        """The producer ``producer`` started: senders may send through it."""
-        self.producer = producer
+    def connected(self) -> None:
+        """The producer and the reader started: senders may read and send."""
         self.ready.set()
 
 
@@ -91,7 +101,8 @@ class PartitionSender:
         # the destination partition's log was replaced (topic deleted and created again).
         self._destination_offset = -1
         self._replaced = asyncio.Event()
-        self._in_flight: dict[asyncio.Future[Any], int] = {}  # future -> epoch
+        # future -> (epoch, records) of the batches handed to the producer, not yet answered
+        self._in_flight: dict[asyncio.Future[Any], tuple[int, int]] = {}
         tp, target = partition.tp, partition.target_topic
         self._log = log.bind(leg=leg.name, topic=tp.topic, partition=tp.partition)
         self._replicated = metrics.records_replicated.labels(leg.name, target)
@@ -124,26 +135,46 @@ class PartitionSender:
         if self.partition.halted:
             return
         epoch = self.partition.epoch
-        pending = [f for f, e in self._in_flight.items() if e == epoch and not f.done()]
+        pending = [f for f, (e, _) in self._in_flight.items() if e == epoch and not f.done()]
         if not pending:
             return
         _, still = await asyncio.wait(pending, timeout=timeout)
         if still:
-            self._log.warning("drain timed out", unacknowledged_batches=len(still))
+            # Whoever takes the partition next reads the destination's tail; these batches
+            # may land after that read, and then be written twice.
+            records = sum(self._in_flight.get(f, (0, 0))[1] for f in still)
+            target = self.partition.target_topic
+            self._metrics.duplicates_possible.labels(self.leg.name, target).inc(records)
+            self._log.warning(
+                "drain timed out: batches handed to the destination were neither acknowledged "
+                "nor refused; if they land after the next owner resumed, they are written twice",
+                unacknowledged_batches=len(still),
+                records=records,
+            )
 
     # -- preparing ------------------------------------------------------------------------------
 
-    async def _prepare(self) -> bool:
+    async def _prepare(self, replaying: bool = False) -> bool:
         """Wait for the destination and ensure its topic; ``False`` if this must not replicate.
 
-        Run before the first batch, and again after a replay (the topic was deleted).
+        Run before the first batch, and again after a replay (the topic was deleted); each
+        time the destination partition's tail is read (:meth:`_resumed`).
         """
         partition = self.partition
 
+        tail: Tail | None = None
+        destination_tp = TopicPartition(partition.target_topic, partition.tp.partition)
+
         async def ensure() -> None:
+            nonlocal tail
             await self._destination.ready.wait()
             topic = await self._topics.ensure(partition.tp.topic, partition.target_topic)
             self._limit = topic.max_message_bytes
+            if partition.mode is Mode.STARTING or replaying:
+                floor = None if replaying else partition.destination_mark
+                tail = await self._destination.tail.last_written(
+                    destination_tp, partition.tagger, floor, whole=replaying
+                )
 
         def not_ready(error: ReplicatorError) -> None:
             partition.report(f"destination topic not ready: {error}")
@@ -176,8 +207,41 @@ class PartitionSender:
         if error is not None:
             self._halt(f"destination topic refused: {error}")
             return False
+        if tail is not None:
+            self._resumed(tail, replaying)
         partition.prepared(batch_factory(self._destination.producer, self._limit))
         return True
+
+    def _resumed(self, tail: Tail, replaying: bool) -> None:
+        """Continue after what the destination holds (or, replaying, count what it repeats)."""
+        partition = self.partition
+        self._metrics.resume_seconds.labels(self.leg.name).observe(tail.seconds)
+        if replaying:
+            partition.replay_from_mark(tail.log_end)
+            if tail.origin_records:
+                self._metrics.duplicates_written.labels(
+                    self.leg.name, partition.target_topic, "destination_replaced"
+                ).inc(tail.origin_records)
+                self._log.error(
+                    "the replaced destination partition already held records of this origin "
+                    "(written between its deletion and its detection): the replay writes them "
+                    "again",
+                    duplicates=tail.origin_records,
+                )
+            return
+        before = partition.position
+        skipped = partition.resumed(tail)
+        if skipped > 0:
+            self._metrics.resume_skipped.labels(self.leg.name, partition.target_topic).inc(skipped)
+        if skipped or tail.seconds > 1.0:
+            self._log.info(
+                "resumed after the last record the destination holds",
+                committed=before,
+                resume_at=partition.position,
+                already_written=skipped,
+                scanned=tail.scanned,
+                seconds=round(tail.seconds, 3),
+            )
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -239,7 +303,7 @@ class PartitionSender:
             return False
         if future is None:
             return False  # closed while retrying
-        self._in_flight[future] = epoch
+        self._in_flight[future] = (epoch, batch.count)
         first, count, size, appended_ms = batch.first, batch.count, batch.size, batch.oldest_ms
 
         def delivered(done: asyncio.Future[Any]) -> None:
@@ -250,10 +314,10 @@ class PartitionSender:
             if exc is not None:
                 self._refused(translate(exc))
                 return
-            partition.acknowledged(tracker, first)
+            base = done.result().offset
+            partition.acknowledged(tracker, first, base + count)
             if tracker is not partition.tracker:
                 return  # an abandoned position
-            base = done.result().offset
             if base < self._destination_offset:
                 self._replaced.set()
                 partition.wakeup.set()
@@ -290,7 +354,10 @@ class PartitionSender:
         self._destination_offset = -1
         note = f"destination {partition.target_topic} was deleted; replayed from offset {start}"
         partition.rewind(start, note)
-        await self._prepare()  # create the topic again (halts the partition if it cannot)
+        # Batches of the abandoned position still on their way land before the tail is read.
+        if self._in_flight:
+            await asyncio.wait(list(self._in_flight), timeout=self._destination.timeout)
+        await self._prepare(replaying=True)  # create the topic again (or halt)
 
     async def _too_large(self, tracker: OffsetTracker, batch: OutboundBatch) -> bool:
         """A record larger than the destination topic accepts: apply the oversize policy."""

@@ -1,0 +1,172 @@
+"""Resuming from the destination: no record written twice after a crash, rebalance or restart.
+
+Every record a leg writes carries its exact origin (cluster, topic, partition, offset), and per
+origin partition the destination holds those records in origin order: the leg's producer keeps
+one partition's batches in order, retries a failed batch before the next and never expires one.
+So the destination itself says where a (source partition, leg) stands: after the *last* record
+of that origin it holds. When a partition starts on a leg (after a crash, a rebalance or a
+restart), the sender reads the destination partition's tail before it sends anything
+(:meth:`DestinationTail.last_written`) and continues after that record; the records acknowledged
+after the last offset commit are skipped, never sent again. A record is skipped only when a
+later record of the same origin is in the destination, which by the order above means the
+record itself is there.
+
+**Bounded reads.** The scan goes backwards from the log end in growing chunks and stops at the
+first chunk holding a record of the origin: while the origin writes, that is the last chunk. It
+never reads below the *destination mark* committed with the offset (the commit's metadata,
+``replicator-destination-end=N``): every record of the origin before the committed offset was
+written below ``N`` (:class:`~replicator.offsets.OffsetTracker` keeps the mark; the committer
+stores it). An idle origin's mark is raised to the destination's log end while nothing is in
+flight, so records other origins wrote meanwhile are not read again. A broker that does not keep
+commit metadata bounds the scan only by the last record of the origin (noted in the README).
+
+**Ownership fencing.** Two owners of the same (source partition, leg) never interleave writes:
+the group gives a partition to its new owner only after the old owner's rebalance callback
+returned, and that callback (``LegRunner.release``) stops the partition and waits for the
+batches it handed to the producer; only then does the new owner read the tail. An old owner that
+cannot get its in-flight batches acknowledged within ``REPLICATOR_SHUTDOWN_GRACE_MS`` (its
+destination stopped answering) is the one case left where a batch may land after the new owner
+read the tail: that is counted as a possible duplicate
+(``replicator_duplicates_possible_total{reason="drain_timeout"}``) and documented.
+
+The scan is skipped, and duplicates are counted instead, only where the destination cannot say
+where the leg stands: a destination partition replaced (topic deleted and created again) is
+replayed from the source log start, and the records of the origin the new log already held are
+written again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from replicator.errors import ClusterUnavailable
+from replicator.provenance import Tagger
+
+MARK_PREFIX = "replicator-destination-end="
+"""The commit metadata: the destination offset below which the committed prefix was written."""
+
+_FIRST_CHUNK = 1_000
+_MAX_CHUNK = 200_000
+_FETCH_WAIT_MS = 20
+
+
+def encode_mark(mark: int | None) -> str:
+    """The commit metadata for a destination mark (empty when none is known)."""
+    return "" if mark is None else f"{MARK_PREFIX}{mark}"
+
+
+def decode_mark(metadata: str | None) -> int | None:
+    """The destination mark in commit metadata; ``None`` when there is none (or another's)."""
+    if not metadata or not metadata.startswith(MARK_PREFIX):
+        return None
+    digits = metadata[len(MARK_PREFIX) :]
+    return int(digits) if digits.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What the end of a destination partition says about one origin partition."""
+
+    origin_offset: int | None  # the last record of the origin in the window read, if any
+    log_end: int  # the destination partition's log end when it was read
+    scanned: int  # records read
+    seconds: float
+    origin_records: int = 0  # records of the origin in the window read
+
+
+def resume_after(position: int | None, tail: Tail) -> int | None:
+    """Where a starting partition continues, given its position and the destination's tail.
+
+    After the last record of its origin the destination holds, whatever the committed offset
+    says (a higher one: records were acknowledged after the commit; a lower one: the source log
+    was replaced and replayed after the commit); at ``position`` when the window read holds none.
+    """
+    return position if tail.origin_offset is None else tail.origin_offset + 1
+
+
+class DestinationTail:
+    """Reads the end of a leg's destination partitions (a consumer of no group)."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, timeout: float) -> None:
+        self._consumer = consumer
+        self._timeout = timeout
+        self._lock = asyncio.Lock()  # one partition at a time: the consumer is assigned to it
+
+    async def last_written(
+        self, tp: TopicPartition, origin: Tagger, floor: int | None, whole: bool = False
+    ) -> Tail:
+        """The last record of ``origin`` in destination partition ``tp``, at or after ``floor``
+        (``whole``: read everything down to ``floor``, counting the origin's records).
+
+        :class:`ClusterUnavailable` if the destination does not answer within the timeout.
+        """
+        async with self._lock:
+            try:
+                scan = self._scan(tp, origin, floor, whole)
+                return await asyncio.wait_for(scan, self._timeout)
+            except TimeoutError as exc:
+                raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
+
+    async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Log-end offsets as the broker lists them (a lower bound on some brokers, which is all
+        a destination mark needs)."""
+        async with self._lock:
+            ends = await asyncio.wait_for(self._consumer.end_offsets(partitions), self._timeout)
+        return {tp: int(end) for tp, end in ends.items()}
+
+    async def _scan(
+        self, tp: TopicPartition, origin: Tagger, floor: int | None, whole: bool
+    ) -> Tail:
+        began = time.monotonic()
+        consumer = self._consumer
+        consumer.assign([tp])
+        log_start = int((await consumer.beginning_offsets([tp]))[tp])
+        listed_end = int((await consumer.end_offsets([tp]))[tp])
+        low = log_start if floor is None else min(max(floor, log_start), listed_end)
+        # The first chunk reads up to the high watermark of the fetch answers: the listed end
+        # can lag behind it on some brokers.
+        upper: int | None = None
+        top, chunk = listed_end, _FIRST_CHUNK
+        last: int | None = None
+        log_end, scanned, counted = listed_end, 0, 0
+        while True:
+            begin = max(low, top - chunk)
+            window = await self._read(tp, origin, begin, upper)
+            scanned += window.scanned
+            counted += window.origin_records
+            if upper is None:
+                log_end = window.log_end
+            if last is None:
+                last = window.origin_offset  # the later window's last record wins
+            if (last is not None and not whole) or begin <= low:
+                return Tail(last, log_end, scanned, time.monotonic() - began, counted)
+            upper, top, chunk = begin, begin, min(chunk * 4, _MAX_CHUNK)
+
+    async def _read(
+        self, tp: TopicPartition, origin: Tagger, begin: int, upper: int | None
+    ) -> Tail:
+        """Read ``[begin, upper)`` (``upper=None``: to the log end seen in the answers)."""
+        consumer = self._consumer
+        consumer.seek(tp, begin)
+        last: int | None = None
+        read = counted = 0
+        while True:
+            batches = await consumer.getmany(tp, timeout_ms=_FETCH_WAIT_MS)
+            for record in batches.get(tp, ()):
+                if upper is not None and record.offset >= upper:
+                    break
+                read += 1
+                offset = origin.origin_offset(record.headers)
+                if offset is not None:
+                    last = offset
+                    counted += 1
+            position = await consumer.position(tp)
+            end = consumer.highwater(tp)
+            stop_at = upper if upper is not None else end
+            if stop_at is not None and position >= stop_at:
+                log_end = end if end is not None else position
+                return Tail(last, log_end, read, 0.0, counted)
