@@ -55,6 +55,9 @@ from replicator.topology import Leg, TopicRules
 log = structlog.get_logger(__name__)
 
 _HEALTH_REFRESH_S = 1.0
+# How often the destination marks of idle partitions are raised to the destination's log end:
+# a resume then reads at most this long of what other origins wrote meanwhile.
+_MARK_REFRESH_S = 30.0
 
 
 class LegRunner:
@@ -195,6 +198,7 @@ class LegRunner:
                     self._committer.run(stop, self.partitions, every), name=f"commit:{name}"
                 )
                 tasks.create_task(self._refresh_health(stop), name=f"health:{name}")
+                tasks.create_task(self._refresh_marks(stop), name=f"marks:{name}")
                 self._running.set()
                 await stop.wait()
                 # Partitions are released (drained, committed) before the clients close.
@@ -207,6 +211,28 @@ class LegRunner:
         while not stop.is_set():
             self.health.refresh(lambda _: None)
             await sleep_unless_stopped(stop, _HEALTH_REFRESH_S)
+
+    async def _refresh_marks(self, stop: asyncio.Event) -> None:
+        """Raise the destination mark of each idle partition to the destination's log end."""
+        while not stop.is_set():
+            await sleep_unless_stopped(stop, _MARK_REFRESH_S)
+            if stop.is_set() or not self.destination.ready.is_set():
+                continue
+            idle = {
+                TopicPartition(p.target_topic, p.tp.partition): (tracker, tracker.last_end)
+                for p in self.partitions.values()
+                if p.open and (tracker := p.tracker) is not None and tracker.idle
+            }
+            if not idle:
+                continue
+            try:
+                ends = await self.destination.tail.log_ends(list(idle))
+            except Exception as exc:  # the next round tries again; marks only bound a read
+                self._log.debug("destination log ends unknown", error=repr(exc))
+                continue
+            for destination_tp, end in ends.items():
+                tracker, last_end = idle[destination_tp]
+                tracker.refresh_mark(end, last_end)
 
     async def _close_clients(self) -> None:
         grace = max(self._settings.shutdown_grace_ms / 1000, 1.0)

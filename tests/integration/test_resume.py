@@ -1,0 +1,77 @@
+"""Reading a destination's tail on a real broker: where a (source partition, leg) resumes."""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from replicator.provenance import Provenance, Tagger
+from replicator.resume import DestinationTail, Tail
+from tests.integration.harness import Sent, create_topics, produce_records, run, start_clusters
+
+
+def replicated(origin: str, offsets: range, partition: int = 0) -> list[Sent]:
+    """Records as a leg from ``origin`` writes them into ``orders``: with their provenance."""
+    return [
+        Sent(
+            "orders",
+            partition,
+            -1,
+            b"k",
+            f"{origin}-{o}".encode(),
+            tuple(Provenance(origin, "orders_REPLICA", 0, o).headers()),
+            1_700_000_000_000 + o,
+        )
+        for o in offsets
+    ]
+
+
+async def scan(bootstrap: str, origin: str, partition: int, floor: int | None, whole: bool) -> Tail:
+    reader = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=10
+    )
+    await reader.start()
+    try:
+        tail = DestinationTail(reader, timeout=30)
+        tagger = Tagger(origin, "orders_REPLICA", 0)
+        return await tail.last_written(TopicPartition("orders", partition), tagger, floor, whole)
+    finally:
+        await reader.stop()
+
+
+def test_the_tail_names_the_last_record_of_each_origin_and_reads_no_further_than_needed() -> None:
+    with start_clusters("dc2") as brokers:
+        destination = brokers["dc2"]
+        create_topics(destination, orders=2)
+        mixed = [
+            r
+            for pair in zip(
+                replicated("dc1", range(300)), replicated("dc2", range(300)), strict=True
+            )
+            for r in pair
+        ]
+        produce_records(destination, "orders", mixed)
+        # dc1 goes idle while dc2 keeps writing: dc1's last record is 5,000 records back.
+        later = produce_records(destination, "orders", replicated("dc2", range(300, 5_300)))
+        log_end = later[-1].offset + 1
+        bootstrap = destination.bootstrap_servers
+
+        dc1 = run(scan(bootstrap, "dc1", 0, None, whole=False))
+        assert dc1.origin_offset == 299 and dc1.log_end == log_end
+        assert dc1.scanned < log_end  # backwards, in chunks: not the whole partition
+
+        dc2 = run(scan(bootstrap, "dc2", 0, None, whole=False))
+        # The last chunk only (1,000 records before the listed end, which this broker lists
+        # at the last batch's base offset + 1, up to the high watermark).
+        assert dc2.origin_offset == 5_299 and dc2.scanned < 2_000
+
+        # The mark bounds the read: nothing of dc1 was written at or after it.
+        bounded = run(scan(bootstrap, "dc1", 0, later[0].offset, whole=False))
+        assert bounded.origin_offset is None and bounded.scanned == log_end - later[0].offset
+
+        # A replay counts every record of the origin the partition holds.
+        counted = run(scan(bootstrap, "dc1", 0, None, whole=True))
+        assert counted.origin_offset == 299 and counted.origin_records == 300
+        assert counted.scanned == log_end
+
+        empty = run(scan(bootstrap, "dc1", 1, None, whole=False))
+        assert empty.origin_offset is None and empty.log_end == 0 and empty.scanned == 0
