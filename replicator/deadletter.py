@@ -17,8 +17,9 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaProducer
 
-from replicator.kafka import ClusterClient, make_producer, translate
+from replicator.kafka import ClusterClient, translate
 from replicator.lifecycle import close_quietly
+from replicator.producer import make_producer
 from replicator.settings import Settings
 from replicator.topics import TopicSpec, create_topic, describe_partitions, replication_factor
 

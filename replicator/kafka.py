@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import aiokafka.errors as kerr
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
-from aiokafka.producer.message_accumulator import BatchBuilder
-from aiokafka.record.default_records import DefaultRecordBatch
 
 from replicator.errors import (
     AuthenticationFailed,
@@ -30,7 +26,7 @@ from replicator.errors import (
 )
 from replicator.lifecycle import close_quietly
 from replicator.offsets import OutOfRange, out_of_range
-from replicator.settings import ClusterSettings, Compression, Settings
+from replicator.settings import ClusterSettings, Settings
 
 _REFUSED = (
     kerr.MessageSizeTooLargeError,
@@ -136,58 +132,6 @@ def client_options(cluster: ClusterSettings, settings: Settings) -> dict[str, An
         options["sasl_plain_username"] = cluster.sasl_username
         options["sasl_plain_password"] = cluster.sasl_password.get_secret_value()
     return options
-
-
-def make_producer(
-    cluster: ClusterSettings,
-    settings: Settings,
-    client_id: str,
-    max_request_size: int | None = None,
-) -> AIOKafkaProducer:
-    """A destination producer: ``acks=all``, batches kept in order, retried until acknowledged.
-
-    Idempotence stays off (brokers without InitProducerId support reject it); order holds because
-    aiokafka keeps one request in flight per connection and puts a failed batch back at the front
-    of its partition queue. Batches never expire: a batch that timed out while a later one
-    succeeded would reorder the partition when resent, so retriable errors retry until the
-    destination answers, and delivery stalls are reported by the leg instead.
-    """
-    compression = None if settings.compression is Compression.NONE else settings.compression.value
-    producer = AIOKafkaProducer(
-        **client_options(cluster, settings),
-        client_id=client_id,
-        acks="all",
-        enable_idempotence=False,
-        max_batch_size=settings.batch_max_bytes,
-        max_request_size=max_request_size or max(settings.batch_max_bytes * 2, 1024 * 1024),
-        linger_ms=settings.linger_ms,
-        compression_type=compression,
-        retry_backoff_ms=200,
-    )
-    accumulator = producer._message_accumulator
-    if not hasattr(accumulator, "_batch_ttl"):  # pragma: no cover - guards an aiokafka upgrade
-        raise RuntimeError("aiokafka changed: the batch time-to-live can no longer be disabled")
-    accumulator._batch_ttl = float("inf")
-    return producer
-
-
-def batch_factory(producer: AIOKafkaProducer, limit: int | None) -> Callable[[], BatchBuilder]:
-    """New destination batches for ``producer``, no larger than ``limit`` bytes if given.
-
-    A destination topic may accept smaller batches (its ``max.message.bytes``) than the producer
-    builds. A single record larger than the limit still gets a batch of its own, for the sender
-    to apply the oversize policy to.
-    """
-    accumulator = producer._message_accumulator
-    size: int = accumulator._batch_size
-    if limit is not None:
-        size = max(1, min(size, limit))
-    return partial(BatchBuilder, size, accumulator._compression_type)
-
-
-def batch_records(builder: BatchBuilder) -> list[Any]:
-    """The records of a closed batch (key, value, headers, timestamp) as a destination sees them."""
-    return list(DefaultRecordBatch(bytes(builder._build())))
 
 
 def make_consumer(

@@ -35,7 +35,6 @@ from replicator.errors import ReplicatorError
 from replicator.kafka import (
     ClusterClient,
     committed_offsets,
-    make_producer,
     make_reader,
     start_consumer,
 )
@@ -45,6 +44,7 @@ from replicator.metrics import Metrics
 from replicator.offset_reset import OffsetResets
 from replicator.offsets import OutOfRange
 from replicator.partition import LegPartition, resume_position
+from replicator.producer import idempotence_refused, make_producer
 from replicator.resume import decode_mark
 from replicator.retry import retrying
 from replicator.sender import Destination, PartitionSender
@@ -80,6 +80,8 @@ class LegRunner:
         self._dead_letters = dead_letters
         self._destination_client = destination_client
         self._client_id = f"replicator-{leg.source}-to-{leg.destination}"
+        # Asked for until the destination refuses it a producer id (then never again).
+        self._idempotence = settings.idempotence
         self.group = leg.group_id(settings.group_prefix)
         self._consumer: AIOKafkaConsumer | None = None
         self.destination = Destination(
@@ -126,7 +128,9 @@ class LegRunner:
 
     def _new_producer(self) -> AIOKafkaProducer:
         destination = self._settings.clusters[self.leg.destination]
-        return make_producer(destination, self._settings, self._client_id)
+        return make_producer(
+            destination, self._settings, self._client_id, enable_idempotence=self._idempotence
+        )
 
     def _new_reader(self) -> AIOKafkaConsumer:
         destination = self._settings.clusters[self.leg.destination]
@@ -155,12 +159,23 @@ class LegRunner:
             try:
                 await destination.producer.start()
                 await destination.reader.start()
-            except BaseException:
+            except BaseException as exc:
                 await close_quietly(destination.producer.stop())
                 await close_quietly(destination.reader.stop())
+                if self._idempotence and idempotence_refused(exc):
+                    self._idempotence = False
+                    self._log.error(
+                        "the destination refused an idempotent producer (InitProducerId "
+                        f"answered {type(exc).__name__}): continuing without; a batch whose "
+                        "outcome is unknown resumes from the destination's tail instead of "
+                        "being retried",
+                    )
                 destination.replace(self._new_producer(), self._new_reader())
                 raise
             destination.connected()
+            self._metrics.idempotent_producer.labels(self.leg.name).set(
+                1 if destination.idempotent else 0
+            )
 
         def failed(error: ReplicatorError) -> None:
             self.last_error = f"cannot connect to {self.leg.destination}: {error}"

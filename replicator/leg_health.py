@@ -77,6 +77,9 @@ class LegHealth:
             "destination": runner.leg.destination,
             "group": runner.group,
             "connected": runner.destination.ready.is_set() and runner.destination_error is None,
+            # True: retries are deduplicated by the destination; False: it refused a producer id,
+            # and batches of unknown outcome resume from its tail instead; None: not connected.
+            "idempotent_producer": runner.destination.idempotent,
             "assigned_partitions": len(partitions),
             "replicating": sum(
                 1 for s in states if s in ("attached", "fetching_alone", "replaying")

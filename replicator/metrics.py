@@ -96,6 +96,14 @@ class Metrics:
             "each is replayed from the source log start.",
             ["leg", "topic"],
         )
+        self.idempotent_producer = self._declare(
+            Gauge,
+            "replicator_idempotent_producer",
+            "1 when the leg's destination granted an idempotent producer (retries deduplicated "
+            "by the broker), 0 when it refused one (batches of unknown outcome resume from the "
+            "destination's tail instead).",
+            ["leg"],
+        )
         self.resume_skipped = self._declare(
             Counter,
             "replicator_resume_skipped_records_total",

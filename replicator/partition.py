@@ -8,6 +8,7 @@ and the committer act on it and wait on the events it exposes.
 ::
 
     STARTING  --resumed()---> STARTING (at the position the destination's tail gives)
+    any open  --restart()---> STARTING (a batch of unknown outcome: resume from the tail again)
     STARTING  --prepared()--> ATTACHED --detach()--> ALONE --attach()--> ATTACHED
     any open  --rewind()----> REPLAYING --attach()--> ATTACHED
     any open  --halt()------> HALTED  (blocked or failed)
@@ -239,10 +240,38 @@ class LegPartition:
             skipped = position - self.position
         self.position = position
         if position is not None:
-            self.tracker = OffsetTracker(position, must_commit=moved, destination_mark=tail.log_end)
+            unsaved = self.tracker is not None and self.tracker.needs_commit  # after restart()
+            self.tracker = OffsetTracker(
+                position, must_commit=moved or unsaved, destination_mark=tail.log_end
+            )
         self.destination_mark = tail.log_end
         self.skipped_at_resume = max(skipped, 0)
         return skipped
+
+    def restart(self, note: str) -> bool:
+        """Any open mode but STARTING -> STARTING: a batch's outcome is unknown (sent, never
+        answered), so where this partition stands must be read from the destination again.
+
+        The position goes back to the acknowledged prefix; queued work and acknowledgements
+        still to come for the abandoned epoch no longer count. ``False`` if not open.
+        """
+        if not self.open or self.mode is Mode.STARTING:
+            return False
+        self.epoch += 1
+        self._clear_queue()
+        self._unacked.clear()
+        old = self.tracker
+        if old is not None:
+            self.position = old.committable
+            self.destination_mark = old.destination_mark
+            self.tracker = OffsetTracker(
+                old.committable,
+                must_commit=old.committed != old.committable,
+                destination_mark=old.destination_mark,
+            )
+        self.last_error = note
+        self._enter(Mode.STARTING)
+        return True
 
     def replay_from_mark(self, destination_end: int) -> None:
         """After :meth:`rewind`: the replaced destination's log ended at ``destination_end``

@@ -38,10 +38,17 @@ from replicator import batching
 from replicator.batching import OutboundBatch, Target
 from replicator.deadletter import DeadLetters
 from replicator.errors import ClusterUnavailable, ReplicatorError, TopicMismatch
-from replicator.kafka import batch_factory, batch_records, translate
+from replicator.kafka import translate
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
 from replicator.partition import Halt, LegPartition, Mode, Work
+from replicator.producer import (
+    batch_factory,
+    batch_records,
+    idempotent,
+    unfence,
+    unknown_outcome,
+)
 from replicator.provenance import Marking
 from replicator.resume import DestinationTail, Tail
 from replicator.retry import Backoff, retrying
@@ -63,6 +70,7 @@ class Destination:
         self.timeout = timeout
         self.tail = DestinationTail(reader, timeout)
         self.ready = asyncio.Event()
+        self.idempotent: bool | None = None  # known once connected
 
     def replace(self, producer: AIOKafkaProducer, reader: AIOKafkaConsumer) -> None:
         """New clients take the place of those that failed to start (not started yet)."""
@@ -72,6 +80,7 @@ class Destination:
 
     def connected(self) -> None:
         """The producer and the reader started: senders may read and send."""
+        self.idempotent = idempotent(self.producer)
         self.ready.set()
 
 
@@ -117,6 +126,10 @@ class PartitionSender:
         while partition.open:
             if self._replaced.is_set():
                 await self._replay()
+                continue
+            if partition.mode is Mode.STARTING:  # restarted: a batch's outcome is unknown
+                if not await self._resume_again():
+                    return
                 continue
             work = partition.next_work()
             if work is None:
@@ -275,7 +288,9 @@ class PartitionSender:
         if self._limit is not None and batch.builder.size() > self._limit:
             return await self._too_large(tracker, batch)
 
-        async def send() -> asyncio.Future[Any]:
+        async def send() -> asyncio.Future[Any] | None:
+            if partition.epoch != epoch:
+                return None  # restarted meanwhile: this batch belongs to an abandoned position
             try:
                 future: asyncio.Future[Any] = await self._destination.producer.send_batch(
                     batch.builder, partition.target_topic, partition=partition.tp.partition
@@ -283,6 +298,10 @@ class PartitionSender:
             except KafkaTimeoutError as exc:
                 # The destination is not draining (unreachable or slow): keep the batch, wait.
                 raise ClusterUnavailable("destination not acknowledging") from exc
+            except Exception as exc:
+                if unknown_outcome(exc) or partition.epoch != epoch:
+                    return None  # queued behind a batch of unknown outcome: abandoned
+                raise
             return future
 
         def failed(error: ReplicatorError) -> None:
@@ -312,7 +331,10 @@ class PartitionSender:
                 return
             exc = done.exception()
             if exc is not None:
-                self._refused(translate(exc))
+                if unknown_outcome(exc):
+                    self._uncertain(tracker, exc)
+                else:
+                    self._refused(translate(exc))
                 return
             base = done.result().offset
             partition.acknowledged(tracker, first, base + count)
@@ -329,6 +351,40 @@ class PartitionSender:
 
         future.add_done_callback(delivered)
         return True
+
+    def _uncertain(self, tracker: OffsetTracker, exc: BaseException) -> None:
+        """A batch was sent but not answered: resume from the destination's tail again."""
+        partition = self.partition
+        if tracker is not partition.tracker:
+            return  # a batch queued behind it, or of an abandoned position
+        note = f"a batch's outcome is unknown ({type(exc).__name__}): resuming from the destination"
+        if partition.restart(note):
+            target = partition.target_topic
+            self._metrics.send_errors.labels(self.leg.name, target, "OutcomeUnknown").inc()
+            self._log.warning(
+                "batch sent but not answered: reading the destination to resume without "
+                "writing it twice",
+                error=repr(exc),
+                resume_from=partition.position,
+            )
+
+    async def _resume_again(self) -> bool:
+        """After :meth:`LegPartition.restart`: once every batch sent is settled, read the tail
+        and resume after the last record of this origin; ``False`` if the partition closed."""
+        partition = self.partition
+        pending = [f for f in self._in_flight if not f.done()]
+        if pending:
+            settled: asyncio.Future[Any] = asyncio.gather(*pending, return_exceptions=True)
+            closed: asyncio.Future[Any] = asyncio.ensure_future(partition.closed.wait())
+            try:
+                await asyncio.wait({settled, closed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                closed.cancel()
+            if not settled.done():
+                return False  # released meanwhile
+        destination_tp = TopicPartition(partition.target_topic, partition.tp.partition)
+        unfence(self._destination.producer, destination_tp)
+        return await self._prepare()
 
     async def _replay(self) -> None:
         """Copy the source partition again, from its log start, into the replaced destination.

@@ -232,6 +232,12 @@ class Settings(BaseSettings):
         512 * 1024, ge=1024, description="Largest batch written to a destination partition."
     )
     linger_ms: int = Field(5, ge=0, description="How long a destination batch may wait to fill.")
+    idempotence: bool = Field(
+        True,
+        description="Ask each destination for an idempotent producer (retries deduplicated by "
+        "the broker). Where a destination refuses one, or with false, a batch whose outcome is "
+        "unknown is not retried: its partition resumes from the destination's tail.",
+    )
     compression: Compression = Field(
         Compression.NONE, description="Destination batches: none, gzip, snappy, lz4 or zstd."
     )
