@@ -5,8 +5,9 @@ For each record size (100 B and 1 KiB) the same preloaded ``bench_REPLICA`` topi
 the naive per-record ``send()`` mirror, the minimal batch-copy loop (the machine's ceiling), and
 the replicator itself. Completion is measured by reading the destinations back (high watermarks
 from fetch responses, never ListOffsets) and the replicator's output is verified record by record.
-Then the replicator's end-to-end latency is measured at a fixed offered rate, and its peak memory
-with a destination that disappears mid-run. The last line printed is one JSON object.
+Then the replicator's end-to-end latency is measured at a fixed offered rate, the cost of resuming
+from the destination (:mod:`benchmarks.resume`), and its peak memory with a destination that
+disappears mid-run. The last line printed is one JSON object.
 
     make bench                      # the full benchmark
     .venv/bin/python -m benchmarks.run --quick     # a smaller run
@@ -38,6 +39,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.resume import resume_cost
 from replicator.embedded import (
     EmbeddedBroker,
     embedded_clusters,
@@ -591,6 +593,13 @@ async def main(args: argparse.Namespace) -> None:
         floor = await phase("latency_floor", latency(rate, seconds, replicated=False), failures)
         console.print(f"[bold]latency[/] through the replicator at {rate:,}/s for {seconds}s ...")
         lat = await phase("latency", latency(rate, seconds), failures)
+    resume = None
+    if args.resume_records > 0:
+        console.print(f"[bold]resume[/] tail reads on a {args.resume_records:,}-record partition")
+        resume = await phase("resume", resume_cost(args.resume_records), failures)
+        if resume:
+            for case in ("active_origin", "idle_origin_marked", "origin_never_written_no_mark"):
+                console.print(f"  {case}: {resume[case]}")
     outage = None
     if args.outage_records > 0:
         console.print("[bold]remote cut mid-run[/] ...")
@@ -605,6 +614,7 @@ async def main(args: argparse.Namespace) -> None:
                 "latency": asdict(lat) if lat else None,
                 "latency_floor": asdict(floor) if floor else None,
                 "remote_outage": outage,
+                "resume": resume,
                 "failed_phases": failures,
             }
         )
@@ -630,6 +640,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-seconds", type=float, default=30)
     parser.add_argument("--outage-records", type=int, default=150_000)
     parser.add_argument(
+        "--resume-records", type=int, default=1_000_000, help="destination size for resume reads"
+    )
+    parser.add_argument(
         "--contenders", nargs="+", default=["naive", "ceiling", "replicator"],
         choices=["naive", "ceiling", "replicator"],
     )  # fmt: skip
@@ -647,6 +660,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.records_100b, args.records_1kb = 100_000, 30_000
         args.latency_seconds, args.outage_records, args.rounds = 10, 30_000, 1
+        args.resume_records = 200_000
     return args
 
 

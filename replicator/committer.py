@@ -2,16 +2,16 @@
 
 Each partition's :class:`OffsetTracker` knows the contiguous prefix of source offsets the
 destination acknowledged; the committer commits those prefixes to the leg's consumer group on a
-timer, when partitions are released (rebalance) and on shutdown, each with its destination mark
-as metadata (where a resume starts reading the destination, :mod:`replicator.resume`). A commit
-is bounded in time (a commit for a partition being deleted is retried by the client forever) and
-its outcome counted.
+timer, when partitions are released (rebalance) and on shutdown; then it saves their destination
+marks in the destination cluster (where a resume starts reading it, :mod:`replicator.resume`),
+never before the offsets they go with. A commit is bounded in time (a commit for a partition
+being deleted is retried by the client forever) and its outcome counted.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -20,7 +20,6 @@ from replicator.kafka import translate
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.partition import LegPartition
-from replicator.resume import encode_mark
 
 log = structlog.get_logger(__name__)
 
@@ -29,9 +28,15 @@ class Committer:
     """Commits acknowledged offsets of one leg's partitions to the leg's group."""
 
     def __init__(
-        self, leg: str, consumer: AIOKafkaConsumer, metrics: Metrics, timeout: float
+        self,
+        leg: str,
+        consumer: AIOKafkaConsumer,
+        metrics: Metrics,
+        timeout: float,
+        save_marks: Callable[[dict[TopicPartition, int]], Awaitable[None]] | None = None,
     ) -> None:
         self._leg = leg
+        self._save_marks = save_marks
         self._consumer = consumer
         self._metrics = metrics
         self._timeout = timeout
@@ -49,18 +54,30 @@ class Committer:
     async def commit(self, partitions: Iterable[LegPartition]) -> None:
         """Commit the acknowledged prefix of every partition that moved since its last commit."""
         points = [
-            (p.tp, tracker, tracker.committable, tracker.destination_mark)
+            (p, tracker, tracker.committable, tracker.mark_to_save)
             for p in partitions
             if (tracker := p.tracker) is not None and tracker.needs_commit
         ]
-        offsets = {tp: (offset, encode_mark(mark)) for tp, _, offset, mark in points}
-        if await self.commit_offsets(offsets):
-            for _, tracker, offset, mark in points:
-                tracker.mark_committed(offset, mark)
+        if not await self.commit_offsets({p.tp: offset for p, _, offset, _ in points}):
+            return
+        for _, tracker, offset, _ in points:
+            tracker.mark_committed(offset)
+        marks = {
+            TopicPartition(p.target_topic, p.tp.partition): (tracker, mark)
+            for p, tracker, _, mark in points
+            if mark is not None
+        }
+        if marks and self._save_marks is not None:
+            try:
+                await self._save_marks({tp: mark for tp, (_, mark) in marks.items()})
+            except Exception as exc:  # an older mark only makes a resume read more
+                self._log.info("destination marks not saved", error=repr(translate(exc)))
+                return
+            for tracker, mark in marks.values():
+                tracker.mark_saved(mark)
 
-    async def commit_offsets(self, offsets: dict[TopicPartition, tuple[int, str]]) -> bool:
-        """Commit ``offsets`` (with their metadata) to the leg's group; ``False`` if nothing
-        was committed."""
+    async def commit_offsets(self, offsets: dict[TopicPartition, int]) -> bool:
+        """Commit ``offsets`` to the leg's group; ``False`` if nothing was committed."""
         if not offsets:
             return False
         try:

@@ -158,12 +158,16 @@ def make_consumer(
     )
 
 
-def make_reader(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaConsumer:
-    """A consumer of no group that reads ranges of a destination (the resume scan): fetches
-    answer at once at the log end, so the end is known without waiting."""
+def make_reader(
+    cluster: ClusterSettings, settings: Settings, client_id: str, group_id: str
+) -> AIOKafkaConsumer:
+    """A consumer that reads ranges of a destination (the resume scan) and commits offsets for
+    ``group_id`` without ever joining it (manual assignment). Fetches answer at once at the
+    log end, so the end is known without waiting."""
     return AIOKafkaConsumer(
         **client_options(cluster, settings),
         client_id=client_id,
+        group_id=group_id,
         enable_auto_commit=False,
         auto_offset_reset="none",
         fetch_max_wait_ms=10,

@@ -31,7 +31,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from replicator.catch_up import CatchUpFetch
 from replicator.committer import Committer
 from replicator.deadletter import DeadLetters
-from replicator.errors import ReplicatorError
+from replicator.errors import ClusterUnavailable, ReplicatorError
 from replicator.kafka import (
     ClusterClient,
     committed_offsets,
@@ -45,7 +45,7 @@ from replicator.offset_reset import OffsetResets
 from replicator.offsets import OutOfRange
 from replicator.partition import LegPartition, resume_position
 from replicator.producer import idempotence_refused, make_producer
-from replicator.resume import decode_mark
+from replicator.resume import marks_group
 from replicator.retry import retrying
 from replicator.sender import Destination, PartitionSender
 from replicator.settings import Settings
@@ -58,6 +58,7 @@ _HEALTH_REFRESH_S = 1.0
 # How often the destination marks of idle partitions are raised to the destination's log end:
 # a resume then reads at most this long of what other origins wrote meanwhile.
 _MARK_REFRESH_S = 30.0
+_MARK_SAVE_TIMEOUT_S = 5.0
 
 
 class LegRunner:
@@ -134,7 +135,8 @@ class LegRunner:
 
     def _new_reader(self) -> AIOKafkaConsumer:
         destination = self._settings.clusters[self.leg.destination]
-        return make_reader(destination, self._settings, f"{self._client_id}-resume")
+        group = marks_group(self.group)
+        return make_reader(destination, self._settings, f"{self._client_id}-resume", group)
 
     async def start_source(self, stop: asyncio.Event) -> bool:
         """Start the source consumer; retry until it is up (``True``) or stop (``False``)."""
@@ -200,7 +202,11 @@ class LegRunner:
         settings = self._settings
         self._catch_up = CatchUpFetch(self.leg.name, consumer, self.partitions, self.resets)
         self._committer = Committer(
-            self.leg.name, consumer, self._metrics, settings.request_timeout_ms / 1000
+            self.leg.name,
+            consumer,
+            self._metrics,
+            settings.request_timeout_ms / 1000,
+            self._save_marks,
         )
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -226,6 +232,12 @@ class LegRunner:
         while not stop.is_set():
             self.health.refresh(lambda _: None)
             await sleep_unless_stopped(stop, _HEALTH_REFRESH_S)
+
+    async def _save_marks(self, marks: dict[TopicPartition, int]) -> None:
+        """Save destination marks, if the destination is up (briefly: the next commit retries)."""
+        if not self.destination.ready.is_set() or self.destination_error is not None:
+            raise ClusterUnavailable(f"{self.leg.destination} is not connected")
+        await self.destination.tail.save_marks(marks, _MARK_SAVE_TIMEOUT_S)
 
     async def _refresh_marks(self, stop: asyncio.Event) -> None:
         """Raise the destination mark of each idle partition to the destination's log end."""
@@ -283,7 +295,6 @@ class LegRunner:
         self._assign_consumer(replicated)
         points = await committed_offsets(consumer, replicated)
         committed = {tp: offset for tp, (offset, _) in points.items()}
-        marks = {tp: decode_mark(metadata) for tp, (_, metadata) in points.items()}
         new = [tp for tp, offset in committed.items() if offset is None]
         log_start: dict[TopicPartition, int] = {}
         if new:
@@ -299,10 +310,10 @@ class LegRunner:
         if self._closed or self._stop.is_set():
             return  # stop came while the offsets were read: start nothing
         for tp in replicated:
-            self._start(tp, resume_position(committed[tp], log_start.get(tp)), marks[tp])
+            self._start(tp, resume_position(committed[tp], log_start.get(tp)))
         self._log.info("partitions assigned", partitions=len(self.partitions))
 
-    def _start(self, tp: TopicPartition, position: int | None, mark: int | None) -> None:
+    def _start(self, tp: TopicPartition, position: int | None) -> None:
         assert self._tasks is not None and self._consumer is not None
         target = self._rules.target(tp.topic)
         assert target is not None
@@ -314,7 +325,6 @@ class LegRunner:
             position,
             settings.partition_queue_max_records,
             settings.partition_queue_max_bytes,
-            destination_mark=mark,
         )
         consumer = self._consumer
         # A position is always set explicitly (the consumer never resets one by itself); the

@@ -5,7 +5,7 @@ Records of one source partition are sent in ranges (one range per destination ba
 end of the longest prefix of acknowledged ranges: committing it can never skip a record that has not
 reached the destination, whatever order acknowledgements arrive in. Alongside it the tracker keeps
 the *destination mark*: a destination offset before which every record of that prefix was
-written; the committer stores it with the offset, so that a resume reads the destination only
+written; the committer saves it after the offset, so that a resume reads the destination only
 from there (:mod:`replicator.resume`). Pure, no I/O.
 """
 
@@ -32,7 +32,7 @@ class OffsetTracker:
         self._ranges: OrderedDict[int, tuple[int, bool, int | None]] = OrderedDict()
         self._last_end = start
         self._mark = destination_mark
-        self._mark_committed = destination_mark if not must_commit else None
+        self._mark_saved = destination_mark if not must_commit else None
 
     @property
     def committable(self) -> int:
@@ -58,12 +58,17 @@ class OffsetTracker:
 
     @property
     def needs_commit(self) -> bool:
-        """Whether the offset, or the destination mark stored with it, moved since the commit."""
+        """Whether the offset moved since the commit, or the mark since it was saved."""
         return (
             self._committed is None
             or self._committable > self._committed
-            or self._mark != self._mark_committed
+            or self.mark_to_save is not None
         )
+
+    @property
+    def mark_to_save(self) -> int | None:
+        """The destination mark, when it moved since it was last saved."""
+        return self._mark if self._mark != self._mark_saved else None
 
     @property
     def idle(self) -> bool:
@@ -110,9 +115,12 @@ class OffsetTracker:
         if self._mark is None or destination_end > self._mark:
             self._mark = destination_end
 
-    def mark_committed(self, offset: int, destination_mark: int | None = None) -> None:
+    def mark_committed(self, offset: int) -> None:
         self._committed = offset if self._committed is None else max(self._committed, offset)
-        self._mark_committed = destination_mark
+
+    def mark_saved(self, destination_mark: int) -> None:
+        """``destination_mark`` was saved (after the offset it goes with was committed)."""
+        self._mark_saved = destination_mark
 
 
 @dataclass(frozen=True)

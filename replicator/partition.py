@@ -120,7 +120,6 @@ class LegPartition:
         position: int | None,
         max_records: int,
         max_bytes: int,
-        destination_mark: int | None = None,
     ) -> None:
         self.tp = tp
         self.target_topic = target_topic
@@ -133,9 +132,9 @@ class LegPartition:
         self.tagger = Tagger(source, tp.topic, tp.partition)
         self.new_batch: Callable[[], Any] | None = None  # set by prepared()
         self.dead_lettered = 0
-        # The destination offset the committed position's records were written below (from the
-        # commit's metadata): the resume reads the destination from there.
-        self.destination_mark = destination_mark
+        # A destination offset below which every record before the position was written (set
+        # by a resume or restart): a resume reads the destination from there.
+        self.destination_mark: int | None = None
         self.skipped_at_resume = 0  # records the destination already held when it started
         # Set whenever work is queued or the mode changes: the sender waits on it.
         self.wakeup = asyncio.Event()

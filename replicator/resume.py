@@ -13,12 +13,16 @@ record itself is there.
 
 **Bounded reads.** The scan goes backwards from the log end in growing chunks and stops at the
 first chunk holding a record of the origin: while the origin writes, that is the last chunk. It
-never reads below the *destination mark* committed with the offset (the commit's metadata,
-``replicator-destination-end=N``): every record of the origin before the committed offset was
-written below ``N`` (:class:`~replicator.offsets.OffsetTracker` keeps the mark; the committer
-stores it). An idle origin's mark is raised to the destination's log end while nothing is in
-flight, so records other origins wrote meanwhile are not read again. A broker that does not keep
-commit metadata bounds the scan only by the last record of the origin (noted in the README).
+never reads below the *destination mark*: a destination offset below which every record of the
+origin before the committed source offset was written (:class:`~replicator.offsets.OffsetTracker`
+keeps it). The committer saves it after each source commit, in the destination cluster itself,
+as the committed offset of the destination partition in the group ``<leg group>.resume``: a
+plain offset commit, which every broker keeps (commit metadata is not kept by all). Saved after
+the source commit, a mark can only be older than the offset, never newer: an older mark means
+a longer read, never a missed record. An idle origin's mark is raised to the destination's log
+end while nothing is in flight, so records other origins wrote meanwhile are not read again.
+Without any mark (the partition's first start) the scan is bounded by the last record of the
+origin only (``benchmarks/resume.py`` measures each case).
 
 **Ownership fencing.** Two owners of the same (source partition, leg) never interleave writes:
 the group gives a partition to its new owner only after the old owner's rebalance callback
@@ -44,27 +48,12 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.errors import ClusterUnavailable
+from replicator.kafka import committed_offsets
 from replicator.provenance import Tagger
-
-MARK_PREFIX = "replicator-destination-end="
-"""The commit metadata: the destination offset below which the committed prefix was written."""
 
 _FIRST_CHUNK = 1_000
 _MAX_CHUNK = 200_000
 _FETCH_WAIT_MS = 20
-
-
-def encode_mark(mark: int | None) -> str:
-    """The commit metadata for a destination mark (empty when none is known)."""
-    return "" if mark is None else f"{MARK_PREFIX}{mark}"
-
-
-def decode_mark(metadata: str | None) -> int | None:
-    """The destination mark in commit metadata; ``None`` when there is none (or another's)."""
-    if not metadata or not metadata.startswith(MARK_PREFIX):
-        return None
-    digits = metadata[len(MARK_PREFIX) :]
-    return int(digits) if digits.isdigit() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +77,14 @@ def resume_after(position: int | None, tail: Tail) -> int | None:
     return position if tail.origin_offset is None else tail.origin_offset + 1
 
 
+def marks_group(leg_group: str) -> str:
+    """The group, in the destination cluster, whose committed offsets are the leg's marks."""
+    return f"{leg_group}.resume"
+
+
 class DestinationTail:
-    """Reads the end of a leg's destination partitions (a consumer of no group)."""
+    """Reads the end of a leg's destination partitions, and keeps the leg's destination marks
+    (a consumer of the marks group that never joins it: manual assignment)."""
 
     def __init__(self, consumer: AIOKafkaConsumer, timeout: float) -> None:
         self._consumer = consumer
@@ -110,6 +105,18 @@ class DestinationTail:
                 return await asyncio.wait_for(scan, self._timeout)
             except TimeoutError as exc:
                 raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
+
+    async def saved_mark(self, tp: TopicPartition) -> int | None:
+        """The destination mark last saved for destination partition ``tp``, if any."""
+        async with self._lock:
+            found = await asyncio.wait_for(committed_offsets(self._consumer, [tp]), self._timeout)
+        return found[tp][0]
+
+    async def save_marks(self, marks: dict[TopicPartition, int], timeout: float) -> None:
+        """Save destination marks (after the source offsets they go with were committed)."""
+        async with self._lock:
+            self._consumer.assign(list(marks))
+            await asyncio.wait_for(self._consumer.commit(marks), timeout)
 
     async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Log-end offsets as the broker lists them (a lower bound on some brokers, which is all

@@ -185,6 +185,8 @@ class PartitionSender:
             self._limit = topic.max_message_bytes
             if partition.mode is Mode.STARTING or replaying:
                 floor = None if replaying else partition.destination_mark
+                if floor is None and not replaying:
+                    floor = await self._destination.tail.saved_mark(destination_tp)
                 tail = await self._destination.tail.last_written(
                     destination_tp, partition.tagger, floor, whole=replaying
                 )

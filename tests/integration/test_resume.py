@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import time
+
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from replicator.kafka import committed_offsets
 from replicator.provenance import Provenance, Tagger
 from replicator.resume import DestinationTail, Tail
-from tests.integration.harness import Sent, create_topics, produce_records, run, start_clusters
+from tests.integration.harness import (
+    Broker,
+    Sent,
+    Start,
+    count,
+    create_topics,
+    holds,
+    oracle,
+    produce,
+    produce_records,
+    read,
+    replicator_env,
+    run,
+    start_clusters,
+    wait_until,
+)
 
 
 def replicated(origin: str, offsets: range, partition: int = 0) -> list[Sent]:
@@ -75,3 +93,51 @@ def test_the_tail_names_the_last_record_of_each_origin_and_reads_no_further_than
 
         empty = run(scan(bootstrap, "dc1", 1, None, whole=False))
         assert empty.origin_offset is None and empty.log_end == 0 and empty.scanned == 0
+
+
+async def saved_marks(bootstrap: str, group: str, partitions: int) -> dict[int, int | None]:
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await reader.start()
+    try:
+        tps = [TopicPartition("orders", p) for p in range(partitions)]
+        found = await committed_offsets(reader, tps)
+        return {tp.partition: offset for tp, (offset, _) in found.items()}
+    finally:
+        await reader.stop()
+
+
+def log_ends(broker: Broker, partitions: int) -> dict[int, int]:
+    stored = read(broker, "orders")
+    return {p: 1 + max(r.offset for r in stored if r.partition == p) for p in range(partitions)}
+
+
+def test_marks_are_saved_in_the_destination_and_a_restart_writes_nothing_twice(
+    replicators: Start,
+) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=3)
+        env = replicator_env("dc1", brokers)
+        produce(local, "orders_REPLICA", 300, 3)
+        dc1 = replicators("dc1", env)
+        dc1.wait_ready()
+        for broker in brokers.values():
+            wait_until(holds(broker, "orders", 300), 60, f"{broker.alias} complete", dc1.log)
+        assert dc1.stop() == 0
+        # The final commit saved each leg's mark: the end of what it wrote, in its destination.
+        for broker in brokers.values():
+            group = f"replicator.dc1.{broker.alias}.resume"
+            marks = run(saved_marks(broker.bootstrap_servers, group, 3))
+            assert marks == log_ends(broker, 3), f"{broker.alias}: {marks}"
+        produce(local, "orders_REPLICA", 150, 3, tag="-after")
+        dc1 = replicators("dc1", env)
+        dc1.wait_ready()
+        for broker in brokers.values():
+            wait_until(holds(broker, "orders", 450), 60, f"{broker.alias} complete", dc1.log)
+        time.sleep(1)
+        for broker in brokers.values():
+            report = oracle(read(local, "orders_REPLICA"), read(broker, "orders"), "dc1")
+            assert not report.missing and not report.duplicates, f"{broker.alias}: {report}"
+            assert not report.out_of_order, f"{broker.alias}: {report}"
+            assert count(broker, "orders") == 450
+        assert dc1.stop() == 0

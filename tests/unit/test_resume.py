@@ -8,22 +8,12 @@ from hypothesis import strategies as st
 from replicator.offsets import OffsetTracker
 from replicator.partition import Mode
 from replicator.provenance import ORIGIN, Provenance, Tagger
-from replicator.resume import Tail, decode_mark, encode_mark, resume_after
+from replicator.resume import Tail, resume_after
 from tests.unit.test_partition import partition
 
 
 def tail(origin_offset: int | None, log_end: int = 500) -> Tail:
     return Tail(origin_offset, log_end, scanned=10, seconds=0.01)
-
-
-@given(st.one_of(st.none(), st.integers(0, 2**62)))
-def test_the_destination_mark_round_trips_through_commit_metadata(mark: int | None) -> None:
-    assert decode_mark(encode_mark(mark)) == mark
-
-
-def test_metadata_of_other_tools_is_no_mark() -> None:
-    for metadata in (None, "", "some tool's note", "replicator-destination-end=x12"):
-        assert decode_mark(metadata) is None
 
 
 @given(
@@ -87,8 +77,10 @@ def test_the_mark_follows_the_acknowledged_prefix_only() -> None:
     assert tracker.destination_mark == 40 and not tracker.needs_commit
     tracker.ack(0, destination_end=60)
     assert tracker.committable == 20 and tracker.destination_mark == 70
-    tracker.mark_committed(20, 70)
-    assert not tracker.needs_commit
+    tracker.mark_committed(20)
+    assert tracker.needs_commit and tracker.mark_to_save == 70  # saved after the offset
+    tracker.mark_saved(70)
+    assert not tracker.needs_commit and tracker.mark_to_save is None
 
 
 def test_a_skipped_range_keeps_the_mark() -> None:
@@ -102,7 +94,7 @@ def test_an_idle_partitions_mark_is_raised_and_committed() -> None:
     tracker = OffsetTracker(0, destination_mark=40)
     tracker.refresh_mark(1_000, tracker.last_end)
     assert tracker.destination_mark == 1_000 and tracker.needs_commit
-    tracker.mark_committed(0, 1_000)
+    tracker.mark_saved(1_000)
     assert not tracker.needs_commit
 
 

@@ -1,0 +1,92 @@
+"""The cost of resuming from the destination: reading a large destination partition's tail.
+
+One destination partition is filled with ``records`` records as two legs write them
+(``dc1`` and ``dc2`` interleaved, provenance headers included), then the reads a starting
+partition makes are timed on it:
+
+- ``active origin``: the origin wrote recently (the usual restart): the last chunk answers;
+- ``idle origin, marked``: the origin went quiet long ago; the destination mark committed with
+  its offset bounds the read to what others wrote since (``marked_records``);
+- ``origin never written, no mark``: the worst case, a broker that keeps no commit metadata and
+  an origin with nothing in the partition: the whole partition is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from replicator.embedded import EmbeddedBroker
+from replicator.provenance import Provenance, Tagger
+from replicator.resume import DestinationTail
+
+TOPIC = "orders"
+
+
+async def fill(bootstrap: str, records: int) -> int:
+    """Write ``records`` records of dc1 and dc2 alternately; the log end."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(TOPIC, 1, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=512 * 1024)
+    await producer.start()
+    try:
+        pending = []
+        now, per_batch = int(time.time() * 1000), 2_000
+        for start in range(0, records, per_batch):
+            batch = producer.create_batch()
+            for i in range(start, min(start + per_batch, records)):
+                origin = Provenance("dc1" if i % 2 else "dc2", "orders_REPLICA", 0, i // 2)
+                batch.append(timestamp=now, key=None, value=b"v" * 100, headers=origin.headers())
+            pending.append(await producer.send_batch(batch, TOPIC, partition=0))
+            if len(pending) > 32:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return records
+
+
+async def timed(tail: DestinationTail, origin: str, floor: int | None) -> dict[str, Any]:
+    began = time.monotonic()
+    found = await tail.last_written(
+        TopicPartition(TOPIC, 0), Tagger(origin, "orders_REPLICA", 0), floor
+    )
+    return {
+        "ms": round((time.monotonic() - began) * 1000, 1),
+        "records_read": found.scanned,
+        "last_origin_offset": found.origin_offset,
+    }
+
+
+async def resume_cost(records: int, marked_records: int = 50_000) -> dict[str, Any]:
+    """Time the tail reads on a partition of ``records`` records (see the module docstring)."""
+    broker = EmbeddedBroker("resume").start()
+    try:
+        log_end = await fill(broker.bootstrap_servers, records)
+        reader = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap_servers,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=10,
+        )
+        await reader.start()
+        try:
+            tail = DestinationTail(reader, timeout=300)
+            return {
+                "destination_records": log_end,
+                "active_origin": await timed(tail, "dc1", None),
+                "idle_origin_marked": await timed(tail, "dc3", log_end - marked_records),
+                "origin_never_written_no_mark": await timed(tail, "dc3", None),
+            }
+        finally:
+            await reader.stop()
+    finally:
+        broker.stop()
