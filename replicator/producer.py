@@ -7,13 +7,19 @@ landed. Two answers, chosen per destination when the producer starts:
 
 - **Idempotent** (the broker granted a producer id: ``InitProducerId``): aiokafka numbers every
   batch, the broker drops a retried batch it already wrote, retries are safe. The producer then
-  retries as aiokafka does.
+  retries as aiokafka does. aiokafka asks for the id with ``InitProducerId`` version 0 only; some
+  brokers answer that version with UnknownError and grant versions 3 and later (the embedded
+  test broker does; librdkafka asks with version 4), so the request here uses the highest
+  version both sides know.
 - **Not idempotent** (the broker refused ``InitProducerId``; counted and logged): a batch of
   unknown outcome is never retried. It fails with :class:`OutcomeUnknown`, the batches queued
   behind it for the same partition fail with it, and the partition stays *fenced* in the
   producer (nothing of it is sent) until its sender has read the destination's tail and
   resumed after the last record there (:mod:`replicator.resume`), then calls :func:`unfence`.
   So a batch is written at most once, and never after a later one (no gap).
+
+Either way a partition whose batch failed for good (refused) is fenced too: the batch queued
+behind the refused one is never sent, so a later resume cannot skip the refused record.
 
 Order holds either way: aiokafka keeps one request in flight per partition, puts a retried batch
 back at the front, and batches never expire here.
@@ -29,7 +35,10 @@ import aiokafka.errors as kerr
 import structlog
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
-from aiokafka.producer.sender import Sender, SendProduceReqHandler
+from aiokafka.producer.sender import InitPIDHandler, Sender, SendProduceReqHandler
+from aiokafka.protocol.api import RequestStruct, Response
+from aiokafka.protocol.transaction import InitProducerIdRequest_v0
+from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from replicator.kafka import client_options
@@ -55,33 +64,91 @@ _MAYBE_WRITTEN = (
 )
 
 
+class _InitProducerIdResponseV3(Response):  # type: ignore[misc]
+    API_KEY = 22
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        ("producer_id", Int64),
+        ("producer_epoch", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+class _InitProducerIdResponseV4(_InitProducerIdResponseV3):
+    API_VERSION = 4
+
+
+class _InitProducerIdRequestV3(RequestStruct):  # type: ignore[misc]
+    """InitProducerId v3 (KIP-360): flexible, with the current producer id and epoch (-1: new)."""
+
+    FLEXIBLE_VERSION = True
+    API_KEY = 22
+    API_VERSION = 3
+    RESPONSE_TYPE = _InitProducerIdResponseV3
+    SCHEMA = Schema(
+        ("transactional_id", CompactString("utf-8")),
+        ("transaction_timeout_ms", Int32),
+        ("producer_id", Int64),
+        ("producer_epoch", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+class _InitProducerIdRequestV4(_InitProducerIdRequestV3):
+    API_VERSION = 4
+    RESPONSE_TYPE = _InitProducerIdResponseV4
+
+
+class _InitProducerId:
+    """An ``InitProducerId`` request at the highest version both the broker and this module know."""
+
+    def __init__(self, transactional_id: str | None, transaction_timeout_ms: int) -> None:
+        self._id = transactional_id
+        self._timeout = transaction_timeout_ms
+
+    def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
+        low, high = versions.get(22, (0, 0))
+        for struct in (_InitProducerIdRequestV4, _InitProducerIdRequestV3):
+            if low <= struct.API_VERSION <= high:
+                return struct(self._id, self._timeout, -1, -1, {})
+        return InitProducerIdRequest_v0(self._id, self._timeout)
+
+
+class _InitPIDHandler(InitPIDHandler):  # type: ignore[misc]
+    def create_request(self) -> _InitProducerId:
+        manager = self._sender._txn_manager
+        return _InitProducerId(manager.transactional_id, manager.transaction_timeout_ms)
+
+
 class _FencingHandler(SendProduceReqHandler):  # type: ignore[misc]
-    """Fails a batch of unknown outcome instead of retrying it (non-idempotent producers)."""
+    """Fails a batch of unknown outcome instead of retrying it, unless the producer is
+    idempotent (the broker then drops a batch it already wrote)."""
 
     def _can_retry(self, error: Exception, batch: Any) -> bool:
-        if isinstance(error, _MAYBE_WRITTEN):
+        if self._sender._txn_manager is None and isinstance(error, _MAYBE_WRITTEN):
             return False
         return bool(super()._can_retry(error, batch))
 
 
 class _FencingSender(Sender):  # type: ignore[misc]
-    """aiokafka's sender, keeping a partition muted once one of its batches had an unknown
-    outcome, until :func:`unfence`."""
+    """aiokafka's sender, keeping a partition muted once one of its batches failed (its outcome
+    unknown, or refused), until :func:`unfence`: nothing queued behind a failed batch is sent,
+    so the destination never holds a later batch without the earlier one."""
 
     fenced: set[TopicPartition]
 
+    async def _do_init_pid(self, node_id: int) -> bool:
+        return bool(await _InitPIDHandler(self).do(node_id))
+
     async def _send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
-        if self._txn_manager is not None:  # idempotent: the broker drops what it already has
-            await super()._send_produce_req(node_id, batches)
-            return
         handler = _FencingHandler(self, batches)
         await handler.do(node_id)
         self._in_flight.remove(node_id)
         for tp, batch in batches.items():
-            failed = batch.future.done() and batch.future.exception() is not None
-            if failed and isinstance(batch.future.exception(), _MAYBE_WRITTEN):
-                # Keep it muted: nothing queued behind is sent before the sender resumed.
-                self.fenced.add(tp)
+            if batch.future.done() and batch.future.exception() is not None:
+                self.fenced.add(tp)  # stays muted
                 _fail_queued(self, tp)
                 continue
             self._muted_partitions.remove(tp)

@@ -121,6 +121,9 @@ class PartitionSender:
     async def run(self) -> None:
         """Prepare the destination topic, then send queued work until the partition closes."""
         partition = self.partition
+        # A partition released and assigned again may have been left fenced by a failed batch.
+        destination_tp = TopicPartition(partition.target_topic, partition.tp.partition)
+        unfence(self._destination.producer, destination_tp)
         if not await self._prepare():
             return
         while partition.open:
@@ -338,14 +341,18 @@ class PartitionSender:
                 else:
                     self._refused(translate(exc))
                 return
+            # -1: an idempotent retry the destination had already written (DuplicateSequence):
+            # written, at an offset it does not say.
             base = done.result().offset
-            partition.acknowledged(tracker, first, base + count)
+            written = base >= 0
+            partition.acknowledged(tracker, first, base + count if written else None)
             if tracker is not partition.tracker:
                 return  # an abandoned position
-            if base < self._destination_offset:
+            if written and base < self._destination_offset:
                 self._replaced.set()
                 partition.wakeup.set()
-            self._destination_offset = base
+            if written:
+                self._destination_offset = base
             self._replicated.inc(count)
             self._bytes.inc(size)
             if appended_ms > 0:

@@ -47,11 +47,12 @@ RSS_LIMIT_MB = 200
 
 @contextmanager
 def remote_behind_proxy(
-    replicators: Start,
+    replicators: Start, **settings: str
 ) -> Iterator[tuple[Broker, EmbeddedBroker, FaultProxy, ReplicatorProcess]]:
     """dc1 with ``orders_REPLICA`` (3 partitions) and its ready replicator; dc2 behind a proxy.
 
     Every client connection to dc2, the replicator's included, passes through the proxy.
+    ``settings``: replicator settings (``idempotence="false"``).
     """
     broker_port, proxy_port = free_port(), free_port()
     proxy = FaultProxy(proxy_port, broker_port).start()
@@ -60,7 +61,8 @@ def remote_behind_proxy(
         with start_clusters("dc1") as brokers:
             local = brokers["dc1"]
             create_topics(local, orders_REPLICA=3)
-            dc1 = replicators("dc1", replicator_env("dc1", {"dc1": local, "dc2": remote}))
+            env = replicator_env("dc1", {"dc1": local, "dc2": remote}, **settings)
+            dc1 = replicators("dc1", env)
             dc1.wait_ready()
             yield local, remote, proxy, dc1
     finally:
@@ -130,10 +132,16 @@ def test_remote_cut_off_for_30s(replicators: Start) -> None:
         assert dc1.stop() == 0
 
 
-def test_remote_frozen_for_45s_then_resumed(replicators: Start) -> None:
+# Both ways of never writing a batch twice: the broker deduplicating an idempotent producer's
+# retries, and (a destination refusing a producer id) resuming from the destination's tail.
+PRODUCERS = pytest.mark.parametrize("idempotence", ["true", "false"])
+
+
+@PRODUCERS
+def test_remote_frozen_for_45s_then_resumed(replicators: Start, idempotence: str) -> None:
     """A remote broker that stops answering (SIGSTOP) holds requests it may still apply when it
     resumes (SIGCONT): a batch sent into the freeze is written once, never retried blindly."""
-    with remote_behind_proxy(replicators) as (local, dc2, _, dc1):
+    with remote_behind_proxy(replicators, idempotence=idempotence) as (local, dc2, _, dc1):
         assert dc2.process is not None
         with Stream(local, "orders_REPLICA", 3, per_tick=20) as stream:  # about 200 records/s
             wait_until(holds(dc2, "orders", 1), 30, "first records on dc2", dc1.log)
@@ -151,8 +159,13 @@ def test_remote_frozen_for_45s_then_resumed(replicators: Start) -> None:
         recovery = time.monotonic() - resumed_at
         wait_until(holds(local, "orders", total), 30, "local complete", dc1.log)
         reports = [check_replica(local, local), check_replica(local, dc2)]
-        print(f"remote frozen 45 s: {reports[1]}; caught up {recovery:.1f} s after SIGCONT")
-        summarise("remote frozen 45 s (SIGSTOP)", reports, peak_rss_mb(dc1), f"{recovery:.1f} s")
+        producer = "idempotent" if idempotence == "true" else "resume from the tail"
+        print(f"remote frozen 45 s ({producer}): {reports[1]}; caught up {recovery:.1f} s after")
+        scenario = f"remote frozen 45 s (SIGSTOP), {producer}"
+        summarise(scenario, reports, peak_rss_mb(dc1), f"{recovery:.1f} s")
+        assert dc1.metric("replicator_idempotent_producer", leg="dc1->dc2") == (
+            1 if idempotence == "true" else 0
+        )
         assert dc1.stop() == 0
 
 
@@ -208,8 +221,9 @@ def test_slow_remote_link(replicators: Start) -> None:
         assert dc1.stop() == 0
 
 
-def test_connections_reset_mid_batch(replicators: Start) -> None:
-    with remote_behind_proxy(replicators) as (local, dc2, proxy, dc1):
+@PRODUCERS
+def test_connections_reset_mid_batch(replicators: Start, idempotence: str) -> None:
+    with remote_behind_proxy(replicators, idempotence=idempotence) as (local, dc2, proxy, dc1):
         proxy.reset_connections(every=1.5)
         with Stream(local, "orders_REPLICA", 3, per_tick=100):
             time.sleep(15)
@@ -218,8 +232,9 @@ def test_connections_reset_mid_batch(replicators: Start) -> None:
         recovery = wait_until(holds(dc2, "orders", total), 90, "dc2 complete", dc1.log)
         report = check_replica(local, dc2)
         print(f"connection resets ({proxy.connections_reset} connections reset): {report}")
+        producer = "idempotent" if idempotence == "true" else "resume from the tail"
         summarise(
-            f"connections reset every 1.5 s ({proxy.connections_reset})",
+            f"connections reset every 1.5 s ({proxy.connections_reset}), {producer}",
             [report],
             peak_rss_mb(dc1),
             f"{recovery:.1f} s",

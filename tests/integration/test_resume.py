@@ -5,10 +5,14 @@ from __future__ import annotations
 import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import DuplicateSequenceNumber
+from aiokafka.protocol.produce import ProduceRequest
 
 from replicator.kafka import committed_offsets
+from replicator.producer import idempotent, make_producer
 from replicator.provenance import Provenance, Tagger
 from replicator.resume import DestinationTail, Tail
+from replicator.settings import load_settings
 from tests.integration.harness import (
     Broker,
     Sent,
@@ -141,3 +145,47 @@ def test_marks_are_saved_in_the_destination_and_a_restart_writes_nothing_twice(
             assert not report.out_of_order, f"{broker.alias}: {report}"
             assert count(broker, "orders") == 450
         assert dc1.stop() == 0
+
+
+def test_an_idempotent_producer_is_granted_and_a_resent_batch_is_written_once() -> None:
+    """InitProducerId at a version the broker grants; a batch sent twice (a retry after a lost
+    answer) is stored once: the broker answers the second with DuplicateSequenceNumber."""
+    with start_clusters("dc2") as brokers:
+        destination = brokers["dc2"]
+        create_topics(destination, orders=1)
+        tp = TopicPartition("orders", 0)
+
+        async def send_twice() -> list[int]:
+            settings = load_settings(replicator_env("dc2", brokers))
+            producer = make_producer(settings.clusters["dc2"], settings, "test")
+            await producer.start()
+            try:
+                assert idempotent(producer)
+                await producer.send_and_wait("orders", b"first", partition=0)
+                manager = producer._sender._txn_manager
+                builder = producer.create_batch()
+                for i in range(3):
+                    builder.append(key=None, value=b"retried-%d" % i, timestamp=None)
+                builder._set_producer_state(
+                    manager.producer_id, manager.producer_epoch, manager.sequence_number(tp)
+                )
+                data = bytes(builder._build())
+                leader = producer.client.cluster.leader_for_partition(tp)
+                codes = []
+                for _ in range(2):
+                    request = ProduceRequest(
+                        required_acks=-1,
+                        timeout=10_000,
+                        topics=[("orders", [(0, data)])],
+                        transactional_id=None,
+                    )
+                    answer = await producer.client.send(leader, request)
+                    codes.append(answer.topics[0][1][0][1])
+                return codes
+            finally:
+                await producer.stop()
+
+        codes = run(send_twice())
+        assert codes == [0, DuplicateSequenceNumber.errno]
+        stored = [r.value for r in read(destination, "orders")]
+        assert stored == [b"first", b"retried-0", b"retried-1", b"retried-2"]
