@@ -79,7 +79,7 @@ async def resume_cost(records: int, marked_records: int = 50_000) -> dict[str, A
         )
         await reader.start()
         try:
-            tail = DestinationTail(reader, timeout=300)
+            tail = DestinationTail(reader, timeout=300, marks_group="bench.resume")
             return {
                 "destination_records": log_end,
                 "active_origin": await timed(tail, "dc1", None),

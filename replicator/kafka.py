@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections import defaultdict
 from typing import Any
 
 import aiokafka.errors as kerr
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
 from aiokafka.helpers import create_ssl_context
+from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
 
 from replicator.errors import (
     AuthenticationFailed,
@@ -158,16 +161,12 @@ def make_consumer(
     )
 
 
-def make_reader(
-    cluster: ClusterSettings, settings: Settings, client_id: str, group_id: str
-) -> AIOKafkaConsumer:
-    """A consumer that reads ranges of a destination (the resume scan) and commits offsets for
-    ``group_id`` without ever joining it (manual assignment). Fetches answer at once at the
-    log end, so the end is known without waiting."""
+def make_reader(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaConsumer:
+    """A consumer of no group that reads ranges of a destination (the resume scan): fetches
+    answer at once at the log end, so the end is known without waiting."""
     return AIOKafkaConsumer(
         **client_options(cluster, settings),
         client_id=client_id,
-        group_id=group_id,
         enable_auto_commit=False,
         auto_offset_reset="none",
         fetch_max_wait_ms=10,
@@ -309,3 +308,49 @@ class ClusterClient:
 
     async def close(self) -> None:
         await self.reset()
+
+
+class GroupOffsets:
+    """The committed offsets of a group no consumer joins, read and written at its coordinator.
+
+    Plain OffsetFetch and OffsetCommit requests (generation -1, no member), as Kafka allows for
+    groups without members; no group machinery runs in the background.
+    """
+
+    def __init__(self, client: AIOKafkaClient, group: str) -> None:
+        self._client = client
+        self.group = group
+
+    async def fetch(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in partitions:
+            by_topic[tp.topic].append(tp.partition)
+        response = await self._send(OffsetFetchRequest(self.group, list(by_topic.items())))
+        found: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
+        for topic, answers in response.topics:
+            for partition, offset, _metadata, code in answers:
+                if code and kerr.for_code(code) is not kerr.UnknownTopicOrPartitionError:
+                    raise kerr.for_code(code)()
+                found[TopicPartition(topic, partition)] = None if offset < 0 else int(offset)
+        return found
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        by_topic: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        for tp, offset in offsets.items():
+            by_topic[tp.topic].append((tp.partition, offset, ""))
+        request = OffsetCommitRequest(
+            self.group,
+            OffsetCommitRequest.DEFAULT_GENERATION_ID,
+            "",
+            OffsetCommitRequest.DEFAULT_RETENTION_TIME,
+            list(by_topic.items()),
+        )
+        response = await self._send(request)
+        for _topic, answers in response.topics:
+            for _partition, code in answers:
+                if code:
+                    raise kerr.for_code(code)()
+
+    async def _send(self, request: Any) -> Any:
+        coordinator = await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)
+        return await self._client.send(coordinator, request, group=ConnectionGroup.COORDINATION)

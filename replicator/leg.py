@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Iterable
 
 import structlog
@@ -86,7 +87,10 @@ class LegRunner:
         self.group = leg.group_id(settings.group_prefix)
         self._consumer: AIOKafkaConsumer | None = None
         self.destination = Destination(
-            self._new_producer(), self._new_reader(), settings.request_timeout_ms / 1000
+            self._new_producer(),
+            self._new_reader(),
+            settings.request_timeout_ms / 1000,
+            marks_group(self.group),
         )
         self._topics = TopicProvisioner(
             source_client, destination_client, settings.destination_replication_factor
@@ -96,6 +100,8 @@ class LegRunner:
         self.resets = OffsetResets(leg.name, settings.offset_reset_policy, metrics)
         self.health = LegHealth(self, metrics, settings.send_stall_timeout_ms / 1000)
         self.last_error: str | None = None
+        # Duplicates the leg could not prevent, by kind (its senders count them; /status shows).
+        self.duplicates: Counter[str] = Counter()
         self._catch_up: CatchUpFetch | None = None
         self._committer: Committer | None = None
         self._tasks: asyncio.TaskGroup | None = None
@@ -135,8 +141,7 @@ class LegRunner:
 
     def _new_reader(self) -> AIOKafkaConsumer:
         destination = self._settings.clusters[self.leg.destination]
-        group = marks_group(self.group)
-        return make_reader(destination, self._settings, f"{self._client_id}-resume", group)
+        return make_reader(destination, self._settings, f"{self._client_id}-resume")
 
     async def start_source(self, stop: asyncio.Event) -> bool:
         """Start the source consumer; retry until it is up (``True``) or stop (``False``)."""
@@ -343,6 +348,7 @@ class LegRunner:
             self._metrics,
             log_start,
             self._dead_letters,
+            self.duplicates,
         )
         self.partitions[tp] = partition
         name = f"send:{self.leg.name}:{tp.topic}:{tp.partition}"

@@ -80,6 +80,14 @@ class LegHealth:
             # True: retries are deduplicated by the destination; False: it refused a producer id,
             # and batches of unknown outcome resume from its tail instead; None: not connected.
             "idempotent_producer": runner.destination.idempotent,
+            # Records written twice that could not be prevented (known), and records whose
+            # fate was unknown when their partition was given up (an upper bound).
+            "duplicates": {
+                "written_destination_replaced": runner.duplicates["written_destination_replaced"],
+                "possible_unacknowledged_at_release": runner.duplicates[
+                    "possible_unacknowledged_at_release"
+                ],
+            },
             "assigned_partitions": len(partitions),
             "replicating": sum(
                 1 for s in states if s in ("attached", "fetching_alone", "replaying")

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.errors import ClusterUnavailable
-from replicator.kafka import committed_offsets
+from replicator.kafka import GroupOffsets
 from replicator.provenance import Tagger
 
 _FIRST_CHUNK = 1_000
@@ -83,12 +83,13 @@ def marks_group(leg_group: str) -> str:
 
 
 class DestinationTail:
-    """Reads the end of a leg's destination partitions, and keeps the leg's destination marks
-    (a consumer of the marks group that never joins it: manual assignment)."""
+    """Reads the end of a leg's destination partitions (a consumer of no group), and keeps the
+    leg's destination marks (the offsets of the marks group, which nobody joins)."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, timeout: float) -> None:
+    def __init__(self, consumer: AIOKafkaConsumer, timeout: float, marks_group: str) -> None:
         self._consumer = consumer
         self._timeout = timeout
+        self._marks = GroupOffsets(consumer._client, marks_group)
         self._lock = asyncio.Lock()  # one partition at a time: the consumer is assigned to it
 
     async def last_written(
@@ -108,15 +109,12 @@ class DestinationTail:
 
     async def saved_mark(self, tp: TopicPartition) -> int | None:
         """The destination mark last saved for destination partition ``tp``, if any."""
-        async with self._lock:
-            found = await asyncio.wait_for(committed_offsets(self._consumer, [tp]), self._timeout)
-        return found[tp][0]
+        found = await asyncio.wait_for(self._marks.fetch([tp]), self._timeout)
+        return found[tp]
 
     async def save_marks(self, marks: dict[TopicPartition, int], timeout: float) -> None:
         """Save destination marks (after the source offsets they go with were committed)."""
-        async with self._lock:
-            self._consumer.assign(list(marks))
-            await asyncio.wait_for(self._consumer.commit(marks), timeout)
+        await asyncio.wait_for(self._marks.commit(marks), timeout)
 
     async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Log-end offsets as the broker lists them (a lower bound on some brokers, which is all

@@ -37,7 +37,13 @@ from aiokafka.errors import KafkaTimeoutError
 from replicator import batching
 from replicator.batching import OutboundBatch, Target
 from replicator.deadletter import DeadLetters
-from replicator.errors import ClusterUnavailable, ReplicatorError, TopicMismatch
+from replicator.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
+    ClusterUnavailable,
+    ReplicatorError,
+    TopicMismatch,
+)
 from replicator.kafka import translate
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
@@ -64,11 +70,18 @@ class Destination:
     """The destination cluster of a leg as its senders see it, once it is up: a producer, and
     a reader of partition tails (where to resume)."""
 
-    def __init__(self, producer: AIOKafkaProducer, reader: AIOKafkaConsumer, timeout: float):
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        reader: AIOKafkaConsumer,
+        timeout: float,
+        marks_group: str,
+    ) -> None:
         self.producer = producer
         self.reader = reader
         self.timeout = timeout
-        self.tail = DestinationTail(reader, timeout)
+        self.marks_group = marks_group
+        self.tail = DestinationTail(reader, timeout, marks_group)
         self.ready = asyncio.Event()
         self.idempotent: bool | None = None  # known once connected
 
@@ -76,7 +89,7 @@ class Destination:
         """New clients take the place of those that failed to start (not started yet)."""
         self.producer = producer
         self.reader = reader
-        self.tail = DestinationTail(reader, self.timeout)
+        self.tail = DestinationTail(reader, self.timeout, self.marks_group)
 
     def connected(self) -> None:
         """The producer and the reader started: senders may read and send."""
@@ -96,6 +109,7 @@ class PartitionSender:
         metrics: Metrics,
         log_start: Callable[[], Awaitable[int]],
         dead_letters: DeadLetters | None = None,
+        duplicates: Counter[str] | None = None,
     ) -> None:
         self.leg = leg
         self.partition = partition
@@ -104,6 +118,8 @@ class PartitionSender:
         self._metrics = metrics
         self._log_start = log_start
         self._dead_letters = dead_letters
+        # The leg's tally of duplicates it could not prevent, by kind (shown in /status).
+        self._duplicates: Counter[str] = duplicates if duplicates is not None else Counter()
         self._limit: int | None = None  # the destination topic's max.message.bytes, if known
         self._derived_seen = False  # derived records are logged once per partition
         # Base offset of the last batch the destination acknowledged: a lower one later means
@@ -161,6 +177,7 @@ class PartitionSender:
             records = sum(self._in_flight.get(f, (0, 0))[1] for f in still)
             target = self.partition.target_topic
             self._metrics.duplicates_possible.labels(self.leg.name, target).inc(records)
+            self._duplicates["possible_unacknowledged_at_release"] += records
             self._log.warning(
                 "drain timed out: batches handed to the destination were neither acknowledged "
                 "nor refused; if they land after the next owner resumed, they are written twice",
@@ -187,15 +204,26 @@ class PartitionSender:
             topic = await self._topics.ensure(partition.tp.topic, partition.target_topic)
             self._limit = topic.max_message_bytes
             if partition.mode is Mode.STARTING or replaying:
+                tail = await read_tail()
+
+        async def read_tail() -> Tail:
+            """Where to resume; a failure is retried (a read), unless credentials are at fault."""
+            try:
                 floor = None if replaying else partition.destination_mark
                 if floor is None and not replaying:
                     floor = await self._destination.tail.saved_mark(destination_tp)
-                tail = await self._destination.tail.last_written(
+                return await self._destination.tail.last_written(
                     destination_tp, partition.tagger, floor, whole=replaying
                 )
+            except Exception as exc:
+                error = translate(exc)
+                if isinstance(error, (AuthenticationFailed, AuthorizationFailed)):
+                    where = f"reading where to resume in {self.leg.destination}"
+                    raise type(error)(f"{where}: {error}") from exc
+                raise ClusterUnavailable(f"reading where to resume: {error}") from exc
 
         def not_ready(error: ReplicatorError) -> None:
-            partition.report(f"destination topic not ready: {error}")
+            partition.report(f"destination not ready: {error}")
 
         waiting = asyncio.ensure_future(
             retrying(
@@ -240,6 +268,7 @@ class PartitionSender:
                 self._metrics.duplicates_written.labels(
                     self.leg.name, partition.target_topic, "destination_replaced"
                 ).inc(tail.origin_records)
+                self._duplicates["written_destination_replaced"] += tail.origin_records
                 self._log.error(
                     "the replaced destination partition already held records of this origin "
                     "(written between its deletion and its detection): the replay writes them "

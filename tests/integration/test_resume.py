@@ -53,7 +53,7 @@ async def scan(bootstrap: str, origin: str, partition: int, floor: int | None, w
     )
     await reader.start()
     try:
-        tail = DestinationTail(reader, timeout=30)
+        tail = DestinationTail(reader, timeout=30, marks_group="test.resume")
         tagger = Tagger(origin, "orders_REPLICA", 0)
         return await tail.last_written(TopicPartition("orders", partition), tagger, floor, whole)
     finally:
