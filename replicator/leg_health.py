@@ -83,10 +83,12 @@ class LegHealth:
             # Records written twice that could not be prevented (known), and records whose
             # fate was unknown when their partition was given up (an upper bound).
             "duplicates": {
-                "written_destination_replaced": runner.duplicates["written_destination_replaced"],
-                "possible_unacknowledged_at_release": runner.duplicates[
-                    "possible_unacknowledged_at_release"
-                ],
+                kind: runner.duplicates[kind]
+                for kind in (
+                    "written_destination_replaced",
+                    "possible_unacknowledged_at_release",
+                    "possible_past_a_gap",
+                )
             },
             "assigned_partitions": len(partitions),
             "replicating": sum(

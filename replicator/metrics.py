@@ -129,10 +129,11 @@ class Metrics:
         self.duplicates_possible = self._declare(
             Counter,
             "replicator_duplicates_possible_total",
-            "Records handed to a destination whose outcome was unknown when their partition was "
-            "released (drain timed out): written twice if they landed after the next owner "
-            "resumed. An upper bound.",
-            ["leg", "topic"],
+            "Records that may have been written twice, an upper bound, by reason: "
+            "unacknowledged_at_release (a partition given up while batches were neither "
+            "acknowledged nor refused), past_a_gap (a resume found records of its origin not "
+            "following the committed offset and repeated them).",
+            ["leg", "topic", "reason"],
         )
         self.latency = self._declare(
             Histogram,

@@ -60,7 +60,6 @@ _MAYBE_WRITTEN = (
     kerr.KafkaConnectionError,
     kerr.RequestTimedOutError,
     kerr.NotEnoughReplicasAfterAppendError,
-    kerr.UnknownError,
 )
 
 

@@ -64,7 +64,15 @@ async def read_topic(
         deadline = time.monotonic() + timeout
         while len(done) < len(partitions):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic} did not reach the log end in {timeout}s")
+                behind = {
+                    tp.partition: (await consumer.position(tp), consumer.highwater(tp))
+                    for tp in partitions
+                    if tp not in done
+                }
+                raise TimeoutError(
+                    f"reading {topic} did not reach the log end in {timeout}s: "
+                    f"partition: (position, log end) {behind}"
+                )
             fetched = await consumer.getmany(timeout_ms=200)
             for tp, batch in fetched.items():
                 records[tp].extend(

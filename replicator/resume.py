@@ -4,7 +4,10 @@ Every record a leg writes carries its exact origin (cluster, topic, partition, o
 origin partition the destination holds those records in origin order: the leg's producer keeps
 one partition's batches in order, retries a failed batch before the next and never expires one.
 So the destination itself says where a (source partition, leg) stands: after the *last* record
-of that origin it holds. When a partition starts on a leg (after a crash, a rebalance or a
+of that origin it holds, provided the records of that origin read back run from the committed
+offset (or before it) to that last one; records past a gap (all above the committed offset: the
+ones between reached a destination topic deleted since) are not trusted, and the partition
+resumes at its committed offset. When a partition starts on a leg (after a crash, a rebalance or a
 restart), the sender reads the destination partition's tail before it sends anything
 (:meth:`DestinationTail.last_written`) and continues after that record; the records acknowledged
 after the last offset commit are skipped, never sent again. A record is skipped only when a
@@ -54,6 +57,7 @@ from replicator.provenance import Tagger
 _FIRST_CHUNK = 1_000
 _MAX_CHUNK = 200_000
 _FETCH_WAIT_MS = 20
+_NO_PROGRESS_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +69,24 @@ class Tail:
     scanned: int  # records read
     seconds: float
     origin_records: int = 0  # records of the origin in the window read
+    lowest: int | None = None  # the lowest origin offset among them
 
 
 def resume_after(position: int | None, tail: Tail) -> int | None:
     """Where a starting partition continues, given its position and the destination's tail.
 
-    After the last record of its origin the destination holds, whatever the committed offset
-    says (a higher one: records were acknowledged after the commit; a lower one: the source log
-    was replaced and replayed after the commit); at ``position`` when the window read holds none.
+    After the last record of its origin the destination holds, when the records read run from
+    ``position`` or before it up to that last one (a higher result: records were acknowledged
+    after the commit; a lower one: the source log was replaced and replayed after the commit).
+    At ``position`` when the window holds none, or only records past a gap (their origin offsets
+    all above ``position``: the records between are not in the destination, for instance they
+    reached a destination topic that was deleted since): those are repeated, never skipped.
     """
-    return position if tail.origin_offset is None else tail.origin_offset + 1
+    if tail.origin_offset is None:
+        return position
+    if position is not None and (tail.lowest is None or tail.lowest > position):
+        return position
+    return tail.origin_offset + 1
 
 
 def marks_group(leg_group: str) -> str:
@@ -93,19 +105,29 @@ class DestinationTail:
         self._lock = asyncio.Lock()  # one partition at a time: the consumer is assigned to it
 
     async def last_written(
-        self, tp: TopicPartition, origin: Tagger, floor: int | None, whole: bool = False
+        self,
+        tp: TopicPartition,
+        origin: Tagger,
+        floor: int | None,
+        position: int | None = None,
+        whole: bool = False,
     ) -> Tail:
-        """The last record of ``origin`` in destination partition ``tp``, at or after ``floor``
+        """The last record of ``origin`` in destination partition ``tp``, at or after ``floor``,
+        read back until a record of the origin at or below ``position`` shows the run is whole
         (``whole``: read everything down to ``floor``, counting the origin's records).
 
         :class:`ClusterUnavailable` if the destination does not answer within the timeout.
         """
         async with self._lock:
             try:
-                scan = self._scan(tp, origin, floor, whole)
+                scan = self._scan(tp, origin, floor, position, whole)
                 return await asyncio.wait_for(scan, self._timeout)
             except TimeoutError as exc:
                 raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
+            finally:
+                # An assigned consumer keeps fetching in the background: read nothing between
+                # scans (the partition may be deleted meanwhile).
+                self._consumer.pause(tp)
 
     async def saved_mark(self, tp: TopicPartition) -> int | None:
         """The destination mark last saved for destination partition ``tp``, if any."""
@@ -124,7 +146,12 @@ class DestinationTail:
         return {tp: int(end) for tp, end in ends.items()}
 
     async def _scan(
-        self, tp: TopicPartition, origin: Tagger, floor: int | None, whole: bool
+        self,
+        tp: TopicPartition,
+        origin: Tagger,
+        floor: int | None,
+        position: int | None,
+        whole: bool,
     ) -> Tail:
         began = time.monotonic()
         consumer = self._consumer
@@ -137,6 +164,7 @@ class DestinationTail:
         upper: int | None = None
         top, chunk = listed_end, _FIRST_CHUNK
         last: int | None = None
+        lowest: int | None = None
         log_end, scanned, counted = listed_end, 0, 0
         while True:
             begin = max(low, top - chunk)
@@ -147,8 +175,12 @@ class DestinationTail:
                 log_end = window.log_end
             if last is None:
                 last = window.origin_offset  # the later window's last record wins
-            if (last is not None and not whole) or begin <= low:
-                return Tail(last, log_end, scanned, time.monotonic() - began, counted)
+            if window.lowest is not None:
+                lowest = window.lowest if lowest is None else min(lowest, window.lowest)
+            whole_run = lowest is not None and (position is None or lowest <= position)
+            if (whole_run and not whole) or begin <= low:
+                seconds = time.monotonic() - began
+                return Tail(last, log_end, scanned, seconds, counted, lowest)
             upper, top, chunk = begin, begin, min(chunk * 4, _MAX_CHUNK)
 
     async def _read(
@@ -158,7 +190,9 @@ class DestinationTail:
         consumer = self._consumer
         consumer.seek(tp, begin)
         last: int | None = None
+        lowest: int | None = None
         read = counted = 0
+        progress_at, progress = time.monotonic(), begin
         while True:
             batches = await consumer.getmany(tp, timeout_ms=_FETCH_WAIT_MS)
             for record in batches.get(tp, ()):
@@ -168,10 +202,17 @@ class DestinationTail:
                 offset = origin.origin_offset(record.headers)
                 if offset is not None:
                     last = offset
+                    lowest = offset if lowest is None else min(lowest, offset)
                     counted += 1
             position = await consumer.position(tp)
             end = consumer.highwater(tp)
             stop_at = upper if upper is not None else end
-            if stop_at is not None and position >= stop_at:
+            if position != progress:
+                progress_at, progress = time.monotonic(), position
+            # Offsets that hold no record up to the end (a gap some brokers leave where writes to
+            # a deleted topic were acknowledged) never answer: read as empty. Missing a record of
+            # the origin here can only make the resume start earlier (a repeat, never a loss).
+            stuck = end is not None and time.monotonic() - progress_at > _NO_PROGRESS_S
+            if (stop_at is not None and position >= stop_at) or stuck:
                 log_end = end if end is not None else position
-                return Tail(last, log_end, read, 0.0, counted)
+                return Tail(last, log_end, read, 0.0, counted, lowest)

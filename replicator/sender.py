@@ -45,6 +45,7 @@ from replicator.errors import (
     TopicMismatch,
 )
 from replicator.kafka import translate
+from replicator.lifecycle import sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
 from replicator.partition import Halt, LegPartition, Mode, Work
@@ -64,6 +65,7 @@ from replicator.topology import Leg
 log = structlog.get_logger(__name__)
 
 _RETRY_BACKOFF_S = 0.5
+_SAVE_POLL_S = 0.05
 
 
 class Destination:
@@ -176,7 +178,9 @@ class PartitionSender:
             # may land after that read, and then be written twice.
             records = sum(self._in_flight.get(f, (0, 0))[1] for f in still)
             target = self.partition.target_topic
-            self._metrics.duplicates_possible.labels(self.leg.name, target).inc(records)
+            self._metrics.duplicates_possible.labels(
+                self.leg.name, target, "unacknowledged_at_release"
+            ).inc(records)
             self._duplicates["possible_unacknowledged_at_release"] += records
             self._log.warning(
                 "drain timed out: batches handed to the destination were neither acknowledged "
@@ -213,7 +217,7 @@ class PartitionSender:
                 if floor is None and not replaying:
                     floor = await self._destination.tail.saved_mark(destination_tp)
                 return await self._destination.tail.last_written(
-                    destination_tp, partition.tagger, floor, whole=replaying
+                    destination_tp, partition.tagger, floor, partition.position, whole=replaying
                 )
             except Exception as exc:
                 error = translate(exc)
@@ -278,6 +282,23 @@ class PartitionSender:
             return
         before = partition.position
         skipped = partition.resumed(tail)
+        last = tail.origin_offset
+        if last is not None and before is not None and skipped == 0 and last >= before:
+            # Records past a gap: repeated, not skipped.
+            repeated = last + 1 - before
+            target = partition.target_topic
+            self._metrics.duplicates_possible.labels(self.leg.name, target, "past_a_gap").inc(
+                repeated
+            )
+            self._duplicates["possible_past_a_gap"] += repeated
+            self._log.warning(
+                "the destination holds records of this origin that do not follow the "
+                "committed offset (a gap before them): resuming at the committed offset; "
+                "those records may be written again",
+                committed=before,
+                first_found=tail.lowest,
+                last_found=tail.origin_offset,
+            )
         if skipped > 0:
             self._metrics.resume_skipped.labels(self.leg.name, partition.target_topic).inc(skipped)
         if skipped or tail.seconds > 1.0:
@@ -365,6 +386,8 @@ class PartitionSender:
                 return
             exc = done.exception()
             if exc is not None:
+                if tracker is not partition.tracker:
+                    return  # a batch of an abandoned position: its fate no longer matters
                 if unknown_outcome(exc):
                     self._uncertain(tracker, exc)
                 else:
@@ -451,7 +474,17 @@ class PartitionSender:
         # Batches of the abandoned position still on their way land before the tail is read.
         if self._in_flight:
             await asyncio.wait(list(self._in_flight), timeout=self._destination.timeout)
-        await self._prepare(replaying=True)  # create the topic again (or halt)
+        if not await self._prepare(replaying=True):  # create the topic again (or halt)
+            return
+        # Nothing is replayed before the rewound position and the replaced log's end (the mark)
+        # are saved: a restart then replays too, rather than resuming after records that only
+        # reached the new log because they were in flight when the topic was deleted.
+        partition.report(f"{note}; saving the replay's position before sending")
+        while partition.open and (tracker := partition.tracker) is not None:
+            if not tracker.needs_commit:
+                break
+            await sleep_unless_stopped(partition.closed, _SAVE_POLL_S)
+        partition.report(note)
 
     async def _too_large(self, tracker: OffsetTracker, batch: OutboundBatch) -> bool:
         """A record larger than the destination topic accepts: apply the oversize policy."""

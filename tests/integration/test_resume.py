@@ -55,7 +55,8 @@ async def scan(bootstrap: str, origin: str, partition: int, floor: int | None, w
     try:
         tail = DestinationTail(reader, timeout=30, marks_group="test.resume")
         tagger = Tagger(origin, "orders_REPLICA", 0)
-        return await tail.last_written(TopicPartition("orders", partition), tagger, floor, whole)
+        destination = TopicPartition("orders", partition)
+        return await tail.last_written(destination, tagger, floor, whole=whole)
     finally:
         await reader.stop()
 

@@ -12,8 +12,10 @@ from replicator.resume import Tail, resume_after
 from tests.unit.test_partition import partition
 
 
-def tail(origin_offset: int | None, log_end: int = 500) -> Tail:
-    return Tail(origin_offset, log_end, scanned=10, seconds=0.01)
+def tail(origin_offset: int | None, log_end: int = 500, lowest: int | None = 0) -> Tail:
+    """A tail whose records of the origin run from ``lowest`` to ``origin_offset``."""
+    lowest = None if origin_offset is None else lowest
+    return Tail(origin_offset, log_end, scanned=10, seconds=0.01, lowest=lowest)
 
 
 @given(
@@ -45,6 +47,15 @@ def test_resume_continues_after_the_last_record_the_destination_holds() -> None:
     assert resume_after(None, tail(7)) == 8  # no commit, no known log start
     # The source log was replaced after the commit and replayed: the tail is the truth.
     assert resume_after(5_000, tail(99)) == 100
+
+
+def test_records_past_a_gap_are_repeated_never_taken_as_written() -> None:
+    """Records of the origin that do not run from the position (the ones between reached a
+    destination topic deleted since) leave the position where it is."""
+    assert resume_after(0, tail(390, lowest=374)) == 0
+    assert resume_after(100, tail(149, lowest=101)) == 100  # record 100 is missing
+    assert resume_after(100, tail(149, lowest=100)) == 150
+    assert resume_after(100, tail(149, lowest=95)) == 150  # an older mark: read from before
 
 
 def test_a_resumed_partition_skips_what_the_destination_holds_and_commits_the_move() -> None:
