@@ -32,7 +32,6 @@ from functools import partial
 from typing import Any
 
 import aiokafka.errors as kerr
-import structlog
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.producer.sender import InitPIDHandler, Sender, SendProduceReqHandler
@@ -43,8 +42,6 @@ from aiokafka.record.default_records import DefaultRecordBatch
 
 from replicator.kafka import client_options
 from replicator.settings import ClusterSettings, Compression, Settings
-
-log = structlog.get_logger(__name__)
 
 
 class OutcomeUnknown(kerr.KafkaError):  # type: ignore[misc]
