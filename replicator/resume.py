@@ -10,22 +10,23 @@ ones between reached a destination topic deleted since) are not trusted, and the
 resumes at its committed offset. When a partition starts on a leg (after a crash, a rebalance or a
 restart), the sender reads the destination partition's tail before it sends anything
 (:meth:`DestinationTail.last_written`) and continues after that record; the records acknowledged
-after the last offset commit are skipped, never sent again. A record is skipped only when a
-later record of the same origin is in the destination, which by the order above means the
-record itself is there.
+after the last offset commit are skipped, never sent again. A record is skipped only when the
+destination holds a run of records of its origin from the committed offset (or before) to a
+later record, which by the order above means the record itself is there.
 
-**Bounded reads.** The scan goes backwards from the log end in growing chunks and stops at the
-first chunk holding a record of the origin: while the origin writes, that is the last chunk. It
-never reads below the *destination mark*: a destination offset below which every record of the
-origin before the committed source offset was written (:class:`~replicator.offsets.OffsetTracker`
-keeps it). The committer saves it after each source commit, in the destination cluster itself,
-as the committed offset of the destination partition in the group ``<leg group>.resume``: a
-plain offset commit, which every broker keeps (commit metadata is not kept by all). Saved after
+**Bounded reads.** The scan goes backwards from the log end in growing chunks and stops once the
+records of the origin it found reach back to the committed offset: while the origin writes,
+that is the last chunk or two. It never reads below the *destination mark*: a destination
+offset below which every record of the origin before the committed source offset was written
+(:class:`~replicator.offsets.OffsetTracker` keeps it). The committer saves it after each source
+commit, in the destination cluster itself, as the committed offset of the destination partition
+in the group ``<leg group>.resume``: a plain offset commit, which every broker keeps (commit
+metadata is not kept by all). Saved after
 the source commit, a mark can only be older than the offset, never newer: an older mark means
 a longer read, never a missed record. An idle origin's mark is raised to the destination's log
 end while nothing is in flight, so records other origins wrote meanwhile are not read again.
-Without any mark (the partition's first start) the scan is bounded by the last record of the
-origin only (``benchmarks/resume.py`` measures each case).
+Without any mark (the partition's first start) the scan is bounded only by the origin's records
+reaching the position (``benchmarks/resume.py`` measures each case).
 
 **Ownership fencing.** Two owners of the same (source partition, leg) never interleave writes:
 the group gives a partition to its new owner only after the old owner's rebalance callback
@@ -34,12 +35,13 @@ batches it handed to the producer; only then does the new owner read the tail. A
 cannot get its in-flight batches acknowledged within ``REPLICATOR_SHUTDOWN_GRACE_MS`` (its
 destination stopped answering) is the one case left where a batch may land after the new owner
 read the tail: that is counted as a possible duplicate
-(``replicator_duplicates_possible_total{reason="drain_timeout"}``) and documented.
+(``replicator_duplicates_possible_total{reason="unacknowledged_at_release"}``) and documented.
 
-The scan is skipped, and duplicates are counted instead, only where the destination cannot say
-where the leg stands: a destination partition replaced (topic deleted and created again) is
-replayed from the source log start, and the records of the origin the new log already held are
-written again.
+Where the destination cannot say where the leg stands, duplicates are counted instead: a
+destination partition replaced (topic deleted and created again) is replayed from the source log
+start, and the records of the origin the new log already held are written again
+(``replicator_duplicates_written_total``); records past a gap are repeated
+(``replicator_duplicates_possible_total{reason="past_a_gap"}``).
 """
 
 from __future__ import annotations
