@@ -3,9 +3,11 @@
 Start order (enforced in :meth:`ReplicatorService.run` and :meth:`_replicate`):
   1. HTTP server, so ``/livez`` and ``/readyz`` answer while the rest starts;
   2. heartbeat and cluster probes (reachability of every cluster, for ``/readyz``);
-  3. one :class:`LegRunner` per destination (local first): its source consumer, then, in the
-     leg's own TaskGroup, its destination producer, catch-up fetch, committer and senders;
-  4. the shared :class:`SourceFeed`, which joins the group and fans records out to the legs.
+  3. one :class:`LegRunner` per leg of every feed (the ``_REPLICA`` mode's feed has one per
+     destination, local first; each MirrorMaker-style flow is a feed with one leg): its source
+     consumer, then, in the leg's own TaskGroup, its destination producer, catch-up fetch,
+     committer and senders;
+  4. one :class:`SourceFeed` per feed, which joins its group and fans records out to its legs.
 Stop is the reverse, and wins over a rebalance at any moment: the first SIGTERM/SIGINT sets the
 stop event; the feed stops fetching, every leg drains in-flight sends within the grace period and
 commits what was acknowledged, the feed leaves its group (an assignment completing meanwhile
@@ -21,7 +23,6 @@ import time
 from typing import Any
 
 import structlog
-from aiokafka import TopicPartition
 
 from replicator.deadletter import DeadLetters
 from replicator.health import HttpServer
@@ -32,7 +33,7 @@ from replicator.metrics import Metrics
 from replicator.retry import Backoff
 from replicator.settings import OversizePolicy, Settings
 from replicator.source import SourceFeed
-from replicator.topology import TopicRules, legs_for
+from replicator.topology import feeds_for
 
 log = structlog.get_logger(__name__)
 
@@ -43,12 +44,13 @@ _FETCH_STALL_S = 120.0
 
 
 class ReplicatorService:
-    """Replicates every replica topic of the local cluster to every configured cluster."""
+    """Runs the ``_REPLICA`` mode (every replica topic of the local cluster to every cluster)
+    and the configured flows, each feed with its own legs."""
 
     def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
-        self.rules = TopicRules.from_settings(settings)
+        self.plans = feeds_for(settings)
         self.clusters = {
             alias: ClusterClient(alias, cluster, settings)
             for alias, cluster in sorted(settings.clusters.items())
@@ -63,7 +65,7 @@ class ReplicatorService:
             if settings.record_too_large_policy is OversizePolicy.DEAD_LETTER
             else None
         )
-        self.feed: SourceFeed | None = None
+        self.feeds: list[SourceFeed] = []
         self.http = HttpServer(self, settings.http_host, settings.http_port)
 
     def request_stop(self) -> None:
@@ -77,9 +79,15 @@ class ReplicatorService:
         log.info(
             "replicator starting",
             local_cluster=self.settings.local_cluster,
-            destinations=[self.settings.local_cluster, *self.settings.remote_clusters],
             http_port=self.http.port,
-            topic_rules=self.rules.describe(),
+            feeds={
+                plan.name: {
+                    "source": plan.source,
+                    "destinations": [leg.destination for leg in plan.legs],
+                    "topic_rules": plan.rules.describe(),
+                }
+                for plan in self.plans
+            },
         )
         try:
             async with asyncio.TaskGroup() as group:
@@ -93,27 +101,29 @@ class ReplicatorService:
             log.info("replicator stopped")
 
     async def _replicate(self) -> None:
-        """Legs first (they hold the committed offsets), then the shared feed; stop in reverse.
+        """Legs first (they hold the committed offsets), then the feeds; stop in reverse.
 
-        Each leg owns its tasks in its own TaskGroup (nested in ``legs`` here). On stop the feed
+        Each leg owns its tasks in its own TaskGroup (nested in ``legs`` here). On stop each feed
         stops fetching, releases its partitions (every leg drains and commits them) and leaves
         its group; then each leg closes its partitions (any a late rebalance gave it), its
         TaskGroup ends and it closes its clients.
         """
         stop = self.stop_event
-        for direction in legs_for(self.settings):
-            self.legs.append(
+        for plan in self.plans:
+            runners = [
                 LegRunner(
-                    direction,
+                    leg,
                     self.settings,
-                    self.rules,
+                    plan,
                     self.metrics,
-                    self.clusters[direction.source],
-                    self.clusters[direction.destination],
+                    self.clusters[leg.source],
+                    self.clusters[leg.destination],
                     self.dead_letters,
                 )
-            )
-        self.feed = SourceFeed(self.settings, self.rules, self.metrics, self.legs)
+                for leg in plan.legs
+            ]
+            self.legs.extend(runners)
+            self.feeds.append(SourceFeed(self.settings, plan, self.metrics, runners))
         try:
             for leg in self.legs:
                 if not await leg.start_source(stop):
@@ -122,9 +132,11 @@ class ReplicatorService:
                 for leg in self.legs:
                     legs.create_task(leg.run(stop), name=f"leg:{leg.leg.name}")
                 try:
-                    await self.feed.run(stop)
+                    async with asyncio.TaskGroup() as feeds:
+                        for feed in self.feeds:
+                            feeds.create_task(feed.run(stop), name=f"feed:{feed.plan.name}")
                 finally:
-                    stop.set()  # the feed only ends on stop, or on a failure that stops all
+                    stop.set()  # a feed only ends on stop, or on a failure that stops all
                     await asyncio.gather(*(leg.close_partitions() for leg in self.legs))
         finally:
             if self.dead_letters is not None:
@@ -173,9 +185,12 @@ class ReplicatorService:
         stalled = time.monotonic() - self._tick
         if stalled > _LOOP_STALL_S:
             problems.append(f"event loop blocked for {stalled:.0f}s")
-        feed = self.feed
-        if feed is not None and feed.joined and feed.seconds_since_poll > _FETCH_STALL_S:
-            problems.append(f"source feed has not polled for {feed.seconds_since_poll:.0f}s")
+        for feed in self.feeds:
+            if feed.joined and feed.seconds_since_poll > _FETCH_STALL_S:
+                problems.append(
+                    f"source feed {feed.plan.name} has not polled for "
+                    f"{feed.seconds_since_poll:.0f}s"
+                )
         for runner in self.legs:
             if runner.source_connected and runner.seconds_since_poll > _FETCH_STALL_S:
                 problems.append(
@@ -191,16 +206,17 @@ class ReplicatorService:
             for alias, client in self.clusters.items()
             if client.error is not None and (alias == local or not local_only)
         ]
-        if self.feed is None:
+        if not self.feeds:
             problems.append("starting")
-        else:
-            problems.extend(self.feed.problems())
+        for feed in self.feeds:
+            problems.extend(feed.problems())
         for runner in self.legs:
             if runner.leg.destination == local or not local_only:
                 problems.extend(runner.health.problems())
         return problems
 
     def status(self) -> dict[str, Any]:
+        replica = self.replica_feed
         return {
             "local_cluster": self.settings.local_cluster,
             "stopping": self.stop_event.is_set(),
@@ -208,15 +224,28 @@ class ReplicatorService:
                 alias: {"reachable": client.error is None, "error": client.error}
                 for alias, client in self.clusters.items()
             },
-            "topics": self.feed.topics.status() if self.feed else None,
-            "source_feed": self.feed.status() if self.feed else None,
-            "legs": [leg.health.status(self._log_end) for leg in self.legs],
+            "topics": replica.topics.status() if replica else None,
+            "source_feed": replica.status() if replica else None,
+            "flows": {
+                feed.plan.name: {
+                    "source": feed.plan.source,
+                    "target": feed.plan.legs[0].destination,
+                    "topics": feed.topics.status(),
+                    "source_feed": feed.status(),
+                }
+                for feed in self.feeds
+                if feed.plan.is_flow
+            },
+            "legs": [leg.health.status(feed.log_end) for feed in self.feeds for leg in feed.legs],
         }
 
-    def _log_end(self, tp: TopicPartition) -> int | None:
-        return self.feed.log_end(tp) if self.feed else None
+    @property
+    def replica_feed(self) -> SourceFeed | None:
+        """The ``_REPLICA`` mode's feed (``None`` when the mode is off or not started yet)."""
+        return next((feed for feed in self.feeds if not feed.plan.is_flow), None)
 
     def metrics_exposition(self) -> bytes:
-        for leg in self.legs:
-            leg.health.refresh(self._log_end)
+        for feed in self.feeds:
+            for leg in feed.legs:
+                leg.health.refresh(feed.log_end)
         return self.metrics.exposition()

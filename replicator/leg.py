@@ -1,10 +1,11 @@
-"""A replication leg: the local cluster's replica topics into one destination cluster.
+"""A replication leg: the topics one feed selects on its source cluster, into one destination.
 
 A leg owns everything that is per destination, so that a slow or unreachable destination stalls
 only its own leg (contract point 4), each piece in its own module:
 
 - its two connections, each retried by the service's one retry policy (:mod:`replicator.retry`):
-  the *source consumer* (group ``<prefix>.<source>.<destination>``, holding the leg's committed
+  the *source consumer* (group ``<prefix>.<source>.<destination>``, the prefix being the group
+  prefix in the ``_REPLICA`` mode and the flow's group for a flow, holding the leg's committed
   offsets) and the *destination producer* (:class:`Destination`);
 - one :class:`LegPartition` (:mod:`replicator.partition`) and one :class:`PartitionSender` per
   assigned source partition;
@@ -49,9 +50,9 @@ from replicator.producer import idempotence_refused, make_producer
 from replicator.resume import marks_group
 from replicator.retry import retrying
 from replicator.sender import Destination, PartitionSender
-from replicator.settings import Settings
+from replicator.settings import Settings, StartPosition
 from replicator.topics import TopicProvisioner
-from replicator.topology import Leg, TopicRules
+from replicator.topology import FeedPlan, Leg
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +70,7 @@ class LegRunner:
         self,
         leg: Leg,
         settings: Settings,
-        rules: TopicRules,
+        plan: FeedPlan,
         metrics: Metrics,
         source_client: ClusterClient,
         destination_client: ClusterClient,
@@ -77,14 +78,18 @@ class LegRunner:
     ) -> None:
         self.leg = leg
         self._settings = settings
-        self._rules = rules
+        self._rules = plan.rules
+        self._start_from = plan.start_from
+        # Flows: a renamed copy never goes back to the cluster it came from (provenance.py).
+        self._home = leg.destination if plan.loop_home else None
         self._metrics = metrics
         self._dead_letters = dead_letters
         self._destination_client = destination_client
-        self._client_id = f"replicator-{leg.source}-to-{leg.destination}"
+        route = f"{leg.source}-to-{leg.destination}"
+        self._client_id = f"replicator-{route}" if leg.flow is None else f"replicator-{leg.flow}"
         # Asked for until the destination refuses it a producer id (then never again).
         self._idempotence = settings.idempotence
-        self.group = leg.group_id(settings.group_prefix)
+        self.group = leg.group_id(plan.leg_group_prefix)
         self._consumer: AIOKafkaConsumer | None = None
         self.destination = Destination(
             self._new_producer(),
@@ -92,9 +97,7 @@ class LegRunner:
             settings.request_timeout_ms / 1000,
             marks_group(self.group),
         )
-        self._topics = TopicProvisioner(
-            source_client, destination_client, settings.destination_replication_factor
-        )
+        self._topics = TopicProvisioner(source_client, destination_client, plan.replication_factor)
         self.partitions: dict[TopicPartition, LegPartition] = {}
         self._senders: dict[TopicPartition, tuple[PartitionSender, asyncio.Task[None]]] = {}
         self.resets = OffsetResets(leg.name, settings.offset_reset_policy, metrics)
@@ -303,20 +306,37 @@ class LegRunner:
         new = [tp for tp, offset in committed.items() if offset is None]
         log_start: dict[TopicPartition, int] = {}
         if new:
-            try:
-                log_start = await consumer.beginning_offsets(new)
-                self._log.info("no committed offset: starting at log start", partitions=len(new))
-            except Exception as exc:  # never lose the assignment over it: the feed decides
-                self._log.warning(
-                    "log start unknown: the feed starts these at its own position",
-                    partitions=len(new),
-                    error=repr(exc),
-                )
+            log_start = await self._first_positions(consumer, new)
         if self._closed or self._stop.is_set():
             return  # stop came while the offsets were read: start nothing
         for tp in replicated:
             self._start(tp, resume_position(committed[tp], log_start.get(tp)))
         self._log.info("partitions assigned", partitions=len(self.partitions))
+
+    async def _first_positions(
+        self, consumer: AIOKafkaConsumer, new: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Where partitions the leg never committed start: the log start, or (a flow told to
+        start from the latest records) the log end, committed at once so that a restart before
+        the first record continues from there instead of from a later end."""
+        latest = self._start_from is StartPosition.LATEST
+        try:
+            if latest:
+                ends: dict[TopicPartition, int] = await consumer.end_offsets(new)
+                await consumer.commit(ends)
+                self._log.info("no committed offset: starting at the latest", partitions=len(new))
+                return ends
+            starts: dict[TopicPartition, int] = await consumer.beginning_offsets(new)
+            self._log.info("no committed offset: starting at log start", partitions=len(new))
+            return starts
+        except Exception as exc:  # never lose the assignment over it: the feed decides
+            self._log.warning(
+                "first position unknown: the feed starts these at its own position "
+                f"(the {'log end' if latest else 'log start'})",
+                partitions=len(new),
+                error=repr(exc),
+            )
+            return {}
 
     def _start(self, tp: TopicPartition, position: int | None) -> None:
         assert self._tasks is not None and self._consumer is not None
@@ -330,6 +350,7 @@ class LegRunner:
             position,
             settings.partition_queue_max_records,
             settings.partition_queue_max_bytes,
+            home=self._home,
         )
         consumer = self._consumer
         # A position is always set explicitly (the consumer never resets one by itself); the

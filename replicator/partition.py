@@ -120,6 +120,7 @@ class LegPartition:
         position: int | None,
         max_records: int,
         max_bytes: int,
+        home: str | None = None,
     ) -> None:
         self.tp = tp
         self.target_topic = target_topic
@@ -129,7 +130,7 @@ class LegPartition:
         self.tracker: OffsetTracker | None = None
         self.last_error: str | None = None
         self.epoch = 0  # bumped by rewind(): work and acknowledgements of older epochs are void
-        self.tagger = Tagger(source, tp.topic, tp.partition)
+        self.tagger = Tagger(source, tp.topic, tp.partition, home)
         self.new_batch: Callable[[], Any] | None = None  # set by prepared()
         self.dead_lettered = 0
         # A destination offset below which every record before the position was written (set

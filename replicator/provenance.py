@@ -20,6 +20,15 @@ costs under 40 bytes (name included), against about 130 for four long-named head
 - a provenance header that does not parse, or appears twice: refused, never guessed
   (``malformed_provenance``).
 
+A MirrorMaker-style flow applies the same rule to the topics it copies (a same-name copy names
+the topic it sits in, so identity flows in both directions copy only what originated on their
+source: no loop, no duplicate, in any number of datacenters), plus one, because a copy made under
+another name (``dc2_orders``, ``dc2.orders``) does not name its own topic:
+
+- a *renamed copy* (the record's topic name ends with the topic its provenance names) whose
+  provenance names the flow's target cluster (its *home*) came from there: copying it back would
+  loop, so it is skipped (``loop``). Other renamed copies travel on, as MirrorMaker chains do.
+
 Pure, no I/O; every reader of provenance (data path, Spark jobs, examples) goes through here.
 """
 
@@ -127,8 +136,8 @@ def own_headers(headers: Iterable[Header]) -> list[Header]:
     return [(key, value) for key, value in headers if key not in _HEADER_SET]
 
 
-def marking(headers: Sequence[Header], source_topic: str) -> Marking:
-    """The loop rule for a record read from ``source_topic``."""
+def marking(headers: Sequence[Header], source_topic: str, home: str | None = None) -> Marking:
+    """The loop rule for a record read from ``source_topic`` (by a flow into ``home``)."""
     values = [raw for key, raw in headers if key == ORIGIN]
     if not values:
         return Marking.DERIVED if not untagged(headers) else Marking.UNTAGGED
@@ -137,7 +146,11 @@ def marking(headers: Sequence[Header], source_topic: str) -> Marking:
     except ProvenanceError:
         return Marking.MALFORMED
     assert origin is not None
-    return Marking.LOOP if origin.topic == source_topic else Marking.DERIVED
+    if origin.topic == source_topic:
+        return Marking.LOOP
+    if home is not None and origin.cluster == home and source_topic.endswith(origin.topic):
+        return Marking.LOOP  # a renamed copy of the target's own data
+    return Marking.DERIVED
 
 
 class Tagger:
@@ -146,10 +159,11 @@ class Tagger:
     The ``<cluster>/<topic>/<partition>/`` prefix is encoded once; only the offset is per record.
     """
 
-    __slots__ = ("_prefix", "topic")
+    __slots__ = ("_home", "_prefix", "topic")
 
-    def __init__(self, cluster: str, topic: str, partition: int) -> None:
+    def __init__(self, cluster: str, topic: str, partition: int, home: str | None = None) -> None:
         self.topic = topic
+        self._home = home  # a flow's target cluster: renamed copies from there are loops
         self._prefix = b"%s/%s/%d/" % (cluster.encode("ascii"), topic.encode("ascii"), partition)
 
     def origin_offset(self, headers: Iterable[Header]) -> int | None:
@@ -173,7 +187,7 @@ class Tagger:
         record keeps its own headers, gains its provenance, and keeps the one it carried as
         ``replicator-upstream``.
         """
-        mark = marking(headers, self.topic)
+        mark = marking(headers, self.topic, self._home)
         if not mark.replicated:
             return mark, None
         own = own_headers(headers)

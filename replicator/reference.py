@@ -18,7 +18,13 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from replicator.metrics import Metrics
-from replicator.settings import ENV_PREFIX, NESTED_DELIMITER, ClusterSettings, Settings
+from replicator.settings import (
+    ENV_PREFIX,
+    NESTED_DELIMITER,
+    ClusterSettings,
+    FlowSettings,
+    Settings,
+)
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -60,6 +66,12 @@ def configuration_table() -> str:
             for cluster_name, cluster_field in ClusterSettings.model_fields.items():
                 variable = prefix + cluster_name.upper()
                 rows.append(_row(variable, cluster_field, "(required, one per cluster)"))
+            continue
+        if name == "flows":
+            prefix = f"{ENV_PREFIX}FLOWS{NESTED_DELIMITER}<NAME>{NESTED_DELIMITER}"
+            for flow_name, flow_field in FlowSettings.model_fields.items():
+                variable = prefix + flow_name.upper()
+                rows.append(_row(variable, flow_field, "(required, one per flow)"))
             continue
         rows.append(_row(ENV_PREFIX + name.upper(), field))
     return "\n".join(rows)

@@ -46,6 +46,9 @@ _ALIAS = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 _HOST_PORT = re.compile(r"^[^\s:,]+:\d{1,5}$")
 
 
+_FLOW_NAME = re.compile(r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
+
+
 class SecurityProtocol(StrEnum):
     """How the replicator talks to one cluster."""
 
@@ -85,6 +88,21 @@ class OversizePolicy(StrEnum):
 
     HALT = "halt"  # stop that partition on that leg and report it
     DEAD_LETTER = "dead-letter"  # park it in the local dead-letter topic and continue
+
+
+class Naming(StrEnum):
+    """How a flow names a source topic on its target cluster."""
+
+    IDENTITY = "identity"  # the same name (MirrorMaker 1, MM2's IdentityReplicationPolicy)
+    PREFIX = "prefix"  # <prefix><topic> (the Go mirror maker's --prefix)
+    SOURCE_ALIAS = "source-alias"  # <source><separator><topic> (MM2's DefaultReplicationPolicy)
+
+
+class StartPosition(StrEnum):
+    """Where a flow starts a source partition that has no committed offset yet."""
+
+    EARLIEST = "earliest"  # the whole history the source still holds
+    LATEST = "latest"  # only what is written from now on
 
 
 def _readable_file(path: Path | None) -> Path | None:
@@ -163,6 +181,11 @@ class ClusterSettings(BaseModel):
     ssl_cafile: ReadableFile = Field(None, description="CA bundle to verify the brokers.")
     ssl_certfile: ReadableFile = Field(None, description="Client certificate (mutual TLS).")
     ssl_keyfile: ReadableFile = Field(None, description="Client private key (mutual TLS).")
+    topic_alias: str | None = Field(
+        None,
+        description="The cluster's name in topic names a source-alias flow writes "
+        "(<name><separator><topic>, as MM2 names them); default: its alias.",
+    )
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -191,6 +214,49 @@ class ClusterSettings(BaseModel):
         return self.security_protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
 
 
+class FlowSettings(BaseModel):
+    """One MirrorMaker-style flow: the topics of ``source`` that pass its rules, copied to
+    ``target`` under a naming policy. Only records that originated in the source cluster are
+    copied under the same name; see ``provenance.py`` for the rule."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(description="Alias of the cluster the flow reads.")
+    target: str = Field(description="Alias of the cluster the flow writes.")
+    naming: Naming = Field(
+        Naming.IDENTITY,
+        description="identity, prefix (<prefix><topic>) or source-alias "
+        "(<source><separator><topic>, MM2's default policy).",
+    )
+    prefix: str = Field("", description="The prefix of the prefix naming policy.")
+    separator: str = Field(".", description="The separator of the source-alias naming policy.")
+    topics_include: Regex = Field(
+        ".*", description="Regex over source topic names to copy (whole name; comma means |)."
+    )
+    topics_exclude: Regex = Field(
+        DEFAULT_TOPICS_EXCLUDE,
+        description="Regex over source topic names never copied (whole name; comma means |).",
+    )
+    group_id: str | None = Field(
+        None,
+        description="The flow's consumer group on the source (default <group prefix>.<flow>); "
+        "its committed offsets are per target under <group>.<source>.<target>.",
+    )
+    start_from: StartPosition = Field(
+        StartPosition.EARLIEST,
+        description="Where a partition with no committed offset starts: earliest (the whole "
+        "history) or latest (only new records).",
+    )
+    replication_factor: int | None = Field(
+        None, ge=1, description="Replication factor of topics created on the target."
+    )
+
+    @field_validator("source", "target")
+    @classmethod
+    def _alias(cls, value: str) -> str:
+        return value.strip().lower()
+
+
 class Settings(BaseSettings):
     """The whole configuration of one replicator (one sidecar beside one cluster)."""
 
@@ -205,6 +271,15 @@ class Settings(BaseSettings):
     local_cluster: str = Field(description="Alias of the cluster this sidecar runs beside.")
     clusters: dict[str, ClusterSettings] = Field(
         description="One block per datacenter (local included), keyed by alias."
+    )
+    replica_mode: bool = Field(
+        True,
+        description="Replicate the local cluster's <topic>_REPLICA topics to <topic> on every "
+        "cluster. false: run only the flows.",
+    )
+    flows: dict[str, FlowSettings] = Field(
+        default_factory=dict,
+        description="MirrorMaker-style flows (one block per flow, keyed by its name).",
     )
     topics_include: Regex = Field(
         ".*",
@@ -375,6 +450,39 @@ class Settings(BaseSettings):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _flows(self) -> Settings:
+        for name, flow in self.flows.items():
+            var = f"{ENV_PREFIX}FLOWS__{name.upper()}__"
+            if not _FLOW_NAME.match(name):
+                raise ConfigError(
+                    var + "SOURCE", "a flow name is lower-case letters, digits, '-' and '_'"
+                )
+            for end in ("source", "target"):
+                alias = getattr(flow, end)
+                if alias not in self.clusters:
+                    known = ", ".join(sorted(self.clusters))
+                    raise ConfigError(
+                        var + end.upper(), f"no cluster named {alias!r} (known: {known})"
+                    )
+            if flow.naming is Naming.PREFIX and not flow.prefix:
+                raise ConfigError(var + "PREFIX", "required by the prefix naming policy")
+            if flow.naming is Naming.SOURCE_ALIAS and not flow.separator:
+                raise ConfigError(var + "SEPARATOR", "must not be empty")
+            if flow.source == flow.target and flow.naming is Naming.IDENTITY:
+                raise ConfigError(
+                    var + "TARGET",
+                    "an identity flow into its own source cluster would copy every topic onto "
+                    "itself; give another target or a renaming policy",
+                )
+        if not self.replica_mode and not self.flows:
+            raise ConfigError(
+                f"{ENV_PREFIX}REPLICA_MODE",
+                f"is false and no flow is configured ({ENV_PREFIX}FLOWS__<NAME>__SOURCE ...): "
+                "nothing would be replicated",
+            )
+        return self
+
     @property
     def remote_clusters(self) -> list[str]:
         return sorted(alias for alias in self.clusters if alias != self.local_cluster)
@@ -409,6 +517,7 @@ def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """``REPLICATOR_*`` variables that name no setting: almost always a typo."""
     top = {name.upper() for name in Settings.model_fields}
     cluster_fields = {name.upper() for name in ClusterSettings.model_fields}
+    flow_fields = {name.upper() for name in FlowSettings.model_fields}
     unknown = []
     for key in environ:
         upper = key.upper()
@@ -417,6 +526,9 @@ def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
         parts = upper[len(ENV_PREFIX) :].split(NESTED_DELIMITER)
         if parts[0] == "CLUSTERS":
             if len(parts) != 3 or parts[2] not in cluster_fields:
+                unknown.append(key)
+        elif parts[0] == "FLOWS":
+            if len(parts) != 3 or parts[2] not in flow_fields:
                 unknown.append(key)
         elif len(parts) != 1 or parts[0] not in top:
             unknown.append(key)

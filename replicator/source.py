@@ -1,6 +1,8 @@
-"""The shared source feed: one fetch of the local cluster, fanned out to every leg.
+"""A source feed: one fetch of a source cluster, fanned out to every leg of its feed plan.
 
-One consumer (group ``<prefix>.<source>``) subscribes to the replica topics and owns the
+The ``_REPLICA`` mode's feed reads the local cluster's replica topics for every cluster's leg;
+each MirrorMaker-style flow has a feed of its own (its source, its one leg). One consumer (group
+``<prefix>.<source>``, or the flow's group) subscribes to the selected topics and owns the
 partition assignment; replicas of the same datacenter share the partitions through it. Each
 fetched chunk of a partition is handed to a :class:`PartitionFanout`, which builds, in one pass
 over the records, the batches of every leg's :class:`LegPartition` that is attached and continues
@@ -42,9 +44,9 @@ from replicator.metrics import Metrics
 from replicator.partition import Fit, LegPartition, Mode
 from replicator.records import SourceRecord
 from replicator.retry import retrying
-from replicator.settings import Settings
+from replicator.settings import Settings, StartPosition
 from replicator.topic_watch import TopicWatch
-from replicator.topology import TopicRules
+from replicator.topology import FeedPlan
 
 log = structlog.get_logger(__name__)
 
@@ -136,29 +138,30 @@ class PartitionFanout:
 
 
 class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
-    """The shared fetch of the local cluster's replica topics."""
+    """The shared fetch of one source cluster's selected topics (one :class:`FeedPlan`)."""
 
     def __init__(
-        self, settings: Settings, rules: TopicRules, metrics: Metrics, legs: list[LegRunner]
+        self, settings: Settings, plan: FeedPlan, metrics: Metrics, legs: list[LegRunner]
     ) -> None:
         self._settings = settings
-        self._rules = rules
+        self.plan = plan
+        self._rules = plan.rules
         self._metrics = metrics
-        self._legs = legs
-        self.group = f"{settings.group_prefix}.{settings.local_cluster}"
+        self.legs = legs
+        self.group = plan.group
         self._consumer: AIOKafkaConsumer | None = None
         self._fanouts: dict[TopicPartition, PartitionFanout] = {}
         self._waiters: dict[TopicPartition, asyncio.Task[None]] = {}
         self._tasks: asyncio.TaskGroup | None = None
         self._stop = asyncio.Event()
         self._detach_after = settings.detach_after_ms / 1000
-        self.topics = TopicWatch(rules, metrics, settings.local_cluster)
+        self.topics = TopicWatch(plan.rules, metrics, plan.source, plan.name)
         self._listing_interval = settings.metadata_max_age_ms / 1000
         self._next_listing = 0.0
         self.joined = False
         self.last_error: str | None = None
         self.last_poll = time.monotonic()
-        self._log = log.bind(feed=settings.local_cluster)
+        self._log = log.bind(feed=plan.name, source=plan.source)
 
     @property
     def connected(self) -> bool:
@@ -193,14 +196,15 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def _connect(self, stop: asyncio.Event) -> AIOKafkaConsumer | None:
         settings = self._settings
-        cluster = settings.clusters[settings.local_cluster]
+        source = self.plan.source
+        cluster = settings.clusters[source]
 
         def connect() -> Awaitable[AIOKafkaConsumer]:
-            client_id = f"replicator-{settings.local_cluster}-feed"
+            client_id = f"replicator-{self.plan.name}-{source}-feed"
             return start_consumer(cluster, settings, self.group, client_id)
 
         def failed(error: ReplicatorError) -> None:
-            self.last_error = f"cannot connect to {settings.local_cluster}: {error}"
+            self.last_error = f"cannot connect to {source}: {error}"
 
         consumer = await retrying(
             connect, stop=stop, what="reach the source", log=self._log, on_error=failed
@@ -334,7 +338,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         if found is None:
             consumer.seek(tp, position)  # in range after all: carry on
             return
-        for leg in self._legs:
+        for leg in self.legs:
             leg.out_of_range(tp, found)
         if self._fanouts.get(tp) is fanout:  # not released or assigned again meanwhile
             self._drop_fanout(tp)
@@ -360,9 +364,9 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             return
         self.joined = True
         partitions = [tp for tp in assigned if self._rules.target(tp.topic) is not None]
-        for leg in self._legs:
+        for leg in self.legs:
             self._metrics.rebalances.labels(leg.leg.name).inc()
-        await asyncio.gather(*(leg.assign(partitions) for leg in self._legs))
+        await asyncio.gather(*(leg.assign(partitions) for leg in self.legs))
         if self._stop.is_set():
             return  # the legs release what they took when they close
         for tp in partitions:
@@ -373,13 +377,15 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         """Fan ``tp`` out to the legs' partitions, from the lowest position one of them needs."""
         consumer = self._consumer
         assert consumer is not None
-        partitions = [leg.partitions[tp] for leg in self._legs if tp in leg.partitions]
+        partitions = [leg.partitions[tp] for leg in self.legs if tp in leg.partitions]
         starts = [p.position for p in partitions if p.open]
         if not starts:
             self._fanouts[tp] = PartitionFanout(tp, partitions, 0)
             return  # halted on every leg: nothing to fetch
         if all(offset is not None for offset in starts):
             consumer.seek(tp, min(o for o in starts if o is not None))
+        elif self.plan.start_from is StartPosition.LATEST:
+            await consumer.seek_to_end(tp)
         else:
             await consumer.seek_to_beginning(tp)
         position = await consumer.position(tp)
@@ -409,7 +415,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             return
         for tp in partitions:
             self._drop_fanout(tp)
-        await asyncio.gather(*(leg.release(partitions) for leg in self._legs))
+        await asyncio.gather(*(leg.release(partitions) for leg in self.legs))
         self._log.info("partitions released", partitions=len(partitions))
 
     # -- what the legs and health checks need ---------------------------------------------------

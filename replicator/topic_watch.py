@@ -1,6 +1,6 @@
-"""The local cluster's topics as the rules see them, kept current and visible.
+"""A feed's source topics as its rules see them, kept current and visible.
 
-The shared feed lists the local cluster's topics at start-up and then every
+Each feed lists its source cluster's topics at start-up and then every
 ``REPLICATOR_METADATA_MAX_AGE_MS``, and hands each listing to :class:`TopicWatch`. The watch asks
 the rules (:meth:`TopicRules.select`) which topics are replicated and why the others are not,
 and owns what follows from the answer: the consumer subscription (exactly the replicated topics),
@@ -28,10 +28,13 @@ _SHOWN = 50  # topics listed per reason in /status and the log; the rest are cou
 class TopicWatch:
     """The latest topic selection of the local cluster, and its named transitions."""
 
-    def __init__(self, rules: TopicRules, metrics: Metrics, cluster: str) -> None:
+    def __init__(
+        self, rules: TopicRules, metrics: Metrics, cluster: str, feed: str = "replica"
+    ) -> None:
         self._rules = rules
         self._metrics = metrics
-        self._log = log.bind(cluster=cluster)
+        self._feed = feed
+        self._log = log.bind(cluster=cluster, feed=feed)
         self.selection: TopicSelection | None = None
         self.listed_at: float | None = None
         self.last_error: str | None = None
@@ -65,7 +68,7 @@ class TopicWatch:
         for reason in selection.rejected.values():
             counts[reason.value] += 1
         for name, count in counts.items():
-            self._metrics.source_topics.labels(name).set(count)
+            self._metrics.source_topics.labels(self._feed, name).set(count)
 
     def _report(self, selection: TopicSelection) -> None:
         rejected = {
@@ -80,11 +83,21 @@ class TopicWatch:
                 rejected=rejected,
             )
             return
+        suffix = self._rules.suffix
+        if suffix is None:
+            self._log.warning(
+                "the flow's topic rules match no topic: nothing is copied",
+                **self._rules.describe(),
+                rejected=rejected,
+                hint="the include and exclude rules are matched against the whole source topic "
+                "name",
+            )
+            return
         self._log.warning(
             "the topic rules match no replica topic: nothing is replicated",
             **self._rules.describe(),
             rejected=rejected,
-            hint=f"applications publish to <topic>{self._rules.suffix}; the include and exclude "
+            hint=f"applications publish to <topic>{suffix}; the include and exclude "
             "rules are matched against <topic>, the whole name",
         )
 

@@ -1,10 +1,14 @@
-"""Topology: clusters, legs, and which topics are replicated where.
+"""Topology: clusters, feeds, legs, and which topics are replicated where under which name.
 
-A *leg* is one direction of replication, from the local (source) cluster to one destination
-cluster, the local one included. The topic rules map a source topic ``X_REPLICA`` to its real topic
-``X`` and apply the include/exclude regexes to ``X`` (whole name). One function decides
-(:meth:`TopicRules.rejection`); a :class:`TopicSelection` is its answer for one topic listing,
-and the consumer subscription is built from that answer, never from the user's regexes.
+A *feed* (:class:`FeedPlan`) is one fetch of one source cluster with its topic rules and its
+legs; a *leg* is one direction of replication, from that source to one destination cluster.
+The ``_REPLICA`` mode is one feed of the local cluster with a leg per cluster, the local one
+included: its rules map a source topic ``X_REPLICA`` to its real topic ``X`` and apply the
+include/exclude regexes to ``X``. Each MirrorMaker-style flow is one feed with one leg: its rules
+apply the regexes to the source topic and name the target topic by the flow's naming policy
+(identity, prefix, or MM2's ``<source><separator><topic>`` with MM2's cycle rule). One function
+decides (:meth:`TopicRules.rejection`); a :class:`TopicSelection` is its answer for one topic
+listing, and the consumer subscription is built from that answer, never from the user's regexes.
 Pure logic, no I/O.
 """
 
@@ -15,19 +19,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from replicator.settings import Settings
+from replicator.settings import FlowSettings, Naming, Settings, StartPosition
+
+# The longest topic name Kafka accepts.
+_MAX_TOPIC_LENGTH = 249
 
 
 @dataclass(frozen=True, slots=True)
 class Leg:
-    """One replication direction: every replica topic of ``source`` into ``destination``."""
+    """One replication direction: the topics a feed of ``source`` selects, into ``destination``.
+
+    ``flow`` names the MirrorMaker-style flow the leg belongs to (``None`` in the ``_REPLICA``
+    mode); it prefixes the leg's name, so two feeds between the same clusters never share one.
+    """
 
     source: str
     destination: str
+    flow: str | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.source}->{self.destination}"
+        route = f"{self.source}->{self.destination}"
+        return route if self.flow is None else f"{self.flow}:{route}"
 
     @property
     def is_local(self) -> bool:
@@ -51,6 +64,11 @@ class Rejection(StrEnum):
     NOT_INCLUDED = "not_included"
     EXCLUDED = "excluded"
     TARGET_IS_REPLICA_TOPIC = "target_is_replica_topic"
+    # MM2's cycle rule: the topic is the target's own data, copied here under its name.
+    REMOTE_TOPIC_OF_TARGET = "remote_topic_of_target"
+    # A prefix flow's own output (it starts with the prefix): copying it would rename it again.
+    FLOW_OUTPUT = "flow_output"
+    TARGET_NAME_TOO_LONG = "target_name_too_long"
 
 
 @dataclass(frozen=True)
@@ -87,38 +105,68 @@ class TopicSelection:
 
 @dataclass(frozen=True)
 class TopicRules:
-    """Maps ``<topic><suffix>`` to ``<topic>`` and decides which topics are replicated.
+    """Which source topics a feed replicates, and each one's name on the destination.
 
-    :meth:`rejection` is the only decision; everything else (:meth:`select`, :meth:`target`,
-    the subscription) is derived from it, so no two parts can disagree on a topic.
+    With a ``suffix`` (the ``_REPLICA`` mode) a source topic ``<topic><suffix>`` maps to
+    ``<topic>`` and the regexes apply to ``<topic>``; without one (a flow) the regexes apply to
+    the source topic and ``naming`` gives the target's name. :meth:`rejection` is the only
+    decision; everything else (:meth:`select`, :meth:`target`, the subscription) is derived from
+    it, so no two parts can disagree on a topic.
     """
 
-    suffix: str
     include: re.Pattern[str]
     exclude: re.Pattern[str]
+    suffix: str | None = None
+    naming: Naming = Naming.IDENTITY
+    prefix: str = ""  # the prefix policy's
+    separator: str = "."  # the source-alias policy's
+    source_name: str = ""  # the source cluster's name in topic names (source-alias policy)
+    target_name: str = ""  # the target cluster's name in topic names (MM2's cycle rule)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TopicRules:
+        """The ``_REPLICA`` mode's rules."""
         return cls(
             suffix=settings.replica_suffix,
             include=re.compile(settings.topics_include),
             exclude=re.compile(settings.topics_exclude),
         )
 
+    @classmethod
+    def for_flow(cls, flow: FlowSettings, settings: Settings) -> TopicRules:
+        """A MirrorMaker-style flow's rules."""
+        source, target = settings.clusters[flow.source], settings.clusters[flow.target]
+        return cls(
+            include=re.compile(flow.topics_include),
+            exclude=re.compile(flow.topics_exclude),
+            naming=flow.naming,
+            prefix=flow.prefix,
+            separator=flow.separator,
+            source_name=source.topic_alias or flow.source,
+            target_name=target.topic_alias or flow.target,
+        )
+
     def describe(self) -> dict[str, str]:
         """The rules as configured, for logs and ``/status``."""
-        return {
-            "include": self.include.pattern,
-            "exclude": self.exclude.pattern,
-            "suffix": self.suffix,
-        }
+        rules = {"include": self.include.pattern, "exclude": self.exclude.pattern}
+        if self.suffix is not None:
+            return {**rules, "suffix": self.suffix}
+        rules["naming"] = self.naming.value
+        if self.naming is Naming.PREFIX:
+            rules["prefix"] = self.prefix
+        elif self.naming is Naming.SOURCE_ALIAS:
+            rules["topic_names"] = f"{self.source_name}{self.separator}<topic>"
+        return rules
 
     def rejection(self, source_topic: str) -> Rejection | None:
         """Why ``source_topic`` is not replicated, or ``None`` when it is."""
-        if not source_topic.endswith(self.suffix) or source_topic == self.suffix:
+        if self.suffix is None:
+            return self._flow_rejection(source_topic)
+        suffix = self.suffix
+        if not source_topic.endswith(suffix) or source_topic == suffix:
             return Rejection.NOT_A_REPLICA_TOPIC
-        target = source_topic[: -len(self.suffix)]
-        if target.endswith(self.suffix):
+        target = source_topic[: -len(suffix)]
+        if target.endswith(suffix):
             # Writing into another replica topic would make the replicator read its own output.
             return Rejection.TARGET_IS_REPLICA_TOPIC
         if not self.include.fullmatch(target):
@@ -127,11 +175,39 @@ class TopicRules:
             return Rejection.EXCLUDED
         return None
 
+    def _flow_rejection(self, source_topic: str) -> Rejection | None:
+        if not self.include.fullmatch(source_topic):
+            return Rejection.NOT_INCLUDED
+        if self.exclude.fullmatch(source_topic):
+            return Rejection.EXCLUDED
+        if self.naming is Naming.SOURCE_ALIAS and self._is_cycle(source_topic):
+            return Rejection.REMOTE_TOPIC_OF_TARGET
+        if self.naming is Naming.PREFIX and source_topic.startswith(self.prefix):
+            return Rejection.FLOW_OUTPUT
+        if len(self._name(source_topic)) > _MAX_TOPIC_LENGTH:
+            return Rejection.TARGET_NAME_TOO_LONG
+        return None
+
+    def _is_cycle(self, topic: str) -> bool:
+        """MM2's cycle rule: a topic named ``<a><sep><b><sep>...<topic>`` came through the
+        clusters ``a``, ``b``, ...; copying it to any of them would bring it back home."""
+        parts = topic.split(self.separator)
+        return self.target_name in parts[:-1]
+
+    def _name(self, source_topic: str) -> str:
+        if self.naming is Naming.PREFIX:
+            return self.prefix + source_topic
+        if self.naming is Naming.SOURCE_ALIAS:
+            return f"{self.source_name}{self.separator}{source_topic}"
+        return source_topic
+
     def target(self, source_topic: str) -> str | None:
-        """The real topic ``source_topic`` replicates into, or ``None`` if it is not replicated."""
+        """The topic ``source_topic`` replicates into, or ``None`` if it is not replicated."""
         if self.rejection(source_topic) is not None:
             return None
-        return source_topic[: -len(self.suffix)]
+        if self.suffix is not None:
+            return source_topic[: -len(self.suffix)]
+        return self._name(source_topic)
 
     def select(self, topics: Iterable[str]) -> TopicSelection:
         """Sort a cluster's topics into replicated and rejected (with the reason)."""
@@ -144,3 +220,65 @@ class TopicRules:
             else:
                 rejected[topic] = reason
         return TopicSelection(tuple(replicated), rejected)
+
+
+@dataclass(frozen=True)
+class FeedPlan:
+    """One fetch of one source cluster: its topic rules, consumer groups and legs.
+
+    ``group`` is the feed's consumer group on the source; each leg commits its offsets under
+    ``<leg_group_prefix>.<source>.<destination>``. ``loop_home`` (flows): a record copied under a
+    renamed topic never goes back to the cluster its provenance names (``provenance.py``).
+    """
+
+    name: str
+    source: str
+    group: str
+    leg_group_prefix: str
+    rules: TopicRules
+    legs: tuple[Leg, ...]
+    start_from: StartPosition = StartPosition.EARLIEST
+    replication_factor: int | None = None
+    loop_home: bool = False
+
+    @property
+    def is_flow(self) -> bool:
+        return self.rules.suffix is None
+
+
+REPLICA_FEED = "replica"
+
+
+def feeds_for(settings: Settings) -> list[FeedPlan]:
+    """The feeds one replicator runs: the ``_REPLICA`` mode's (if on), then each flow by name."""
+    feeds = []
+    if settings.replica_mode:
+        local = settings.local_cluster
+        feeds.append(
+            FeedPlan(
+                name=REPLICA_FEED,
+                source=local,
+                group=f"{settings.group_prefix}.{local}",
+                leg_group_prefix=settings.group_prefix,
+                rules=TopicRules.from_settings(settings),
+                legs=tuple(legs_for(settings)),
+                replication_factor=settings.destination_replication_factor,
+            )
+        )
+    for name, flow in sorted(settings.flows.items()):
+        group = flow.group_id or f"{settings.group_prefix}.{name}"
+        feeds.append(
+            FeedPlan(
+                name=name,
+                source=flow.source,
+                group=group,
+                leg_group_prefix=group,
+                rules=TopicRules.for_flow(flow, settings),
+                legs=(Leg(flow.source, flow.target, name),),
+                start_from=flow.start_from,
+                replication_factor=flow.replication_factor
+                or settings.destination_replication_factor,
+                loop_home=True,
+            )
+        )
+    return feeds

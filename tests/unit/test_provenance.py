@@ -145,3 +145,24 @@ def test_a_stray_upstream_header_alone_is_dropped_as_derived() -> None:
 def test_fast_loop_check_agrees_with_the_rule(headers: list[tuple[str, bytes | None]]) -> None:
     marked = provenance.marking(headers, "orders_REPLICA")
     assert provenance.untagged(headers) == (marked is Marking.UNTAGGED)
+
+
+@pytest.mark.parametrize("renamed", ["dc2_orders", "dc2.orders", "backup-orders"])
+def test_a_flow_never_sends_a_renamed_copy_back_to_the_cluster_it_came_from(
+    renamed: str,
+) -> None:
+    copy = Provenance("dc2", "orders", 1, 7).headers()
+    # Read by the flow dc1 -> dc2: the record came from dc2, so it would loop.
+    assert provenance.marking(copy, renamed, home="dc2") is Marking.LOOP
+    assert Tagger("dc1", renamed, 1, home="dc2").retag(copy, 3) == (Marking.LOOP, None)
+    # Read by a flow to a third cluster: it travels on with fresh provenance (a chain).
+    mark, headers = Tagger("dc1", renamed, 1, home="dc3").retag(copy, 3)
+    assert mark is Marking.DERIVED and headers is not None
+    assert provenance.parse(headers) == Provenance("dc1", renamed, 1, 3)
+
+
+def test_derived_data_under_another_name_goes_home_too() -> None:
+    """A processor in dc1 read dc2's copy of ``orders`` and wrote ``enriched`` with the headers:
+    new data, which dc2 has not seen, so the flow to dc2 copies it."""
+    carried = Provenance("dc2", "orders", 0, 5).headers()
+    assert provenance.marking(carried, "enriched", home="dc2") is Marking.DERIVED

@@ -6,7 +6,7 @@ import pytest
 
 from replicator.metrics import Metrics
 from replicator.reference import README, SECTIONS, Section, readme_section
-from replicator.settings import ClusterSettings, Settings
+from replicator.settings import ClusterSettings, FlowSettings, Settings
 
 
 @pytest.mark.parametrize("section", SECTIONS, ids=lambda s: s.generate.__name__)
@@ -18,7 +18,7 @@ def test_readme_table_is_generated_from_the_code(section: Section) -> None:
 
 
 def test_every_setting_has_a_description() -> None:
-    for model in (Settings, ClusterSettings):
+    for model in (Settings, ClusterSettings, FlowSettings):
         undocumented = [n for n, f in model.model_fields.items() if not f.description]
         assert not undocumented, f"{model.__name__}: {undocumented}"
 

@@ -146,3 +146,51 @@ def test_certificate_and_key_come_together(tmp_path: Path) -> None:
 
 def test_environment_outside_the_prefix_is_ignored() -> None:
     assert load_settings({**BASE, "PATH": "/bin", "KAFKA_HEAP_OPTS": "-Xmx1g"}).local_cluster
+
+
+FLOW = "REPLICATOR_FLOWS__BACKUP__"
+
+
+@pytest.mark.parametrize(
+    ("extra", "variable", "words"),
+    [
+        ({FLOW + "SOURCE": "dc1", FLOW + "TARGET": "dc9"}, FLOW + "TARGET", "no cluster"),
+        ({FLOW + "SOURCE": "dc9", FLOW + "TARGET": "dc1"}, FLOW + "SOURCE", "no cluster"),
+        ({FLOW + "SOURCE": "dc1", FLOW + "TARGET": "dc1"}, FLOW + "TARGET", "onto itself"),
+        (
+            {FLOW + "SOURCE": "dc1", FLOW + "TARGET": "dc2", FLOW + "NAMING": "prefix"},
+            FLOW + "PREFIX",
+            "required",
+        ),
+        (
+            {FLOW + "SOURCE": "dc1", FLOW + "TARGET": "dc2", FLOW + "NAMNG": "prefix"},
+            FLOW + "NAMNG",
+            "unknown setting",
+        ),
+        (
+            {FLOW + "SOURCE": "dc1", FLOW + "TARGET": "dc2", FLOW + "NAMING": "mirror"},
+            FLOW + "NAMING",
+            "identity",
+        ),
+        ({"REPLICATOR_REPLICA_MODE": "false"}, "REPLICATOR_REPLICA_MODE", "no flow"),
+    ],
+)
+def test_invalid_flows_name_their_variable(
+    extra: dict[str, str], variable: str, words: str
+) -> None:
+    error = config_error({**BASE, **extra})
+    assert error.variable == variable
+    assert words in error.message
+
+
+def test_a_flow_may_rename_within_one_cluster() -> None:
+    settings = load_settings(
+        {
+            **BASE,
+            FLOW + "SOURCE": "dc1",
+            FLOW + "TARGET": "dc1",
+            FLOW + "NAMING": "prefix",
+            FLOW + "PREFIX": "copy_",
+        }
+    )
+    assert settings.flows["backup"].prefix == "copy_"

@@ -13,12 +13,14 @@ from replicator.topology import TopicRules
 
 def watch(include: str = ".*") -> tuple[TopicWatch, Metrics]:
     metrics = Metrics()
-    rules = TopicRules("_REPLICA", re.compile(include), re.compile("__.*"))
+    rules = TopicRules(re.compile(include), re.compile("__.*"), suffix="_REPLICA")
     return TopicWatch(rules, metrics, "dc1"), metrics
 
 
 def gauge(metrics: Metrics, selection: str) -> float | None:
-    return metrics.registry.get_sample_value("replicator_source_topics", {"selection": selection})
+    return metrics.registry.get_sample_value(
+        "replicator_source_topics", {"feed": "replica", "selection": selection}
+    )
 
 
 def test_rules_matching_nothing_warn_once_naming_the_rules_and_the_rejected_topics() -> None:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replicator.settings import load_settings, topic_regex
-from replicator.topology import Leg, Rejection, TopicRules, legs_for
+from replicator.topology import FeedPlan, Leg, Rejection, TopicRules, feeds_for, legs_for
 
 BASE = {
     "REPLICATOR_LOCAL_CLUSTER": "dc2",
@@ -168,3 +168,91 @@ def test_what_is_subscribed_is_exactly_what_the_rule_accepts(
         if accepted:  # the rule is the user's regex over the whole real topic name
             real = name.removesuffix("_REPLICA")
             assert re.fullmatch(topic_regex(include), real) is not None
+
+
+def flow_feeds(**flow: str) -> list[FeedPlan]:
+    env = {**BASE, "REPLICATOR_REPLICA_MODE": "false"}
+    env |= {f"REPLICATOR_FLOWS__F__{key.upper()}": value for key, value in flow.items()}
+    return feeds_for(load_settings(env))
+
+
+def test_each_flow_is_a_feed_with_one_leg_and_its_own_groups() -> None:
+    (feed,) = flow_feeds(source="dc1", target="dc2", group_id="mirror")
+    assert feed.source == "dc1" and feed.is_flow and feed.loop_home
+    assert feed.legs == (Leg("dc1", "dc2", "f"),)
+    assert feed.legs[0].name == "f:dc1->dc2"
+    assert feed.group == "mirror"
+    assert feed.legs[0].group_id(feed.leg_group_prefix) == "mirror.dc1.dc2"
+    (default,) = flow_feeds(source="dc1", target="dc2")
+    assert default.group == "replicator.f"
+
+
+def test_the_replica_mode_and_flows_run_side_by_side() -> None:
+    env = {**BASE, "REPLICATOR_FLOWS__B__SOURCE": "dc1", "REPLICATOR_FLOWS__B__TARGET": "dc3"}
+    replica, flow = feeds_for(load_settings(env))
+    assert not replica.is_flow and replica.group == "replicator.dc2"
+    assert [leg.name for leg in replica.legs] == ["dc2->dc2", "dc2->dc1", "dc2->dc3"]
+    assert flow.name == "b" and flow.rules.target("orders") == "orders"
+
+
+@pytest.mark.parametrize(
+    ("naming", "extra", "topic", "target"),
+    [
+        ("identity", {}, "orders", "orders"),
+        ("prefix", {"prefix": "dc1_"}, "test", "dc1_test"),
+        ("source-alias", {}, "orders", "dc1.orders"),
+        ("source-alias", {"separator": "__"}, "orders", "dc1__orders"),
+    ],
+)
+def test_naming_policies(naming: str, extra: dict[str, str], topic: str, target: str) -> None:
+    (feed,) = flow_feeds(source="dc1", target="dc2", naming=naming, **extra)
+    assert feed.rules.target(topic) == target
+
+
+def test_flows_select_by_the_whole_source_name_and_leave_internal_topics() -> None:
+    (feed,) = flow_feeds(source="dc1", target="dc2", topics_include="orders.*,pay")
+    selection = feed.rules.select(["orders", "orders-eu", "pay", "payments", "__consumer_offsets"])
+    assert selection.replicated == ("orders", "orders-eu", "pay")
+    assert selection.rejected == {
+        "payments": Rejection.NOT_INCLUDED,
+        "__consumer_offsets": Rejection.NOT_INCLUDED,
+    }
+    (everything,) = flow_feeds(source="dc1", target="dc2")
+    assert everything.rules.rejection("__consumer_offsets") is Rejection.EXCLUDED
+    assert everything.rules.rejection("_schemas") is Rejection.EXCLUDED
+
+
+def test_mm2_cycle_rule_never_sends_a_topic_back_through_a_cluster_it_came_from() -> None:
+    (feed,) = flow_feeds(source="dc1", target="dc2", naming="source-alias")
+    rules = feed.rules
+    assert rules.rejection("dc2.orders") is Rejection.REMOTE_TOPIC_OF_TARGET
+    assert rules.rejection("dc3.dc2.orders") is Rejection.REMOTE_TOPIC_OF_TARGET
+    assert rules.target("dc3.orders") == "dc1.dc3.orders"  # a chain travels on, as in MM2
+    assert rules.target("toa.evehicles") == "dc1.toa.evehicles"
+
+
+def test_mm2_names_use_the_clusters_topic_alias() -> None:
+    env = {
+        **BASE,
+        "REPLICATOR_CLUSTERS__DC1__TOPIC_ALIAS": "A",
+        "REPLICATOR_CLUSTERS__DC2__TOPIC_ALIAS": "B",
+        "REPLICATOR_FLOWS__F__SOURCE": "dc1",
+        "REPLICATOR_FLOWS__F__TARGET": "dc2",
+        "REPLICATOR_FLOWS__F__NAMING": "source-alias",
+    }
+    flow = feeds_for(load_settings(env))[-1]
+    assert flow.rules.target("orders") == "A.orders"
+    assert flow.rules.rejection("B.orders") is Rejection.REMOTE_TOPIC_OF_TARGET
+    assert flow.rules.describe()["topic_names"] == "A.<topic>"
+
+
+def test_a_prefix_flow_never_renames_its_own_output_again() -> None:
+    (feed,) = flow_feeds(source="dc1", target="dc1", naming="prefix", prefix="copy_")
+    assert feed.rules.target("orders") == "copy_orders"
+    assert feed.rules.rejection("copy_orders") is Rejection.FLOW_OUTPUT
+
+
+def test_a_target_name_longer_than_kafka_allows_is_rejected_with_its_reason() -> None:
+    (feed,) = flow_feeds(source="dc1", target="dc2", naming="prefix", prefix="p" * 10)
+    assert feed.rules.rejection("t" * 240) is Rejection.TARGET_NAME_TOO_LONG
+    assert feed.rules.target("t" * 239) == "p" * 10 + "t" * 239
