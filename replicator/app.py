@@ -26,6 +26,7 @@ import structlog
 
 from replicator.deadletter import DeadLetters
 from replicator.health import HttpServer
+from replicator.heartbeats import FlowHeartbeat
 from replicator.kafka import ClusterClient
 from replicator.leg import LegRunner
 from replicator.lifecycle import sleep_unless_stopped
@@ -66,6 +67,17 @@ class ReplicatorService:
             else None
         )
         self.feeds: list[SourceFeed] = []
+        self.heartbeats = {
+            plan.name: FlowHeartbeat(
+                settings,
+                plan,
+                self.metrics,
+                self.clusters[plan.source],
+                self.clusters[plan.legs[0].destination],
+            )
+            for plan in self.plans
+            if plan.rules.heartbeat_topic is not None
+        }
         self.http = HttpServer(self, settings.http_host, settings.http_port)
 
     def request_stop(self) -> None:
@@ -135,6 +147,8 @@ class ReplicatorService:
                     async with asyncio.TaskGroup() as feeds:
                         for feed in self.feeds:
                             feeds.create_task(feed.run(stop), name=f"feed:{feed.plan.name}")
+                        for name, heartbeat in self.heartbeats.items():
+                            feeds.create_task(heartbeat.run(stop), name=f"heartbeat:{name}")
                 finally:
                     stop.set()  # a feed only ends on stop, or on a failure that stops all
                     await asyncio.gather(*(leg.close_partitions() for leg in self.legs))
@@ -232,6 +246,9 @@ class ReplicatorService:
                     "target": feed.plan.legs[0].destination,
                     "topics": feed.topics.status(),
                     "source_feed": feed.status(),
+                    "heartbeat": beat.status()
+                    if (beat := self.heartbeats.get(feed.plan.name))
+                    else None,
                 }
                 for feed in self.feeds
                 if feed.plan.is_flow
@@ -245,6 +262,8 @@ class ReplicatorService:
         return next((feed for feed in self.feeds if not feed.plan.is_flow), None)
 
     def metrics_exposition(self) -> bytes:
+        for heartbeat in self.heartbeats.values():
+            heartbeat.refresh()
         for feed in self.feeds:
             for leg in feed.legs:
                 leg.health.refresh(feed.log_end)

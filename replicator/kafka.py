@@ -161,15 +161,18 @@ def make_consumer(
     )
 
 
-def make_reader(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaConsumer:
-    """A consumer of no group that reads ranges of a destination (the resume scan): fetches
-    answer at once at the log end, so the end is known without waiting."""
+def make_reader(
+    cluster: ClusterSettings, settings: Settings, client_id: str, fetch_max_wait_ms: int = 10
+) -> AIOKafkaConsumer:
+    """A consumer of no group that reads ranges of a destination (the resume scan, the
+    heartbeat watch): by default fetches answer at once at the log end, so the end is known
+    without waiting."""
     return AIOKafkaConsumer(
         **client_options(cluster, settings),
         client_id=client_id,
         enable_auto_commit=False,
         auto_offset_reset="none",
-        fetch_max_wait_ms=10,
+        fetch_max_wait_ms=fetch_max_wait_ms,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
     )
 

@@ -180,7 +180,8 @@ class Metrics:
             "Topics of a feed's source cluster at the last listing, by what its topic rules make "
             "of them: replicated, or the reason they are not (not_included, excluded, "
             "not_a_replica_topic, target_is_replica_topic, remote_topic_of_target, "
-            "flow_output, target_name_too_long). feed: replica (the _REPLICA mode) or the flow's name.",
+            "flow_output, target_name_too_long). feed: replica (the _REPLICA mode) or the "
+            "flow's name.",
             ["feed", "selection"],
         )
         self.topics_blocked = self._declare(
@@ -188,6 +189,27 @@ class Metrics:
             "replicator_topics_blocked",
             "Topics a leg cannot replicate (destination has fewer partitions, or refused).",
             ["leg"],
+        )
+
+        self.heartbeats_emitted = self._declare(
+            Counter,
+            "replicator_heartbeats_emitted_total",
+            "Heartbeat records a flow wrote into its source cluster's heartbeat topic.",
+            ["flow"],
+        )
+        self.heartbeat_age = self._declare(
+            Gauge,
+            "replicator_heartbeat_age_seconds",
+            "Now minus the emission time of the newest heartbeat of the flow seen on its target: "
+            "grows when the flow stalls, with or without application traffic.",
+            ["flow"],
+        )
+        self.heartbeat_delay = self._declare(
+            Gauge,
+            "replicator_heartbeat_delay_seconds",
+            "End-to-end replication delay the newest heartbeat measured (seen on the target "
+            "minus emitted on the source).",
+            ["flow"],
         )
 
     def _declare(

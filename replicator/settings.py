@@ -250,6 +250,11 @@ class FlowSettings(BaseModel):
     replication_factor: int | None = Field(
         None, ge=1, description="Replication factor of topics created on the target."
     )
+    heartbeats: bool = Field(
+        True,
+        description="Emit heartbeats into the source's heartbeat topic and watch them arrive "
+        "(REPLICATOR_HEARTBEAT_INTERVAL_MS).",
+    )
 
     @field_validator("source", "target")
     @classmethod
@@ -371,6 +376,16 @@ class Settings(BaseSettings):
     dead_letter_topic: str = Field(
         "replicator.dead-letter",
         description="Topic on the local cluster for records parked by the dead-letter policy.",
+    )
+    heartbeat_interval_ms: int = Field(
+        1000,
+        ge=0,
+        description="How often each flow writes a heartbeat into its source's heartbeat topic "
+        "(copied to the target like any topic, so its age and delay prove the whole path); "
+        "0: no heartbeats.",
+    )
+    heartbeat_topic: str = Field(
+        "heartbeats", description="The heartbeat topic of each flow's source cluster."
     )
     destination_replication_factor: int | None = Field(
         None, ge=1, description="Replication factor of created topics (default: the source's)."

@@ -122,6 +122,8 @@ class TopicRules:
     separator: str = "."  # the source-alias policy's
     source_name: str = ""  # the source cluster's name in topic names (source-alias policy)
     target_name: str = ""  # the target cluster's name in topic names (MM2's cycle rule)
+    # A flow's heartbeat topic: always copied, whatever the include and exclude rules say.
+    heartbeat_topic: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TopicRules:
@@ -144,6 +146,9 @@ class TopicRules:
             separator=flow.separator,
             source_name=source.topic_alias or flow.source,
             target_name=target.topic_alias or flow.target,
+            heartbeat_topic=settings.heartbeat_topic
+            if flow.heartbeats and settings.heartbeat_interval_ms
+            else None,
         )
 
     def describe(self) -> dict[str, str]:
@@ -175,11 +180,22 @@ class TopicRules:
             return Rejection.EXCLUDED
         return None
 
+    def _is_heartbeats(self, topic: str) -> bool:
+        """The heartbeat topic, or (MM2 names) another cluster's copy of it: as in MM2, always
+        copied, so heartbeats show the whole topology."""
+        beats = self.heartbeat_topic
+        if beats is None:
+            return False
+        return topic == beats or (
+            self.naming is Naming.SOURCE_ALIAS and topic.endswith(self.separator + beats)
+        )
+
     def _flow_rejection(self, source_topic: str) -> Rejection | None:
-        if not self.include.fullmatch(source_topic):
-            return Rejection.NOT_INCLUDED
-        if self.exclude.fullmatch(source_topic):
-            return Rejection.EXCLUDED
+        if not self._is_heartbeats(source_topic):
+            if not self.include.fullmatch(source_topic):
+                return Rejection.NOT_INCLUDED
+            if self.exclude.fullmatch(source_topic):
+                return Rejection.EXCLUDED
         if self.naming is Naming.SOURCE_ALIAS and self._is_cycle(source_topic):
             return Rejection.REMOTE_TOPIC_OF_TARGET
         if self.naming is Naming.PREFIX and source_topic.startswith(self.prefix):

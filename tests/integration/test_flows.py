@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from typing import Any
 
 import pytest
 
+from replicator.embedded import EmbeddedBroker, free_port
 from replicator.readback import StoredRecord
+from tests.integration.faults import FaultProxy
 from tests.integration.harness import (
     Broker,
     Sent,
@@ -157,6 +160,61 @@ def test_same_name_active_active_copies_each_record_once_everywhere(
                     assert_copied(stored, sent[origin], origin)
         for process in processes:
             # Every copy a flow read back from its own cluster was recognised and not sent on.
-            skipped = process.metric("replicator_records_skipped_total", reason="loop")
+            skipped = process.metric(
+                "replicator_records_skipped_total", topic="orders", reason="loop"
+            )
             copies_here = total - len(sent[process.alias])
             assert skipped == (datacenters - 1) * copies_here, process.alias
+
+
+def test_heartbeats_show_the_delay_and_a_stalled_flow_without_any_traffic(
+    replicators: Start,
+) -> None:
+    """No application writes anything: the flow's heartbeats still cross it, and their age
+    shows the target going silent and coming back."""
+    broker_port, proxy_port = free_port(), free_port()
+    proxy = FaultProxy(proxy_port, broker_port).start()
+    target = EmbeddedBroker("dc2", port=broker_port, advertised_port=proxy_port).start()
+    try:
+        with start_clusters("dc1") as brokers:
+            env = replicator_env(
+                "dc1",
+                {"dc1": brokers["dc1"], "dc2": target},
+                replica_mode="false",
+                heartbeat_interval_ms="200",
+            )
+            env |= flow_env("backup", "dc1", "dc2", naming="source-alias")
+            process = replicators("dc1", env)
+            process.wait_ready()
+
+            def heartbeat() -> dict[str, Any]:
+                beat: dict[str, Any] = process.get("/status")[1]["flows"]["backup"]["heartbeat"]
+                return beat
+
+            def fresh() -> bool:
+                age = heartbeat()["age_seconds"]
+                return age is not None and age < 1.5
+
+            wait_until(fresh, 60, "a fresh heartbeat on the target", lambda: str(heartbeat()))
+            beat = heartbeat()
+            assert beat["target_topic"] == "dc1.heartbeats"
+            assert 0 <= beat["delay_seconds"] < 1.5
+            assert process.metric("replicator_heartbeats_emitted_total", flow="backup") >= 1
+            assert process.metric("replicator_heartbeat_delay_seconds", flow="backup") < 1.5
+            copies = read(target, "dc1.heartbeats")
+            assert copies and all(r.provenance is not None for r in copies)
+            assert {r.key for r in copies} == {b"backup"}
+
+            proxy.black_hole()  # the target stops answering: nothing crosses the flow
+            wait_until(
+                lambda: heartbeat()["age_seconds"] > 4,
+                30,
+                "the heartbeat age to grow while the target is silent",
+                lambda: str(heartbeat()),
+            )
+            assert process.metric("replicator_heartbeat_age_seconds", flow="backup") > 4
+            proxy.restore()
+            wait_until(fresh, 90, "heartbeats to cross again", lambda: str(heartbeat()))
+    finally:
+        proxy.stop()
+        target.stop()

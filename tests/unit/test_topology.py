@@ -256,3 +256,14 @@ def test_a_target_name_longer_than_kafka_allows_is_rejected_with_its_reason() ->
     (feed,) = flow_feeds(source="dc1", target="dc2", naming="prefix", prefix="p" * 10)
     assert feed.rules.rejection("t" * 240) is Rejection.TARGET_NAME_TOO_LONG
     assert feed.rules.target("t" * 239) == "p" * 10 + "t" * 239
+
+
+def test_a_flow_always_copies_its_heartbeats_as_mm2_does() -> None:
+    (feed,) = flow_feeds(source="dc1", target="dc2", topics_include="orders")
+    assert feed.rules.target("heartbeats") == "heartbeats"
+    assert feed.rules.rejection("payments") is Rejection.NOT_INCLUDED
+    (mm2,) = flow_feeds(source="dc1", target="dc2", naming="source-alias", topics_include="x")
+    assert mm2.rules.target("dc3.heartbeats") == "dc1.dc3.heartbeats"  # the topology shows
+    assert mm2.rules.rejection("dc2.heartbeats") is Rejection.REMOTE_TOPIC_OF_TARGET
+    (quiet,) = flow_feeds(source="dc1", target="dc2", topics_include="orders", heartbeats="false")
+    assert quiet.rules.rejection("heartbeats") is Rejection.NOT_INCLUDED
