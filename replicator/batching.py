@@ -6,7 +6,14 @@ once, and appended to each destination's batch; records that carried provenance 
 outcome (loop, derived, malformed) in each target's ``marked``. A destination may need the
 records from a later offset than another (its own progress), so each has its own start. Every
 batch covers a contiguous range of source offsets, skipped records included, which is what the
-offset tracker commits. Pure, no I/O.
+offset tracker commits.
+
+A flow told not to preserve partition numbers, writing to a topic with another partition count,
+*places* records by key instead (:func:`build_placed`): a record goes to the destination
+partition Kafka's producer would choose for its key (murmur2), a keyless one to its source
+offset modulo the count (spread, and the same on every attempt, which is what lets a resume
+find it). All destination partitions' batches of one chunk share their boundaries, so each
+source range is one unit of acknowledgement. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from aiokafka.partitioner import murmur2
 
 from replicator import provenance
 from replicator.provenance import Marking, Tagger
@@ -31,6 +40,8 @@ class OutboundBatch:
     count: int
     size: int  # key and value bytes of the records in it
     oldest_ms: int  # when its first record was appended to the source (see build)
+    # The destination partition (placed by key); ``None``: the source partition's number.
+    partition: int | None = None
 
 
 @dataclass(slots=True)
@@ -108,3 +119,115 @@ def build(
             targets[i].batches.append(
                 OutboundBatch(builders[i], firsts[i], end, counts[i], sizes[i], oldest[i])
             )
+
+
+@dataclass(slots=True)
+class Placement:
+    """Where a partition's records go when placed by key: ``partitions`` destination partitions,
+    and the source offsets at or after its position that the destination already holds (found
+    by the resume: skipped, never written twice)."""
+
+    partitions: int
+    written: frozenset[int] = frozenset()
+
+
+def place(key: bytes | None, offset: int, partitions: int) -> int:
+    """The destination partition of a record: by key as Kafka's producer places it, a keyless
+    record by its source offset (spread evenly, and the same on every attempt)."""
+    if key is None:
+        return offset % partitions
+    return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(slots=True)
+class Placed:
+    """What :func:`build_placed` made of a chunk: batches (consecutive ones with the same range
+    form one unit), records that carried provenance, and records the destination already held."""
+
+    batches: list[OutboundBatch] = field(default_factory=list)
+    marked: Counter[Marking] = field(default_factory=Counter)
+    already_written: int = 0
+
+
+def build_placed(
+    records: Sequence[SourceRecord],
+    start: int,
+    end: int,
+    tagger: Tagger,
+    placement: Placement,
+    new_batch: Callable[[], Any],
+    fetched_ms: int,
+) -> Placed:
+    """Batches of the records from ``start`` to ``end``, each to the partition its key gives.
+
+    When one destination's batch is full, every open batch closes at that record, so all of a
+    range's batches cover the same source offsets ``[first, end)``; a range with no record to
+    write is one empty batch.
+    """
+    result = Placed()
+    count, written = placement.partitions, placement.written
+    builders: dict[int, Any] = {}
+    counts: dict[int, int] = {}
+    sizes: dict[int, int] = {}
+    oldest: dict[int, int] = {}
+    first = start
+
+    def close(at: int) -> None:
+        if not builders:
+            result.batches.append(OutboundBatch(None, first, at, 0, 0, 0))
+        for d, builder in sorted(builders.items()):
+            result.batches.append(
+                OutboundBatch(builder, first, at, counts[d], sizes[d], oldest[d], partition=d)
+            )
+        builders.clear()
+        counts.clear()
+        sizes.clear()
+        oldest.clear()
+
+    for record in records:
+        offset = record.offset
+        if offset < start:
+            continue
+        headers = record.headers
+        if headers and not provenance.untagged(headers):
+            mark, retagged = tagger.retag(headers, offset)
+            result.marked[mark] += 1
+            if retagged is None:
+                continue
+            tags = retagged
+        else:
+            tags = tagger.tag(headers, offset)
+        if offset in written:
+            result.already_written += 1
+            continue
+        key, value, timestamp = record.key, record.value, record.timestamp
+        d = place(key, offset, count)
+        builder = builders.get(d)
+        if builder is None:
+            builder = builders[d] = new_batch()
+            counts[d] = sizes[d] = 0
+            oldest[d] = timestamp if record.timestamp_type else fetched_ms
+        if builder.append(timestamp=timestamp, key=key, value=value, headers=tags) is None:
+            close(offset)  # full: every destination's batch ends here
+            first = offset
+            builder = builders[d] = new_batch()
+            counts[d] = sizes[d] = 0
+            oldest[d] = timestamp if record.timestamp_type else fetched_ms
+            builder.append(timestamp=timestamp, key=key, value=value, headers=tags)
+        counts[d] += 1
+        sizes[d] += (len(key) if key else 0) + (len(value) if value else 0)
+    if first < end:
+        close(end)
+    return result
+
+
+def ranges(batches: list[OutboundBatch]) -> list[list[OutboundBatch]]:
+    """Consecutive batches covering the same source range, grouped: placed by key, a range has
+    one batch per destination partition it touches; otherwise each batch is its own range."""
+    groups: list[list[OutboundBatch]] = []
+    for batch in batches:
+        if groups and (groups[-1][0].first, groups[-1][0].end) == (batch.first, batch.end):
+            groups[-1].append(batch)
+        else:
+            groups.append([batch])
+    return groups

@@ -80,6 +80,7 @@ class LegRunner:
         self._settings = settings
         self._rules = plan.rules
         self._start_from = plan.start_from
+        self._preserve_partitions = plan.preserve_partitions
         # Flows: a renamed copy never goes back to the cluster it came from (provenance.py).
         self._home = leg.destination if plan.loop_home else None
         self._metrics = metrics
@@ -97,7 +98,9 @@ class LegRunner:
             settings.request_timeout_ms / 1000,
             marks_group(self.group),
         )
-        self._topics = TopicProvisioner(source_client, destination_client, plan.replication_factor)
+        self._topics = TopicProvisioner(
+            source_client, destination_client, plan.replication_factor, plan.preserve_partitions
+        )
         self.partitions: dict[TopicPartition, LegPartition] = {}
         self._senders: dict[TopicPartition, tuple[PartitionSender, asyncio.Task[None]]] = {}
         self.resets = OffsetResets(leg.name, settings.offset_reset_policy, metrics)
@@ -256,7 +259,11 @@ class LegRunner:
             idle = {
                 TopicPartition(p.target_topic, p.tp.partition): (tracker, tracker.last_end)
                 for p in self.partitions.values()
-                if p.open and (tracker := p.tracker) is not None and tracker.idle
+                # Placed by key, no single destination partition holds the origin: no mark.
+                if p.open
+                and p.placement is None
+                and (tracker := p.tracker) is not None
+                and tracker.idle
             }
             if not idle:
                 continue
@@ -370,6 +377,7 @@ class LegRunner:
             log_start,
             self._dead_letters,
             self.duplicates,
+            self._preserve_partitions,
         )
         self.partitions[tp] = partition
         name = f"send:{self.leg.name}:{tp.topic}:{tp.partition}"

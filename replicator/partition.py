@@ -8,6 +8,7 @@ and the committer act on it and wait on the events it exposes.
 ::
 
     STARTING  --resumed()---> STARTING (at the position the destination's tail gives)
+    STARTING  --resumed_placed()-> STARTING (placed by key: skipping what the destination holds)
     any open  --restart()---> STARTING (a batch of unknown outcome: resume from the tail again)
     STARTING  --prepared()--> ATTACHED --detach()--> ALONE --attach()--> ATTACHED
     any open  --rewind()----> REPLAYING --attach()--> ATTACHED
@@ -17,7 +18,8 @@ and the committer act on it and wait on the events it exposes.
 - ``STARTING``: the destination topic is being prepared (its ``max.message.bytes`` decides the
   batches) and its tail read (:mod:`replicator.resume`: the position moves past what the
   destination already holds of this origin); nothing is fed yet.
-- ``ATTACHED``: the shared feed builds this partition's batches together with the other legs'.
+- ``ATTACHED``: the shared feed builds this partition's batches together with the other legs'
+  (a partition placed by key gets the feed's records and its sender builds them).
 - ``ALONE``: the leg's catch-up fetch feeds it (it is behind the shared feed, or was too slow
   for it); it attaches again when a chunk of the feed continues exactly where it stands, or
   when it is ahead of the feed (it then waits for the feed).
@@ -46,7 +48,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from replicator.batching import OutboundBatch, Target
+from replicator.batching import OutboundBatch, Placement, Target
 from replicator.offsets import OffsetTracker
 from replicator.provenance import Marking, Tagger
 from replicator.records import SourceRecord, payload_size
@@ -132,6 +134,9 @@ class LegPartition:
         self.epoch = 0  # bumped by rewind(): work and acknowledgements of older epochs are void
         self.tagger = Tagger(source, tp.topic, tp.partition, home)
         self.new_batch: Callable[[], Any] | None = None  # set by prepared()
+        # Set by prepared() when records are placed by key (the destination's partition count
+        # differs and the flow does not preserve partition numbers).
+        self.placement: Placement | None = None
         self.dead_lettered = 0
         # A destination offset below which every record before the position was written (set
         # by a resume or restart): a resume reads the destination from there.
@@ -209,8 +214,9 @@ class LegPartition:
 
     # -- transitions: lifecycle -----------------------------------------------------------------
 
-    def prepared(self, new_batch: Callable[[], Any]) -> None:
-        """STARTING -> ATTACHED: the destination topic is ready; batches are made by ``new_batch``.
+    def prepared(self, new_batch: Callable[[], Any], placement: Placement | None = None) -> None:
+        """STARTING -> ATTACHED: the destination topic is ready; batches are made by ``new_batch``
+        (placed by key when ``placement`` is given).
 
         The shared feed serves it from where it stands (it detaches it if the feed is already
         past that position, and the catch-up fetch takes over). In another open mode (the topic
@@ -219,6 +225,7 @@ class LegPartition:
         if not self.open:
             return
         self.new_batch = new_batch
+        self.placement = placement
         self.last_error = None if self.mode is Mode.STARTING else self.last_error
         if self.mode is Mode.STARTING:
             self._enter(Mode.ATTACHED)
@@ -247,6 +254,16 @@ class LegPartition:
         self.destination_mark = tail.log_end
         self.skipped_at_resume = max(skipped, 0)
         return skipped
+
+    def resumed_placed(self, written: frozenset[int]) -> None:
+        """STARTING, placed by key: stay at the position; the records at or after it that the
+        destination already holds (``written``, by source offset) are skipped as they come."""
+        if self.mode is not Mode.STARTING or self.position is None:
+            return
+        unsaved = self.tracker is not None and self.tracker.needs_commit  # after restart()
+        self.tracker = OffsetTracker(self.position, must_commit=unsaved)
+        self.destination_mark = None
+        self.skipped_at_resume = len(written)
 
     def restart(self, note: str) -> bool:
         """Any open mode but STARTING -> STARTING: a batch's outcome is unknown (sent, never
@@ -376,6 +393,17 @@ class LegPartition:
                 epoch=self.epoch,
             )
         )
+        self.position = end
+
+    def take_chunk(self, records: list[SourceRecord], end: int, fetched_ms: int) -> None:
+        """Queue a chunk of the shared feed as records (after ``fit`` said JOIN): a partition
+        placed by key builds its own batches, unlike every other leg's."""
+        assert self.position is not None
+        if self.mode in FED_ALONE:
+            self._enter(Mode.ATTACHED)
+        work = Work(len(records), payload_size(records), fetched=records, start=self.position)
+        work.end, work.fetched_ms, work.epoch = end, fetched_ms, self.epoch
+        self._enqueue(work)
         self.position = end
 
     def take_fetched(

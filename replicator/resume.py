@@ -37,6 +37,13 @@ destination stopped answering) is the one case left where a batch may land after
 read the tail: that is counted as a possible duplicate
 (``replicator_duplicates_possible_total{reason="unacknowledged_at_release"}``) and documented.
 
+**Placed by key.** A flow that places records by key (``batching.build_placed``) spreads one
+source partition over every destination partition, so no single tail says where it stands. Its
+resume reads back each destination partition until a record of the origin below the committed
+offset (or the log start) and collects the source offsets at or after it that are there
+(:meth:`DestinationTail.written_since`); those records are skipped as they come, every other one
+is sent. Exact whatever order the partitions' batches landed in.
+
 Where the destination cannot say where the leg stands, duplicates are counted instead: a
 destination partition replaced (topic deleted and created again) is replayed from the source log
 start, and the records of the origin the new log already held are written again
@@ -131,6 +138,24 @@ class DestinationTail:
                 # scans (the partition may be deleted meanwhile).
                 self._consumer.pause(tp)
 
+    async def written_since(
+        self, tp: TopicPartition, origin: Tagger, position: int
+    ) -> tuple[set[int], Tail]:
+        """The source offsets at or after ``position`` of ``origin``'s records in destination
+        partition ``tp``, read back until a record of the origin below ``position`` (or the log
+        start)."""
+        found: set[int] = set()
+        async with self._lock:
+            try:
+                # Whole once a record of the origin at or below position - 1 is found.
+                scan = self._scan(tp, origin, None, position - 1, False, (found, position))
+                tail = await asyncio.wait_for(scan, self._timeout)
+            except TimeoutError as exc:
+                raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
+            finally:
+                self._consumer.pause(tp)
+        return found, tail
+
     async def saved_mark(self, tp: TopicPartition) -> int | None:
         """The destination mark last saved for destination partition ``tp``, if any."""
         found = await asyncio.wait_for(self._marks.fetch([tp]), self._timeout)
@@ -154,6 +179,7 @@ class DestinationTail:
         floor: int | None,
         position: int | None,
         whole: bool,
+        collect: tuple[set[int], int] | None = None,
     ) -> Tail:
         began = time.monotonic()
         consumer = self._consumer
@@ -170,7 +196,7 @@ class DestinationTail:
         log_end, scanned, counted = listed_end, 0, 0
         while True:
             begin = max(low, top - chunk)
-            window = await self._read(tp, origin, begin, upper)
+            window = await self._read(tp, origin, begin, upper, collect)
             scanned += window.scanned
             counted += window.origin_records
             if upper is None:
@@ -186,9 +212,15 @@ class DestinationTail:
             upper, top, chunk = begin, begin, min(chunk * 4, _MAX_CHUNK)
 
     async def _read(
-        self, tp: TopicPartition, origin: Tagger, begin: int, upper: int | None
+        self,
+        tp: TopicPartition,
+        origin: Tagger,
+        begin: int,
+        upper: int | None,
+        collect: tuple[set[int], int] | None = None,
     ) -> Tail:
-        """Read ``[begin, upper)`` (``upper=None``: to the log end seen in the answers)."""
+        """Read ``[begin, upper)`` (``upper=None``: to the log end seen in the answers); with
+        ``collect`` (a set, a threshold), add the origin offsets at or above it to the set."""
         consumer = self._consumer
         consumer.seek(tp, begin)
         last: int | None = None
@@ -206,6 +238,8 @@ class DestinationTail:
                     last = offset
                     lowest = offset if lowest is None else min(lowest, offset)
                     counted += 1
+                    if collect is not None and offset >= collect[1]:
+                        collect[0].add(offset)
             position = await consumer.position(tp)
             end = consumer.highwater(tp)
             stop_at = upper if upper is not None else end

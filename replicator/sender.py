@@ -20,6 +20,11 @@ rewinds the partition to the source log start, and the catch-up fetch replays it
 Before the first batch the sender also reads the destination partition's tail and continues
 after the last record of this origin it holds (:mod:`replicator.resume`): nothing acknowledged
 before a crash, rebalance or restart is written again.
+
+A flow that does not preserve partition numbers, writing to a topic with another partition
+count, places records by key (:func:`batching.build_placed`): each source range becomes one batch
+per destination partition it touches, sent together and acknowledged as one range once all are;
+its resume collects, from every destination partition, the source offsets already written.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 
 from replicator import batching
-from replicator.batching import OutboundBatch, Target
+from replicator.batching import OutboundBatch, Placement, Target
 from replicator.deadletter import DeadLetters
 from replicator.errors import (
     AuthenticationFailed,
@@ -112,8 +117,10 @@ class PartitionSender:
         log_start: Callable[[], Awaitable[int]],
         dead_letters: DeadLetters | None = None,
         duplicates: Counter[str] | None = None,
+        preserve_partitions: bool = True,
     ) -> None:
         self.leg = leg
+        self._preserve = preserve_partitions
         self.partition = partition
         self._destination = destination
         self._topics = topics
@@ -124,9 +131,9 @@ class PartitionSender:
         self._duplicates: Counter[str] = duplicates if duplicates is not None else Counter()
         self._limit: int | None = None  # the destination topic's max.message.bytes, if known
         self._derived_seen = False  # derived records are logged once per partition
-        # Base offset of the last batch the destination acknowledged: a lower one later means
-        # the destination partition's log was replaced (topic deleted and created again).
-        self._destination_offset = -1
+        # Per destination partition, the base offset of the last batch it acknowledged: a lower
+        # one later means its log was replaced (topic deleted and created again).
+        self._destination_offsets: dict[int, int] = {}
         self._replaced = asyncio.Event()
         # future -> (epoch, records) of the batches handed to the producer, not yet answered
         self._in_flight: dict[asyncio.Future[Any], tuple[int, int]] = {}
@@ -140,8 +147,7 @@ class PartitionSender:
         """Prepare the destination topic, then send queued work until the partition closes."""
         partition = self.partition
         # A partition released and assigned again may have been left fenced by a failed batch.
-        destination_tp = TopicPartition(partition.target_topic, partition.tp.partition)
-        unfence(self._destination.producer, destination_tp)
+        self._unfence()
         if not await self._prepare():
             return
         while partition.open:
@@ -200,15 +206,39 @@ class PartitionSender:
         partition = self.partition
 
         tail: Tail | None = None
+        placement: Placement | None = None
         destination_tp = TopicPartition(partition.target_topic, partition.tp.partition)
 
         async def ensure() -> None:
-            nonlocal tail
+            nonlocal tail, placement
             await self._destination.ready.wait()
             topic = await self._topics.ensure(partition.tp.topic, partition.target_topic)
             self._limit = topic.max_message_bytes
-            if partition.mode is Mode.STARTING or replaying:
+            placement = None
+            if not self._preserve and topic.partitions != topic.source_partitions:
+                placement = Placement(topic.partitions)
+                if partition.mode is Mode.STARTING or replaying:
+                    placement.written = await read_written(topic.partitions)
+            elif partition.mode is Mode.STARTING or replaying:
                 tail = await read_tail()
+
+        async def read_written(partitions: int) -> frozenset[int]:
+            """Placed by key: the source offsets from the position on that are written."""
+            position = partition.position or 0
+            written: set[int] = set()
+            try:
+                for number in range(partitions):
+                    found, _ = await self._destination.tail.written_since(
+                        TopicPartition(partition.target_topic, number), partition.tagger, position
+                    )
+                    written |= found
+            except Exception as exc:
+                error = translate(exc)
+                if isinstance(error, (AuthenticationFailed, AuthorizationFailed)):
+                    where = f"reading where to resume in {self.leg.destination}"
+                    raise type(error)(f"{where}: {error}") from exc
+                raise ClusterUnavailable(f"reading where to resume: {error}") from exc
+            return frozenset(written)
 
         async def read_tail() -> Tail:
             """Where to resume; a failure is retried (a read), unless credentials are at fault."""
@@ -259,7 +289,15 @@ class PartitionSender:
             return False
         if tail is not None:
             self._resumed(tail, replaying)
-        partition.prepared(batch_factory(self._destination.producer, self._limit))
+        if placement is not None and not replaying:
+            partition.resumed_placed(placement.written)
+            if partition.placement is None:
+                self._log.info(
+                    "records placed by key: the destination topic has another partition count",
+                    destination_partitions=placement.partitions,
+                    already_written=len(placement.written),
+                )
+        partition.prepared(batch_factory(self._destination.producer, self._limit), placement)
         return True
 
     def _resumed(self, tail: Tail, replaying: bool) -> None:
@@ -317,38 +355,74 @@ class PartitionSender:
         partition = self.partition
         if work.fetched is not None:
             assert partition.new_batch is not None
-            target = Target(work.start, partition.new_batch)
-            batching.build(work.fetched, work.end, partition.tagger, [target], work.fetched_ms)
-            work.batches, work.marked = target.batches, target.marked
+            placement = partition.placement
+            if placement is not None:
+                placed = batching.build_placed(
+                    work.fetched,
+                    work.start,
+                    work.end,
+                    partition.tagger,
+                    placement,
+                    partition.new_batch,
+                    work.fetched_ms,
+                )
+                work.batches, work.marked = placed.batches, placed.marked
+                if placed.already_written:
+                    self._metrics.resume_skipped.labels(self.leg.name, partition.target_topic).inc(
+                        placed.already_written
+                    )
+            else:
+                target = Target(work.start, partition.new_batch)
+                batching.build(work.fetched, work.end, partition.tagger, [target], work.fetched_ms)
+                work.batches, work.marked = target.batches, target.marked
         assert work.batches is not None
-        for batch in work.batches:
-            if not await self._hand_over(work.epoch, batch):
+        for group in batching.ranges(work.batches):
+            if not await self._hand_over(work.epoch, group):
                 return
         if work.marked:
             self._count_marked(work.marked, work.batches)
 
-    async def _hand_over(self, epoch: int, batch: OutboundBatch) -> bool:
-        """Give one batch covering source offsets ``[first, end)`` to the producer.
+    async def _hand_over(self, epoch: int, group: list[OutboundBatch]) -> bool:
+        """Give the batches covering source offsets ``[first, end)`` to the producer (one, or,
+        placed by key, one per destination partition); the range is acknowledged once all are.
 
         ``False`` when the partition closed or rewound meanwhile (the rest of the work is void).
         """
         partition = self.partition
-        tracker = partition.sending(epoch, batch.first, batch.end)
+        first = group[0].first
+        tracker = partition.sending(epoch, first, group[0].end)
         if tracker is None:
             return False
-        if batch.count == 0:  # every record of the range was skipped
-            partition.acknowledged(tracker, batch.first)
+        live = [batch for batch in group if batch.count]
+        if not live:  # every record of the range was skipped
+            partition.acknowledged(tracker, first)
             return True
-        batch.builder.close()
-        if self._limit is not None and batch.builder.size() > self._limit:
-            return await self._too_large(tracker, batch)
+        outstanding = _Outstanding(len(live))
+        for batch in live:
+            batch.builder.close()
+            if self._limit is not None and batch.builder.size() > self._limit:
+                if not await self._too_large(batch):
+                    return False
+                if outstanding.done(None):
+                    partition.acknowledged(tracker, first, outstanding.mark)
+                continue
+            if not await self._send_batch(epoch, tracker, batch, outstanding):
+                return False
+        return True
+
+    async def _send_batch(
+        self, epoch: int, tracker: OffsetTracker, batch: OutboundBatch, outstanding: _Outstanding
+    ) -> bool:
+        """Hand one batch of a range to the producer; ``False`` if the partition closed."""
+        partition = self.partition
+        number = partition.tp.partition if batch.partition is None else batch.partition
 
         async def send() -> asyncio.Future[Any] | None:
             if partition.epoch != epoch:
                 return None  # restarted meanwhile: this batch belongs to an abandoned position
             try:
                 future: asyncio.Future[Any] = await self._destination.producer.send_batch(
-                    batch.builder, partition.target_topic, partition=partition.tp.partition
+                    batch.builder, partition.target_topic, partition=number
                 )
             except KafkaTimeoutError as exc:
                 # The destination is not draining (unreachable or slow): keep the batch, wait.
@@ -397,14 +471,17 @@ class PartitionSender:
             # written, at an offset it does not say.
             base = done.result().offset
             written = base >= 0
-            partition.acknowledged(tracker, first, base + count if written else None)
+            # A destination mark only where one destination partition holds the whole range.
+            mark = base + count if written and batch.partition is None else None
+            if outstanding.done(mark):
+                partition.acknowledged(tracker, first, outstanding.mark)
             if tracker is not partition.tracker:
                 return  # an abandoned position
-            if written and base < self._destination_offset:
+            if written and base < self._destination_offsets.get(number, -1):
                 self._replaced.set()
                 partition.wakeup.set()
             if written:
-                self._destination_offset = base
+                self._destination_offsets[number] = base
             self._replicated.inc(count)
             self._bytes.inc(size)
             if appended_ms > 0:
@@ -443,9 +520,17 @@ class PartitionSender:
                 closed.cancel()
             if not settled.done():
                 return False  # released meanwhile
-        destination_tp = TopicPartition(partition.target_topic, partition.tp.partition)
-        unfence(self._destination.producer, destination_tp)
+        self._unfence()
         return await self._prepare()
+
+    def _unfence(self) -> None:
+        """Let the producer send to this partition's destination partitions again."""
+        partition = self.partition
+        numbers = {partition.tp.partition}
+        if partition.placement is not None:
+            numbers.update(range(partition.placement.partitions))
+        for number in numbers:
+            unfence(self._destination.producer, TopicPartition(partition.target_topic, number))
 
     async def _replay(self) -> None:
         """Copy the source partition again, from its log start, into the replaced destination.
@@ -468,7 +553,7 @@ class PartitionSender:
             target_topic=partition.target_topic,
             replay_from=start,
         )
-        self._destination_offset = -1
+        self._destination_offsets.clear()
         note = f"destination {partition.target_topic} was deleted; replayed from offset {start}"
         partition.rewind(start, note)
         # Batches of the abandoned position still on their way land before the tail is read.
@@ -486,8 +571,11 @@ class PartitionSender:
             await sleep_unless_stopped(partition.closed, _SAVE_POLL_S)
         partition.report(note)
 
-    async def _too_large(self, tracker: OffsetTracker, batch: OutboundBatch) -> bool:
-        """A record larger than the destination topic accepts: apply the oversize policy."""
+    async def _too_large(self, batch: OutboundBatch) -> bool:
+        """A record larger than the destination topic accepts: apply the oversize policy.
+
+        ``True`` when it was parked (the caller counts the batch done), ``False`` if halted or
+        closed."""
         partition = self.partition
         size = batch.builder.size()
         reason = (
@@ -522,7 +610,6 @@ class PartitionSender:
         )
         if parked is None and partition.closed.is_set():
             return False  # stopping: the offset stays uncommitted, the record is parked next time
-        partition.acknowledged(tracker, batch.first)
         self._metrics.records_dead_lettered.labels(self.leg.name, partition.target_topic).inc(
             len(records)
         )
@@ -572,3 +659,22 @@ class PartitionSender:
     def _halt(self, reason: str, kind: Halt = Halt.FAILED) -> None:
         if self.partition.halt(reason, kind):
             self._log.error("partition halted", state=kind.value, reason=reason)
+
+
+class _Outstanding:
+    """The batches of one source range still unanswered, and the destination mark to give the
+    range once all are acknowledged (only when a single batch holds the whole range)."""
+
+    __slots__ = ("_left", "mark")
+
+    def __init__(self, batches: int) -> None:
+        self._left = batches
+        self.mark: int | None = None
+
+    def done(self, mark: int | None) -> bool:
+        """One batch was acknowledged (written before ``mark``); ``True`` when it was the last."""
+        self._left -= 1
+        if mark is not None:
+            self.mark = mark
+        return self._left == 0
+

@@ -250,6 +250,12 @@ class FlowSettings(BaseModel):
     replication_factor: int | None = Field(
         None, ge=1, description="Replication factor of topics created on the target."
     )
+    preserve_partitions: bool = Field(
+        True,
+        description="Write each record to the partition number it had (the target topic needs at "
+        "least as many partitions). false: where the target's partition count differs, place "
+        "records by key as a Kafka producer does (keyless ones spread); per-key order holds.",
+    )
     heartbeats: bool = Field(
         True,
         description="Emit heartbeats into the source's heartbeat topic and watch them arrive "

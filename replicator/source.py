@@ -84,6 +84,9 @@ class PartitionFanout:
                 partition.attach()  # waits for the feed instead of fetching alone
             elif fit is Fit.BEHIND:
                 partition.detach()
+        for partition in [p for p in joining if p.placement is not None]:
+            partition.take_chunk(records, end, fetched_ms)  # placed by key: built by its sender
+        joining = [p for p in joining if p.placement is None]
         if joining:
             targets = [p.target() for p in joining]
             # Every leg tags a partition's records alike: build with the first leg's tagger.

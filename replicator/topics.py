@@ -75,6 +75,8 @@ class DestinationTopic:
     partitions: int
     # The largest record batch the topic accepts (its max.message.bytes), if the broker says.
     max_message_bytes: int | None = None
+    # The source topic's partition count when it was checked (0: unknown).
+    source_partitions: int = 0
 
 
 async def describe_partitions(admin: AIOKafkaAdminClient) -> dict[str, list[dict[str, Any]]]:
@@ -174,10 +176,13 @@ class TopicProvisioner:
         source: ClusterClient,
         destination: ClusterClient,
         replication_factor: int | None,
+        preserve_partitions: bool = True,
     ) -> None:
         self._source = source
         self._destination = destination
         self._replication_factor = replication_factor
+        # False (a flow placing records by key): a destination with fewer partitions is used.
+        self._preserve_partitions = preserve_partitions
         self._ready: dict[str, DestinationTopic] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         # Topics refused for good, with the reason and how to raise it again (a fresh exception
@@ -234,9 +239,9 @@ class TopicProvisioner:
         except Exception as exc:
             raise translate(exc) from exc
         reason = partition_shortfall(source_topic, spec.partitions, target_topic, len(existing))
-        if reason is not None:
+        if reason is not None and self._preserve_partitions:
             raise self._refuse(target_topic, partial(TopicMismatch, reason))
-        return DestinationTopic(target_topic, len(existing), limit)
+        return DestinationTopic(target_topic, len(existing), limit, spec.partitions)
 
     async def _spec(self, source_topic: str, target_topic: str) -> TopicSpec:
         source = await self._source.admin()

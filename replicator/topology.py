@@ -256,6 +256,7 @@ class FeedPlan:
     start_from: StartPosition = StartPosition.EARLIEST
     replication_factor: int | None = None
     loop_home: bool = False
+    preserve_partitions: bool = True
 
     @property
     def is_flow(self) -> bool:
@@ -295,6 +296,7 @@ def feeds_for(settings: Settings) -> list[FeedPlan]:
                 replication_factor=flow.replication_factor
                 or settings.destination_replication_factor,
                 loop_home=True,
+                preserve_partitions=flow.preserve_partitions,
             )
         )
     return feeds

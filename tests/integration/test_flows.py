@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from replicator.batching import place
 from replicator.embedded import EmbeddedBroker, free_port
 from replicator.readback import StoredRecord
 from tests.integration.faults import FaultProxy
@@ -16,10 +17,12 @@ from tests.integration.harness import (
     Broker,
     Sent,
     Start,
+    Stream,
     admin_client,
     create_topics,
     holds,
     produce,
+    produce_records,
     read,
     replicator_env,
     run,
@@ -218,3 +221,56 @@ def test_heartbeats_show_the_delay_and_a_stalled_flow_without_any_traffic(
     finally:
         proxy.stop()
         target.stop()
+
+
+def test_records_are_placed_by_key_where_partition_numbers_are_not_kept(
+    replicators: Start,
+) -> None:
+    """The target topics have other partition counts (2 for a 3-partition source, 4 for a
+    1-partition one) and the flow does not preserve partition numbers: each record goes where a
+    Kafka producer puts its key, in order per key, and a replicator killed while records stream
+    resumes without writing any twice."""
+    with start_clusters("dc1", "dc2") as brokers:
+        dc1, dc2 = brokers["dc1"], brokers["dc2"]
+        create_topics(dc1, orders=3, payments=1)
+        create_topics(dc2, orders=2, payments=4)
+        env = replicator_env("dc1", brokers, replica_mode="false")
+        env |= flow_env("placed", "dc1", "dc2", preserve_partitions="false")
+        process = replicators("dc1", env)
+        process.wait_ready()
+        produce(dc1, "payments", 80, partitions=1)
+        produce_records(
+            dc1,
+            "payments",
+            [
+                Sent("payments", 0, -1, None, b"keyless-%d" % i, (), int(time.time() * 1000))
+                for i in range(20)
+            ],
+        )
+        with Stream(dc1, "orders", 3, per_tick=40) as stream:
+            time.sleep(2)
+            process.kill()  # SIGKILL while records stream: no drain, no commit
+            process = replicators("dc1", env)
+            process.wait_ready()
+            time.sleep(2)
+        assert not stream.errors
+        for topic, partitions in (("orders", 2), ("payments", 4)):
+            source = read(dc1, topic)
+            wait_until(holds(dc2, topic, len(source)), 90, f"{topic} on dc2")
+            time.sleep(1.0)
+            stored = read(dc2, topic)
+            assert len(stored) == len(source), f"{topic}: {len(stored)} for {len(source)}"
+            wanted = {(r.partition, r.offset): r for r in source}
+            last: dict[tuple[int, int, bytes | None], int] = {}
+            for record in stored:
+                origin = record.provenance
+                assert origin is not None
+                key = (origin.partition, origin.offset)
+                source_record = wanted.pop(key)  # once each: a second copy fails here
+                assert (record.key, record.value) == (source_record.key, source_record.value)
+                assert record.partition == place(record.key, origin.offset, partitions)
+                stream_of_key = (record.partition, origin.partition, record.key)
+                assert origin.offset > last.get(stream_of_key, -1), "out of order for its key"
+                last[stream_of_key] = origin.offset
+            assert not wanted, f"{topic}: {len(wanted)} records missing"
+        assert process.metric("replicator_duplicates_possible_total") == 0

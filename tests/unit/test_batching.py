@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
+
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replicator import provenance
-from replicator.batching import OutboundBatch, Target, build
+from replicator.batching import (
+    OutboundBatch,
+    Placement,
+    Target,
+    build,
+    build_placed,
+    place,
+    ranges,
+)
 from replicator.provenance import Marking, Provenance, Tagger
 from tests.unit.sample import Record
 
@@ -134,3 +146,83 @@ def test_latency_starts_at_log_append_time_or_when_fetched() -> None:
         target = Target(0, new_batch)
         build(records, 2, TAGGER, [target], FETCHED_MS)
         assert [b.oldest_ms for b in target.batches] == [expected]
+
+
+# -- placed by key --------------------------------------------------------------------------
+
+
+def decoded(batch: OutboundBatch) -> list[tuple[int, bytes | None]]:
+    """(origin offset, key) of each record in a placed batch."""
+    batch.builder.close()
+    out = []
+    for record in DefaultRecordBatch(bytes(batch.builder._build())):
+        origin = provenance.parse(record.headers)
+        assert origin is not None
+        out.append((origin.offset, record.key))
+    return out
+
+
+def test_placement_is_kafkas_for_keys_and_spreads_keyless_records() -> None:
+    # Kafka's producer: murmur2 of the key, positive, modulo the partitions (Utils.murmur2
+    # gives -973932308 for "21" and -790332482 for "foobar").
+    assert place(b"21", 0, 7) == (-973932308 & 0x7FFFFFFF) % 7
+    assert place(b"foobar", 5, 4) == (-790332482 & 0x7FFFFFFF) % 4
+    assert [place(None, offset, 3) for offset in range(6)] == [0, 1, 2, 0, 1, 2]
+
+
+def test_placed_records_go_to_their_keys_partition_in_one_range() -> None:
+    records = [Record(o, key=b"k%d" % (o % 5)) for o in range(100, 120)]
+    placed = build_placed(records, 100, 120, TAGGER, Placement(3), new_batch, FETCHED_MS)
+    assert {(b.first, b.end) for b in placed.batches} == {(100, 120)}
+    assert sum(b.count for b in placed.batches) == 20
+    for batch in placed.batches:
+        assert batch.partition is not None
+        for offset, key in decoded(batch):
+            assert place(key, offset, 3) == batch.partition
+
+
+def test_what_the_destination_already_holds_is_skipped_and_counted() -> None:
+    records = [Record(o, key=b"k%d" % o) for o in range(10)]
+    placement = Placement(2, frozenset({3, 4, 9}))
+    placed = build_placed(records, 0, 10, TAGGER, placement, new_batch, FETCHED_MS)
+    offsets = sorted(o for b in placed.batches for o, _ in decoded(b))
+    assert offsets == [0, 1, 2, 5, 6, 7, 8]
+    assert placed.already_written == 3
+
+
+def test_a_range_with_nothing_to_write_is_one_empty_batch() -> None:
+    loop = Record(7, headers=Provenance("dc2", "orders_REPLICA", 3, 1).headers())
+    placed = build_placed([loop], 7, 8, TAGGER, Placement(4), new_batch, FETCHED_MS)
+    assert [(b.first, b.end, b.count, b.partition) for b in placed.batches] == [(7, 8, 0, None)]
+    assert placed.marked == {Marking.LOOP: 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.one_of(st.none(), st.binary(min_size=1, max_size=6)), max_size=80),
+    partitions=st.integers(1, 5),
+    start=st.integers(0, 10),
+    written=st.sets(st.integers(0, 100), max_size=10),
+)
+def test_placed_batches_hold_every_record_once_in_order_with_shared_boundaries(
+    keys: list[bytes | None], partitions: int, start: int, written: set[int]
+) -> None:
+    records = [Record(o, key=k, value=b"v" * 40) for o, k in enumerate(keys)]
+    end = max(len(keys), start)
+    placement = Placement(partitions, frozenset(written))
+    placed = build_placed(records, start, end, TAGGER, placement, lambda: new_batch(400), 0)
+    spans = [(g[0].first, g[0].end) for g in ranges(placed.batches)]
+    # Contiguous ranges from start to end: each is one unit of acknowledgement.
+    if end > start:
+        assert spans[0][0] == start and spans[-1][1] == end
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    seen = []
+    for batch in placed.batches:
+        got = decoded(batch) if batch.count else []
+        assert len(got) == batch.count
+        assert all(batch.first <= o < batch.end for o, _ in got)
+        assert all(place(k, o, partitions) == batch.partition for o, k in got)
+        seen.extend(o for o, _ in got)
+    expected = [o for o in range(start, len(keys)) if o not in written]
+    assert sorted(seen) == expected and len(seen) == len(set(seen))
+    assert placed.already_written == len([o for o in range(start, len(keys)) if o in written])
