@@ -131,6 +131,7 @@ class PartitionSender:
         self._duplicates: Counter[str] = duplicates if duplicates is not None else Counter()
         self._limit: int | None = None  # the destination topic's max.message.bytes, if known
         self._derived_seen = False  # derived records are logged once per partition
+        self._copies_seen = False  # a flow's skipped copies are logged once per partition
         # Per destination partition, the base offset of the last batch it acknowledged: a lower
         # one later means its log was replaced (topic deleted and created again).
         self._destination_offsets: dict[int, int] = {}
@@ -636,7 +637,17 @@ class PartitionSender:
         derived = marked.get(Marking.DERIVED, 0)
         if derived:
             self._metrics.records_derived.labels(self.leg.name, target).inc(derived)
-        if skipped:
+        if skipped and self.leg.flow is not None and set(skipped) == {Marking.LOOP}:
+            # A flow reads the copies other replicators wrote into its source all the time
+            # (same-name active-active): normal, counted, said once per partition.
+            if not self._copies_seen:
+                self._copies_seen = True
+                self._log.info(
+                    "copies from other clusters are not copied again (loop rule); counted in "
+                    "replicator_records_skipped_total{reason=\"loop\"}",
+                    loop=skipped[Marking.LOOP],
+                )
+        elif skipped:
             self._log.warning(
                 "records not replicated (loop rule)",
                 **{str(mark): n for mark, n in skipped.items()},
