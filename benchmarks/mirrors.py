@@ -6,8 +6,8 @@
   no offset tracking, no commits): one consumer, one ``create_batch``/``send_batch`` per partition
   and destination. It bounds what this machine can do with aiokafka.
 
-Both read ``<topic>_REPLICA`` on the source and write ``<topic>`` (same partition) to every
-destination, until stopped with SIGTERM.
+Both read ``<topic>_REPLICA`` (``--source-topic``: any topic, for the one-way mirror) on the
+source and write ``<topic>`` (same partition) to every destination, until stopped with SIGTERM.
 """
 
 from __future__ import annotations
@@ -48,9 +48,11 @@ async def _clients(
     return consumer, producers
 
 
-async def naive(source: str, destinations: list[str], topic: str, stop: asyncio.Event) -> None:
+async def naive(
+    source: str, destinations: list[str], topic: str, source_topic: str, stop: asyncio.Event
+) -> None:
     consumer, producers = await _clients(source, destinations, "bench-naive")
-    consumer.subscribe([f"{topic}_REPLICA"])
+    consumer.subscribe([source_topic])
     try:
         while not stop.is_set():
             fetched = await consumer.getmany(timeout_ms=100, max_records=5000)
@@ -75,9 +77,11 @@ async def naive(source: str, destinations: list[str], topic: str, stop: asyncio.
         await _close(consumer, producers)
 
 
-async def ceiling(source: str, destinations: list[str], topic: str, stop: asyncio.Event) -> None:
+async def ceiling(
+    source: str, destinations: list[str], topic: str, source_topic: str, stop: asyncio.Event
+) -> None:
     consumer, producers = await _clients(source, destinations, "bench-ceiling")
-    partitions = await partitions_of(consumer, f"{topic}_REPLICA")
+    partitions = await partitions_of(consumer, source_topic)
     consumer.assign(partitions)
     await consumer.seek_to_beginning(*partitions)
     pending: list[asyncio.Future[Any]] = []
@@ -119,12 +123,15 @@ async def _close(consumer: AIOKafkaConsumer, producers: list[AIOKafkaProducer]) 
         await producer.stop()
 
 
-async def main(kind: str, source: str, destinations: list[str], topic: str) -> None:
+async def main(
+    kind: str, source: str, destinations: list[str], topic: str, source_topic: str
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    await {"naive": naive, "ceiling": ceiling}[kind](source, destinations, topic, stop)
+    mirror = {"naive": naive, "ceiling": ceiling}[kind]
+    await mirror(source, destinations, topic, source_topic, stop)
 
 
 if __name__ == "__main__":
@@ -133,5 +140,7 @@ if __name__ == "__main__":
     parser.add_argument("--source", required=True)
     parser.add_argument("--destinations", required=True, help="comma-separated bootstrap servers")
     parser.add_argument("--topic", required=True)
+    parser.add_argument("--source-topic", help="default: <topic>_REPLICA")
     args = parser.parse_args()
-    uvloop.run(main(args.kind, args.source, args.destinations.split(","), args.topic))
+    source_topic = args.source_topic or f"{args.topic}_REPLICA"
+    uvloop.run(main(args.kind, args.source, args.destinations.split(","), args.topic, source_topic))

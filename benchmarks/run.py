@@ -3,7 +3,9 @@
 For each record size (100 B and 1 KiB) the same preloaded ``bench_REPLICA`` topic is replicated to
 ``bench`` on two clusters by three contenders, each a separate process on fresh local brokers:
 the naive per-record ``send()`` mirror, the minimal batch-copy loop (the machine's ceiling), and
-the replicator itself. Completion is measured by reading the destinations back (high watermarks
+the replicator itself. The *one-way mirror* workload copies ``bench`` of dc1 to ``bench`` of dc2
+(MirrorMaker's job: the replicator runs one identity flow, the others copy to dc2 alone).
+Completion is measured by reading the destinations back (high watermarks
 from fetch responses, never ListOffsets) and the replicator's output is verified record by record.
 Then the replicator's end-to-end latency is measured at a fixed offered rate, the cost of resuming
 from the destination (:mod:`benchmarks.resume`), and its peak memory with a destination that
@@ -64,6 +66,11 @@ class Workload:
     value_bytes: int
     records: int
     partitions: int = 8
+    one_way: bool = False  # bench of dc1 to bench of dc2 (an identity flow), not the _REPLICA mode
+
+    @property
+    def source_topic(self) -> str:
+        return TOPIC if self.one_way else SOURCE
 
 
 @dataclass
@@ -146,13 +153,21 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def start_contender(name: str, brokers: dict[str, EmbeddedBroker]) -> Monitored:
+def start_contender(name: str, brokers: dict[str, EmbeddedBroker], workload: Workload) -> Monitored:
     if name == "replicator":
         env = replicator_environment("dc1", brokers, free_port(), log_format="json", **SETTINGS)
+        if workload.one_way:
+            env |= {
+                "REPLICATOR_REPLICA_MODE": "false",
+                "REPLICATOR_FLOWS__MIRROR__SOURCE": "dc1",
+                "REPLICATOR_FLOWS__MIRROR__TARGET": "dc2",
+            }
         return Monitored([sys.executable, "-m", "replicator", "run"], child_env(env), name)
-    destinations = ",".join(b.bootstrap_servers for b in brokers.values())
+    targets = [b for alias, b in brokers.items() if alias != "dc1" or not workload.one_way]
+    destinations = ",".join(b.bootstrap_servers for b in targets)
     args = [sys.executable, "-m", "benchmarks.mirrors", name, "--source"]
     args += [brokers["dc1"].bootstrap_servers, "--destinations", destinations, "--topic", TOPIC]
+    args += ["--source-topic", workload.source_topic]
     return Monitored(args, child_env(), name)
 
 
@@ -195,7 +210,8 @@ async def preload(broker: EmbeddedBroker, workload: Workload) -> None:
                         headers=[("bench", b"1")],
                     )
                 if batch.record_count():
-                    pending.append(await producer.send_batch(batch, SOURCE, partition=partition))
+                    topic = workload.source_topic
+                    pending.append(await producer.send_batch(batch, topic, partition=partition))
             if len(pending) > 64:
                 await asyncio.gather(*pending)
                 pending.clear()
@@ -266,9 +282,10 @@ async def throughput(contender: str, workload: Workload) -> RunResult:
         await create_topics(brokers["dc2"], workload.partitions, TOPIC)
         await preload(brokers["dc1"], workload)
         expected = workload.records
-        process = start_contender(contender, brokers)
+        destinations = {"dc2": brokers["dc2"]} if workload.one_way else brokers
+        process = start_contender(contender, brokers, workload)
         try:
-            async with Watermarks(brokers, workload.partitions) as marks:
+            async with Watermarks(destinations, workload.partitions) as marks:
                 first = cpu_first = 0.0
                 deadline = time.monotonic() + 600
                 while time.monotonic() < deadline:
@@ -288,7 +305,7 @@ async def throughput(contender: str, workload: Workload) -> RunResult:
         finally:
             process.stop()
         verified = (
-            await verify_replica(brokers, expected) if contender == "replicator" else "counted"
+            await verify_replica(destinations, expected) if contender == "replicator" else "counted"
         )
     mb = expected * workload.value_bytes / 1e6
     return RunResult(
@@ -568,6 +585,7 @@ async def main(args: argparse.Namespace) -> None:
     workloads = [
         Workload("100B", 100, args.records_100b),
         Workload("1KiB", 1024, args.records_1kb),
+        Workload("100B one-way mirror", 100, args.records_mirror, one_way=True),
     ]
     runs: list[RunResult] = []
     for workload in [w for w in workloads if w.records > 0]:
@@ -635,6 +653,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Replicator benchmark")
     parser.add_argument("--records-100b", type=int, default=600_000)
     parser.add_argument("--records-1kb", type=int, default=150_000)
+    parser.add_argument(
+        "--records-mirror", type=int, default=300_000, help="100 B records, one-way identity flow"
+    )
     parser.add_argument("--latency-rate", type=int, default=20_000)
     # 30 s: the embedded test broker slows down past about 700,000 records in one topic.
     parser.add_argument("--latency-seconds", type=float, default=30)
@@ -658,7 +679,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     SETTINGS.update(item.split("=", 1) for item in args.setting)
     if args.quick:
-        args.records_100b, args.records_1kb = 100_000, 30_000
+        args.records_100b, args.records_1kb, args.records_mirror = 100_000, 30_000, 100_000
         args.latency_seconds, args.outage_records, args.rounds = 10, 30_000, 1
         args.resume_records = 200_000
     return args

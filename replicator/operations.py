@@ -1,9 +1,10 @@
 """Operator commands: ``replicator check-config``, ``replicator lag``, ``replicator topics ensure``.
 
 ``check-config`` validates the environment, connects to every cluster (naming the addresses it
-could not reach), prints the effective configuration with secrets masked, and which of the local
-cluster's topics the rules replicate and why the others are left out. ``lag`` shows, per leg,
-topic and partition, the leg's committed offset, the source log end and the difference, read from
+could not reach), prints the effective configuration with secrets masked, and for each feed (the
+``_REPLICA`` mode's, each flow's) which of its source cluster's topics the rules replicate and
+why the others are left out. ``lag`` shows, per leg (flows' legs included), topic and
+partition, the leg's committed offset, the source log end and the difference, read from
 the clusters themselves (the successor of MirrorMaker's offset checker, like
 ``kafka-consumer-groups --describe``), and warns when the rules select no topic.
 ``topics ensure`` creates the ``X_REPLICA`` and ``X`` pair of a topic on every cluster with the
@@ -28,7 +29,7 @@ from replicator.kafka import ClusterClient, client_options, translate
 from replicator.settings import Settings
 from replicator.snapshot import snapshot, topic_selection
 from replicator.topics import TopicSpec, create_topic, describe_partitions, replication_factor
-from replicator.topology import Rejection, TopicRules, TopicSelection, legs_for
+from replicator.topology import FeedPlan, Rejection, TopicRules, TopicSelection, feeds_for
 
 _CHECK_TIMEOUT_S = 15.0
 _LISTED_MAX = 20  # names shown of the topics that are not replica topics at all
@@ -39,8 +40,18 @@ def warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-def rules_text(rules: TopicRules) -> str:
+def rules_text(rules: TopicRules, feed: str = "replica") -> str:
     """The topic rules as the user configured them (regexes after comma lists are joined)."""
+    if rules.suffix is None:
+        prefix = f"REPLICATOR_FLOWS__{feed.upper()}__"
+        described = rules.describe()
+        named = ", ".join(
+            f"{k}={v!r}" for k, v in described.items() if k not in ("include", "exclude")
+        )
+        return (
+            f"{prefix}TOPICS_INCLUDE={rules.include.pattern!r}, "
+            f"{prefix}TOPICS_EXCLUDE={rules.exclude.pattern!r}, {named}"
+        )
     return (
         f"REPLICATOR_TOPICS_INCLUDE={rules.include.pattern!r}, "
         f"REPLICATOR_TOPICS_EXCLUDE={rules.exclude.pattern!r}, "
@@ -65,21 +76,23 @@ async def _probe_all(settings: Settings) -> dict[str, str | None]:
     return {alias: client.error for alias, client in clients.items()}
 
 
-async def _local_selection(settings: Settings) -> TopicSelection:
-    local = settings.clusters[settings.local_cluster]
-    rules = TopicRules.from_settings(settings)
+async def _selection(settings: Settings, plan: FeedPlan) -> TopicSelection:
+    source = settings.clusters[plan.source]
     return await asyncio.wait_for(
-        topic_selection(client_options(local, settings), rules), _CHECK_TIMEOUT_S
+        topic_selection(client_options(source, settings), plan.rules), _CHECK_TIMEOUT_S
     )
 
 
-def _print_selection(settings: Settings, selection: TopicSelection) -> None:
-    rules = TopicRules.from_settings(settings)
-    print(f"topics of {settings.local_cluster} ({rules_text(rules)}):")
+def _print_selection(plan: FeedPlan, selection: TopicSelection) -> None:
+    rules = plan.rules
+    what = "" if not plan.is_flow else f" by flow {plan.name}"
+    print(f"topics of {plan.source}{what} ({rules_text(rules, plan.name)}):")
     for source in selection.replicated:
         print(f"  replicated: {source} -> {rules.target(source)}")
     grouped = selection.by_reason()
-    for reason in (Rejection.NOT_INCLUDED, Rejection.EXCLUDED, Rejection.TARGET_IS_REPLICA_TOPIC):
+    for reason in Rejection:
+        if reason is Rejection.NOT_A_REPLICA_TOPIC:
+            continue
         for topic in grouped.get(reason.value, []):
             print(f"  rejected ({reason.value}): {topic}")
     others = grouped.get(Rejection.NOT_A_REPLICA_TOPIC.value, [])
@@ -89,34 +102,45 @@ def _print_selection(settings: Settings, selection: TopicSelection) -> None:
         print(f"  not a replica topic ({len(others)}): {shown}{more}")
 
 
-def _warn_nothing_selected(settings: Settings, selection: TopicSelection) -> None:
-    rules = TopicRules.from_settings(settings)
+def _warn_nothing_selected(plan: FeedPlan, selection: TopicSelection) -> None:
+    rules = plan.rules
     rejected = selection.replica_topics_rejected()
     if rejected:
         why = ", ".join(f"{t} ({r.value})" for t, r in sorted(rejected.items()))
         detail = f"they reject {why}"
+    elif rules.suffix is None:
+        detail = "the cluster holds no topic"
     else:
         detail = f"the cluster holds no topic ending in {rules.suffix!r}"
-    warn(f"no topic of {settings.local_cluster} would be replicated: {rules_text(rules)}; {detail}")
+    what = "replicated" if not plan.is_flow else f"copied by flow {plan.name}"
+    warn(f"no topic of {plan.source} would be {what}: {rules_text(rules, plan.name)}; {detail}")
 
 
 def check_config(settings: Settings, as_json: bool) -> int:
-    """Print the effective configuration, whether each cluster answers and which local topics
-    the rules replicate; 0 if every cluster answers, else 2."""
+    """Print the effective configuration, whether each cluster answers and which topics each
+    feed's rules replicate; 0 if every cluster answers, else 2."""
     reachable = asyncio.run(_probe_all(settings))
-    selection: TopicSelection | None = None
-    if reachable[settings.local_cluster] is None:
+    selections: dict[str, tuple[FeedPlan, TopicSelection]] = {}
+    for plan in feeds_for(settings):
+        if reachable[plan.source] is not None:
+            continue
         try:
-            selection = asyncio.run(_local_selection(settings))
+            selections[plan.name] = (plan, asyncio.run(_selection(settings, plan)))
         except Exception as exc:
-            warn(f"could not list the topics of {settings.local_cluster}: {translate(exc)}")
+            warn(f"could not list the topics of {plan.source}: {translate(exc)}")
     effective = settings.model_dump(mode="json")  # SecretStr values dump as '**********'
+
+    def shown(selection: TopicSelection) -> dict[str, Any]:
+        return {"replicated": list(selection.replicated), "rejected": selection.by_reason()}
+
+    replica = selections.get("replica") if settings.replica_mode else None
     document = {
         "configuration": effective,
         "clusters": {a: {"reachable": e is None, "error": e} for a, e in reachable.items()},
-        "topics": None
-        if selection is None
-        else {"replicated": list(selection.replicated), "rejected": selection.by_reason()},
+        "topics": None if replica is None else shown(replica[1]),
+        "flows": {
+            name: shown(selection) for name, (plan, selection) in selections.items() if plan.is_flow
+        },
     }
     if as_json:
         print(json.dumps(document, indent=2))
@@ -124,10 +148,11 @@ def check_config(settings: Settings, as_json: bool) -> int:
         Console().print_json(json.dumps(effective))
         for alias, error in reachable.items():
             print(f"cluster {alias}: {'reachable' if error is None else 'UNREACHABLE: ' + error}")
-        if selection is not None:
-            _print_selection(settings, selection)
-    if selection is not None and not selection.replicated:
-        _warn_nothing_selected(settings, selection)
+        for plan, selection in selections.values():
+            _print_selection(plan, selection)
+    for plan, selection in selections.values():
+        if not selection.replicated:
+            _warn_nothing_selected(plan, selection)
     return 0 if all(e is None for e in reachable.values()) else 2
 
 
@@ -142,43 +167,48 @@ class PartitionLag:
     lag: int
 
 
-async def _lag(settings: Settings) -> tuple[TopicSelection, list[PartitionLag]]:
-    local = settings.clusters[settings.local_cluster]
-    client = client_options(local, settings)
-    selection = await topic_selection(client, TopicRules.from_settings(settings))
-    if not selection.replicated:
-        return selection, []
-    ranges = await snapshot(client, list(selection.replicated))
+async def _lag(
+    settings: Settings,
+) -> tuple[list[tuple[FeedPlan, TopicSelection]], list[PartitionLag]]:
+    selections: list[tuple[FeedPlan, TopicSelection]] = []
     rows: list[PartitionLag] = []
-    for leg in legs_for(settings):
-        group = leg.group_id(settings.group_prefix)
-        reader = AIOKafkaConsumer(**client, group_id=group, enable_auto_commit=False)
-        await reader.start()
-        try:
-            for tp, (start, end) in sorted(ranges.items()):
-                committed = await reader.committed(tp)
-                behind = end - (committed if committed is not None else start)
-                rows.append(
-                    PartitionLag(
-                        leg.name, group, tp.topic, tp.partition, committed, end, max(0, behind)
+    for plan in feeds_for(settings):
+        client = client_options(settings.clusters[plan.source], settings)
+        selection = await topic_selection(client, plan.rules)
+        selections.append((plan, selection))
+        if not selection.replicated:
+            continue
+        ranges = await snapshot(client, list(selection.replicated))
+        for leg in plan.legs:
+            group = leg.group_id(plan.leg_group_prefix)
+            reader = AIOKafkaConsumer(**client, group_id=group, enable_auto_commit=False)
+            await reader.start()
+            try:
+                for tp, (start, end) in sorted(ranges.items()):
+                    committed = await reader.committed(tp)
+                    behind = end - (committed if committed is not None else start)
+                    rows.append(
+                        PartitionLag(
+                            leg.name, group, tp.topic, tp.partition, committed, end, max(0, behind)
+                        )
                     )
-                )
-        finally:
-            await reader.stop()
-    return selection, rows
+            finally:
+                await reader.stop()
+    return selections, rows
 
 
 def lag(settings: Settings, as_json: bool) -> int:
-    """Print each leg's lag per source partition; 0, or 1 when the rules select no topic."""
-    selection, rows = asyncio.run(_lag(settings))
+    """Print each leg's lag per source partition; 0, or 1 when a feed's rules select no topic."""
+    selections, rows = asyncio.run(_lag(settings))
     status = 0
-    if not selection.replicated:
-        _warn_nothing_selected(settings, selection)
-        status = 1
+    for plan, selection in selections:
+        if not selection.replicated:
+            _warn_nothing_selected(plan, selection)
+            status = 1
     if as_json:
         print(json.dumps([asdict(r) for r in rows]))
         return status
-    table = Table(title=f"replication lag of {settings.local_cluster}'s replica topics")
+    table = Table(title="replication lag per leg and source partition")
     for column in ("leg", "group", "topic", "partition", "committed", "log end", "lag"):
         table.add_column(column, justify="right")
     for r in rows:

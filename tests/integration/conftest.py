@@ -16,8 +16,10 @@ def replicators() -> Iterator[Start]:
     """Start replicator subprocesses; any still running at the end of the test is killed."""
     started: list[ReplicatorProcess] = []
 
-    def start(alias: str, env: dict[str, str]) -> ReplicatorProcess:
-        process = ReplicatorProcess(alias, env).start()
+    def start(
+        alias: str, env: dict[str, str], args: tuple[str, ...] = ("run",)
+    ) -> ReplicatorProcess:
+        process = ReplicatorProcess(alias, env, args).start()
         started.append(process)
         return process
 

@@ -108,6 +108,7 @@ class ReplicatorProcess:
 
     alias: str
     env: dict[str, str]
+    args: tuple[str, ...] = ("run",)  # the replicator command line (mirror-maker, mm2 ...)
     http_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path = field(
@@ -121,7 +122,7 @@ class ReplicatorProcess:
         env["REPLICATOR_HTTP_HOST"] = "127.0.0.1"
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "replicator", "run"],
+                [sys.executable, "-m", "replicator", *self.args],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -204,7 +205,12 @@ class ReplicatorProcess:
         return total
 
 
-Start = Callable[[str, dict[str, str]], ReplicatorProcess]
+class Start(Protocol):
+    """Starts a replicator beside cluster ``alias``: ``replicator run``, or another command."""
+
+    def __call__(
+        self, alias: str, env: dict[str, str], args: tuple[str, ...] = ("run",)
+    ) -> ReplicatorProcess: ...
 
 
 def replicator_cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:

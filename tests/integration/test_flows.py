@@ -3,6 +3,7 @@ same-name active-active in two and three datacenters (no loop, no duplicate, no 
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, defaultdict
 from typing import Any
@@ -24,6 +25,7 @@ from tests.integration.harness import (
     produce,
     produce_records,
     read,
+    replicator_cli,
     replicator_env,
     run,
     start_clusters,
@@ -112,6 +114,18 @@ def test_each_naming_policy_copies_exactly_and_one_source_feeds_several_targets(
         assert status["flows"]["mm2"]["topics"]["rules"]["topic_names"] == "dc1.<topic>"
         assert status["source_feed"] is None  # the _REPLICA mode is off
         assert process.metric("replicator_source_topics", feed="backup", selection="excluded") == 1
+        # The operator commands see the flows: their legs' lag, each flow's selection.
+        status_code, out, err = replicator_cli(env, "lag", "--json")
+        assert status_code == 0, err
+        lags = {(r["leg"], r["topic"]): r["lag"] for r in json.loads(out)}
+        assert lags[("backup:dc1->dc2", "orders")] == 0
+        assert lags[("mm2:dc1->dc3", "payments")] == 0
+        assert ("mm2:dc1->dc3", "audit_log") not in lags
+        status_code, out, err = replicator_cli(env, "check-config", "--json")
+        assert status_code == 0, err
+        flows = json.loads(out)["flows"]
+        assert "audit_log" in flows["backup"]["rejected"]["excluded"]
+        assert set(flows["mm2"]["replicated"]) == {"heartbeats", "orders", "payments"}
 
 
 def run_topics(broker: Broker) -> set[str]:
