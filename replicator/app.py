@@ -137,6 +137,7 @@ class ReplicatorService:
             self.legs.extend(runners)
             self.feeds.append(SourceFeed(self.settings, plan, self.metrics, runners))
         try:
+            await self._ensure_heartbeat_topics()
             for leg in self.legs:
                 if not await leg.start_source(stop):
                     return
@@ -155,6 +156,22 @@ class ReplicatorService:
         finally:
             if self.dead_letters is not None:
                 await self.dead_letters.close()
+
+    async def _ensure_heartbeat_topics(self) -> None:
+        """Heartbeat topics exist before the feeds list their sources (else a rebalance follows
+        soon after start); a source that does not answer yet is left to the emitter's retries."""
+        beats = list(self.heartbeats.values())
+        results = await asyncio.gather(
+            *(asyncio.wait_for(beat.ensure_topic(), _PROBE_INTERVAL_S) for beat in beats),
+            return_exceptions=True,
+        )
+        for beat, result in zip(beats, results, strict=True):
+            if isinstance(result, Exception):
+                log.info(
+                    "heartbeat topic not checked yet: the emitter retries",
+                    flow=beat.plan.name,
+                    error=repr(result),
+                )
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

@@ -119,16 +119,24 @@ class FlowHeartbeat:
             if producer is not None:
                 await close_quietly(producer.stop())
 
-    async def _start_producer(self) -> AIOKafkaProducer:
+    async def ensure_topic(self) -> None:
+        """Create the source's heartbeat topic if it is missing (one partition, compacted).
+
+        Called before the flow's feed first lists its topics: a topic appearing later changes
+        the feed's subscription, which costs a rebalance."""
         admin = await self._source.admin()
-        if self.topic not in await describe_partitions(admin):
-            factor = await replication_factor(admin, self.plan.replication_factor)
-            spec = TopicSpec(self.topic, 1, factor, {"cleanup.policy": "compact"})
-            errors = await create_topic(admin, spec, tolerate=(36,))  # 36: already exists
-            if errors:
-                self._log.warning("heartbeat topic not created", topic=self.topic, errors=errors)
-            else:
-                self._log.info("heartbeat topic created", topic=self.topic)
+        if self.topic in await describe_partitions(admin):
+            return
+        factor = await replication_factor(admin, self.plan.replication_factor)
+        spec = TopicSpec(self.topic, 1, factor, {"cleanup.policy": "compact"})
+        errors = await create_topic(admin, spec, tolerate=(36,))  # 36: already exists
+        if errors:
+            self._log.warning("heartbeat topic not created", topic=self.topic, errors=errors)
+        else:
+            self._log.info("heartbeat topic created", topic=self.topic)
+
+    async def _start_producer(self) -> AIOKafkaProducer:
+        await self.ensure_topic()
         cluster = self._settings.clusters[self.plan.source]
         producer = make_producer(cluster, self._settings, f"replicator-{self.plan.name}-heartbeat")
         try:
