@@ -1,4 +1,5 @@
-"""The command line: ``replicator run`` (the service), ``demo``, ``sandbox``, the operator
+"""The command line: ``replicator run`` (the service), ``mirror-maker`` and ``mm2`` (the service,
+configured by MirrorMaker's command line or properties file), ``demo``, ``sandbox``, the operator
 commands and the Spark jobs.
 
 Messages go to stderr, data to stdout. Invalid configuration exits with status 2 and names the
@@ -8,8 +9,10 @@ variable at fault.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import ModuleType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import structlog
 import typer
@@ -17,6 +20,9 @@ import uvloop
 
 from replicator.errors import ConfigError
 from replicator.settings import Settings
+
+if TYPE_CHECKING:
+    from replicator.mirrormaker import Translation
 
 app = typer.Typer(
     help="Active-active Kafka replication sidecar.",
@@ -30,12 +36,19 @@ EXIT_CONFIG = 2
 @app.command()
 def run() -> None:
     """Run the replicator beside the local cluster (configured by REPLICATOR_* variables)."""
+    _serve(_settings())
+
+
+def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
+    """Run the service with ``settings`` until it stops; ``notes`` are logged first, once each."""
     from replicator.app import ReplicatorService
     from replicator.logs import configure_logging
     from replicator.records import use_decoded_records
 
-    settings = _settings()
     configure_logging(settings.log_level, settings.log_format)
+    log = structlog.get_logger("replicator")
+    for note in notes:
+        log.info("mirrormaker configuration translated", note=note)
     use_decoded_records()
     service = ReplicatorService(settings)
     try:
@@ -50,6 +63,84 @@ def run() -> None:
     except BaseException:  # a crashed task stops the service loudly, with its traceback
         structlog.get_logger("replicator").exception("replicator crashed")
         raise typer.Exit(1) from None
+
+
+_PRINT_ENV_HELP = (
+    "Print the translated REPLICATOR_* variables as an env file (NAME=value lines, secrets "
+    "masked, the notes as # comments), then exit 0."
+)
+
+
+@app.command(
+    "mirror-maker",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    options_metavar="[--print-env] MIRRORMAKER-OPTIONS...",
+)
+def mirror_maker(
+    ctx: typer.Context,
+    print_env: bool = typer.Option(False, "--print-env", help=_PRINT_ENV_HELP),
+) -> None:
+    """Run a MirrorMaker 1 or Go mirror maker command line unchanged.
+
+    Give MirrorMaker's own options: --consumer.config FILE (repeatable: one flow per source
+    cluster), --producer.config FILE, one of --whitelist/--include/--blacklist REGEX, and
+    optionally --prefix, --queue.size, --offset.commit.interval.ms, --preserve.partitions=false
+    (records placed by key where partition counts differ; by default they keep their partition
+    number), --num.streams, --num.producers, --preserve.order, --abort.on.send.failure,
+    --new.consumer. Cluster aliases come from the properties files' names. Options and
+    properties done another way are accepted and noted; ZooKeeper settings, message handlers,
+    rebalance listeners, Kerberos/OAuth and JKS stores are refused (exit 2, naming them).
+    REPLICATOR_HTTP_PORT, REPLICATOR_LOG_LEVEL and other top-level variables of the environment
+    still apply.
+    """
+    from replicator.mirrormaker import mirror_maker_translation
+
+    if any(arg in ("-h", "-help") for arg in ctx.args):
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    _run_translated(lambda: mirror_maker_translation(list(ctx.args)), print_env)
+
+
+@app.command("mm2")
+def mm2(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FILE", help="A MirrorMaker 2 connect-mirror-maker.properties file."
+        ),
+    ],
+    print_env: bool = typer.Option(False, "--print-env", help=_PRINT_ENV_HELP),
+) -> None:
+    """Run the flows of a MirrorMaker 2 connect-mirror-maker.properties file unchanged.
+
+    Every A->B.enabled = true becomes one flow (A's topics named A.<topic> on B under the default
+    replication policy, the same names under IdentityReplicationPolicy), with its topics,
+    topics.exclude, replication.factor and heartbeats (emit.heartbeats.enabled and
+    emit.heartbeats.interval.seconds). What this version does not run (checkpoints, group offset
+    sync, ACL sync) is accepted with a note saying so; custom policies, Kerberos/OAuth and JKS
+    stores are refused (exit 2, naming the property). REPLICATOR_HTTP_PORT, REPLICATOR_LOG_LEVEL
+    and other top-level variables of the environment still apply.
+    """
+    from replicator.mirrormaker import mm2_translation
+
+    _run_translated(lambda: mm2_translation(path), print_env)
+
+
+def _run_translated(translate: Callable[[], Translation], print_env: bool) -> None:
+    import os
+
+    try:
+        translation = translate().with_environment(os.environ)
+        settings = translation.settings()
+        lines = translation.env_file() if print_env else []
+    except ConfigError as exc:
+        typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    if print_env:
+        for line in lines:
+            typer.echo(line)
+        raise typer.Exit(0)
+    _serve(settings, translation.notes)
 
 
 @app.command()

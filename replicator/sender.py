@@ -644,7 +644,7 @@ class PartitionSender:
                 self._copies_seen = True
                 self._log.info(
                     "copies from other clusters are not copied again (loop rule); counted in "
-                    "replicator_records_skipped_total{reason=\"loop\"}",
+                    'replicator_records_skipped_total{reason="loop"}',
                     loop=skipped[Marking.LOOP],
                 )
         elif skipped:
@@ -688,4 +688,3 @@ class _Outstanding:
         if mark is not None:
             self.mark = mark
         return self._left == 0
-

@@ -191,7 +191,7 @@ def test_what_the_destination_already_holds_is_skipped_and_counted() -> None:
 
 
 def test_a_range_with_nothing_to_write_is_one_empty_batch() -> None:
-    loop = Record(7, headers=Provenance("dc2", "orders_REPLICA", 3, 1).headers())
+    loop = Record(7, headers=list(provenance.tagged([], Provenance("dc2", "orders_REPLICA", 3, 1))))
     placed = build_placed([loop], 7, 8, TAGGER, Placement(4), new_batch, FETCHED_MS)
     assert [(b.first, b.end, b.count, b.partition) for b in placed.batches] == [(7, 8, 0, None)]
     assert placed.marked == {Marking.LOOP: 1}
@@ -216,7 +216,7 @@ def test_placed_batches_hold_every_record_once_in_order_with_shared_boundaries(
     if end > start:
         assert spans[0][0] == start and spans[-1][1] == end
         assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
-    seen = []
+    seen: list[int] = []
     for batch in placed.batches:
         got = decoded(batch) if batch.count else []
         assert len(got) == batch.count

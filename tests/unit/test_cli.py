@@ -14,6 +14,8 @@ from replicator.cli import app
 
 EXPECTED = {
     "run",
+    "mirror-maker",
+    "mm2",
     "demo",
     "sandbox",
     "check-config",

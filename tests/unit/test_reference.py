@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from replicator.metrics import Metrics
+from replicator.mirrormaker import mm2_translation
 from replicator.reference import README, SECTIONS, Section, readme_section
 from replicator.settings import ClusterSettings, FlowSettings, Settings
 
@@ -30,3 +33,16 @@ def test_catalogue_lists_every_exported_metric_once() -> None:
     exported = {m.name for m in metrics.registry.collect()}
     # prometheus_client names a counter's family without "_total"
     assert {n.removesuffix("_total") for n in names} == exported
+
+
+def test_readme_mm2_side_by_side_is_what_the_translation_prints(tmp_path: Path) -> None:
+    text = README.read_text()
+    section = text[text.index("**Side by side**") :]
+    properties = section.split("```properties\n", 1)[1].split("```", 1)[0]
+    shown = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    config = tmp_path / "connect-mirror-maker.properties"
+    config.write_text(properties)
+    expected = dict(
+        line.split("#", 1)[0].strip().split("=", 1) for line in shown.splitlines() if line
+    )
+    assert mm2_translation(config).env == expected

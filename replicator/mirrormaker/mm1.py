@@ -1,0 +1,334 @@
+"""MirrorMaker 1 and the Go mirror maker: a command line and the properties files it names.
+
+This module owns :func:`mirror_maker_translation`: the options (``--opt value``, ``--opt=value``
+or ``-opt value``; a flag may be followed by ``true``/``false``) parsed as the two tools parse
+them, then one flow per ``--consumer.config`` file into the ``--producer.config`` cluster. A
+cluster's alias is its file's name (:func:`~replicator.mirrormaker.names.normalise_alias`). The
+flows keep MirrorMaker 1's consumer group (``group.id``, else ``mirrormaker``) and start where its
+consumer would (``auto.offset.reset``, latest when absent). ``--preserve.partitions=false`` places
+records by key where partition counts differ; the default keeps partition numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from replicator.errors import ConfigError
+from replicator.mirrormaker.clients import Client, client_property
+from replicator.mirrormaker.connection import Cluster, cluster_env
+from replicator.mirrormaker.names import flow_name, normalise_alias, unique
+from replicator.mirrormaker.regex import INTERNAL_NOTE, exclusion, java_regex
+from replicator.mirrormaker.translation import Builder, Translation, flow_var
+from replicator.mirrormaker.values import load_properties, parse_bool, parse_int
+
+# MirrorMaker 1's group when the consumer config names none (its Java consumer would refuse).
+DEFAULT_GROUP = "mirrormaker"
+
+_VALUE, _REPEATED, _FLAG, _HELP = "value", "repeated", "flag", "help"
+_OPTIONS: dict[str, str] = {
+    "consumer.config": _REPEATED,
+    "producer.config": _VALUE,
+    "whitelist": _VALUE,
+    "include": _VALUE,
+    "blacklist": _VALUE,
+    "num.streams": _VALUE,
+    "num.producers": _VALUE,
+    "queue.size": _VALUE,
+    "prefix": _VALUE,
+    "preserve.partitions": _FLAG,
+    "preserve.order": _FLAG,
+    "abort.on.send.failure": _FLAG,
+    "abortOnSendFail": _FLAG,
+    "offset.commit.interval.ms": _VALUE,
+    "new.consumer": _FLAG,
+    "message.handler": _VALUE,
+    "message.handler.args": _VALUE,
+    "consumer.rebalance.listener": _VALUE,
+    "rebalance.listener.args": _VALUE,
+    "max.procs": _VALUE,
+    "help": _HELP,
+    "h": _HELP,
+}
+_BOOL_WORDS = frozenset({"true", "false", "1", "0", "t", "f"})
+
+
+@dataclass(frozen=True)
+class _Option:
+    name: str  # canonical, without dashes
+    shown: str  # as written: --whitelist, -whitelist
+    value: str
+
+
+def _parse(argv: list[str]) -> list[_Option]:
+    options: list[_Option] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if not token.startswith("-") or token in ("-", "--"):
+            raise ConfigError(
+                token, "unexpected argument: MirrorMaker options start with -- (see --help)"
+            )
+        dashes = "--" if token.startswith("--") else "-"
+        name, has_value, inline = token[len(dashes) :].partition("=")
+        shown = dashes + name
+        kind = _OPTIONS.get(name)
+        if kind is None:
+            raise ConfigError(shown, "unknown MirrorMaker option (replicator mirror-maker --help)")
+        if kind == _HELP:
+            raise ConfigError(shown, "asks for help: run replicator mirror-maker --help")
+        if kind == _FLAG:
+            if has_value:
+                value = inline
+            elif i < len(argv) and argv[i].lower() in _BOOL_WORDS:
+                value = argv[i]
+                i += 1
+            else:
+                value = "true"
+            if parse_bool(value) is None:
+                raise ConfigError(shown, f"expected true or false, got {value!r}")
+        elif has_value:
+            value = inline
+        elif i < len(argv):
+            value = argv[i]
+            i += 1
+        else:
+            raise ConfigError(shown, "needs a value")
+        if kind != _REPEATED and any(o.name == name for o in options):
+            raise ConfigError(shown, "given twice")
+        options.append(_Option(name, shown, value))
+    return options
+
+
+def mirror_maker_translation(argv: list[str]) -> Translation:
+    """The replicator's configuration for a MirrorMaker 1 / Go mirror maker command line."""
+    b = Builder()
+    options = _parse(argv)
+    by_name = {o.name: o for o in options}
+    consumers = [o for o in options if o.name == "consumer.config"]
+    producer = by_name.get("producer.config")
+    if not consumers:
+        raise ConfigError("--consumer.config", "required: one consumer config per source cluster")
+    if producer is None:
+        raise ConfigError("--producer.config", "required: the target cluster's producer config")
+    for refused in ("message.handler", "message.handler.args"):
+        if refused in by_name:
+            raise ConfigError(
+                by_name[refused].shown,
+                "message handlers are not supported: records are copied unchanged (with a "
+                "provenance header); there is no pluggable code",
+            )
+    for refused in ("consumer.rebalance.listener", "rebalance.listener.args"):
+        if refused in by_name:
+            raise ConfigError(
+                by_name[refused].shown,
+                "rebalance listeners are not supported: the replicator's own listener commits "
+                "acknowledged offsets and resumes each partition from the target",
+            )
+    filters = [o for o in options if o.name in ("whitelist", "include", "blacklist")]
+    if not filters:
+        raise ConfigError(
+            "--whitelist", "required: exactly one of --whitelist (or --include) and --blacklist"
+        )
+    if len(filters) > 1:
+        raise ConfigError(
+            filters[1].shown,
+            f"cannot be given with {filters[0].shown}: exactly one of --whitelist (or --include) "
+            "and --blacklist",
+        )
+
+    # Clusters: aliases from the properties files' names; the target's first, so it keeps its
+    # stem when a source has the same one.
+    taken: set[str] = set()
+    producer_path = Path(producer.value)
+    target = Cluster(unique(normalise_alias(producer_path.stem), taken), producer.value)
+    producer_props = load_properties(producer_path, producer.shown)
+    sources: list[Cluster] = []
+    for option in consumers:
+        path = Path(option.value)
+        source = Cluster(unique(normalise_alias(path.stem), taken), option.value)
+        for key, value in load_properties(path, option.shown).items():
+            client_property(b, Client("consumer", (source,)), key, value, source.origin(key))
+        sources.append(source)
+    for key, value in producer_props.items():
+        client_property(b, Client("producer", (target,)), key, value, target.origin(key))
+
+    b.topology(target.alias, producer.shown, "mirror-maker")
+    servers = {source.alias: cluster_env(b, source) for source in sources}
+    servers[target.alias] = cluster_env(b, target)
+    _flows(b, sources, target, servers, producer, filters[0], by_name)
+    _options(b, options, by_key=_by_key(by_name))
+    return b.translation()
+
+
+def _by_key(by_name: dict[str, _Option]) -> bool:
+    """Whether ``--preserve.partitions=false`` asks for records placed by key."""
+    preserve = by_name.get("preserve.partitions")
+    return preserve is not None and parse_bool(preserve.value) is False
+
+
+def _flows(
+    b: Builder,
+    sources: list[Cluster],
+    target: Cluster,
+    servers: dict[str, list[str]],
+    producer: _Option,
+    chosen: _Option,
+    by_name: dict[str, _Option],
+) -> None:
+    """One flow per source into the target, with the topic rules of ``chosen``; ``servers``:
+    each cluster's bootstrap servers."""
+    target_servers = set(servers[target.alias])
+    include = exclude = None
+    if chosen.name == "blacklist":
+        exclude = exclusion(java_regex(b, chosen.value, chosen.shown))
+        b.note(chosen.shown, INTERNAL_NOTE)
+    else:
+        include = java_regex(b, chosen.value, chosen.shown)
+    prefix = by_name.get("prefix")
+    preserve = by_name.get("preserve.partitions")
+    by_key = _by_key(by_name)
+    flows: set[str] = set()
+    shared: dict[tuple[frozenset[str], str], str] = {}
+    for source in sources:
+        flow = flow_name(source.alias, target.alias, flows)
+
+        def fvar(field_name: str, flow: str = flow) -> str:
+            return flow_var(flow, field_name)
+
+        source_servers = servers[source.alias]
+        if source.group_id is not None and source.group_id.value:
+            group, origin = source.group_id.value, source.group_id.origin
+        else:
+            group, origin = DEFAULT_GROUP, source.origin("group.id")
+            b.note(origin, f"absent: the flow's consumer group is {DEFAULT_GROUP}")
+        twin = shared.setdefault((frozenset(source_servers), group), source.label)
+        if twin != source.label:
+            b.note(
+                source.origin("bootstrap.servers"),
+                f"the same brokers and group as {twin}: the two flows share the group, so they "
+                "split the partitions between them and a partition that moves from one to the "
+                "other starts without committed offset; give each consumer config its own "
+                "group.id, or list the cluster once",
+            )
+        if prefix is None and set(source_servers) == target_servers:
+            raise ConfigError(
+                source.origin("bootstrap.servers"),
+                f"names the same brokers as the producer config ({producer.value}): copying "
+                "every topic onto itself under the same name; give another target or --prefix",
+            )
+        b.flow(
+            flow,
+            source.alias,
+            target.alias,
+            f"--consumer.config {source.label}",
+            f"--producer.config {target.label}",
+        )
+        if prefix is not None:
+            b.set(fvar("NAMING"), "prefix", prefix.shown)
+            b.set(fvar("PREFIX"), prefix.value, prefix.shown)
+        else:
+            b.set(fvar("NAMING"), "identity", "MirrorMaker 1 (topic names kept)")
+        if include is not None:
+            b.set(fvar("TOPICS_INCLUDE"), include, chosen.shown)
+        if exclude is not None:
+            b.set(fvar("TOPICS_EXCLUDE"), exclude, chosen.shown)
+        b.set(fvar("GROUP_ID"), group, origin)
+        b.note(
+            origin,
+            f"the flow's consumer group is {group}; it commits its offsets under "
+            f"{group}.{source.alias}.{target.alias}, so offsets MirrorMaker committed under "
+            f"{group} are not taken over; stop MirrorMaker first (it would share the group)",
+        )
+        if source.start_from is not None:
+            b.set(fvar("START_FROM"), source.start_from.value, source.start_from.origin)
+        else:
+            origin = source.origin("auto.offset.reset")
+            b.set(fvar("START_FROM"), "latest", origin)
+            b.note(
+                origin,
+                "absent: Kafka's default, latest, applies: a partition without a committed "
+                "offset of this flow starts with new records (auto.offset.reset=earliest copies "
+                "the history)",
+            )
+        if preserve is not None and by_key:
+            b.set(fvar("PRESERVE_PARTITIONS"), "false", preserve.shown)
+        # MirrorMaker 1 only read its sources: heartbeats would need write access there.
+        b.set(fvar("HEARTBEATS"), "false", "MirrorMaker 1 (nothing written to the source)")
+    b.note(
+        "--consumer.config",
+        "heartbeats are off, as MirrorMaker 1 wrote nothing to its sources; with write access "
+        "to a source, run the --print-env environment with the flow's HEARTBEATS=true: each "
+        "flow then proves its path (age and delay in /status and the metrics)",
+    )
+    if len(sources) > 1 and prefix is None:
+        b.note(
+            "--consumer.config",
+            "the sources are aggregated: topics of the same name land in one target topic, "
+            + (
+                "each record placed by key where partition counts differ"
+                if by_key
+                else "each record in its source partition number"
+            ),
+        )
+
+
+def _options(b: Builder, options: list[_Option], *, by_key: bool) -> None:
+    """The options that tune the whole replicator, or are accepted with a note."""
+    for option in options:
+        name, shown, value = option.name, option.shown, option.value
+        if name in ("num.streams", "num.producers", "max.procs") and parse_int(value, shown) < 1:
+            raise ConfigError(shown, f"expected a positive number, got {value!r}")
+        if name == "num.streams":
+            b.note(
+                shown,
+                "partitions are the unit of concurrency: every source partition is fetched and "
+                "sent independently, without stream threads",
+            )
+        elif name == "num.producers":
+            b.note(shown, "one producer per target cluster (idempotent where it allows)")
+        elif name == "max.procs":
+            b.note(shown, "one process with one event loop; partitions are sent concurrently")
+        elif name == "queue.size":
+            b.set("PARTITION_QUEUE_MAX_RECORDS", value.strip(), shown)
+            b.note(
+                shown,
+                "bounds the records queued per source partition and leg "
+                "(REPLICATOR_PARTITION_QUEUE_MAX_RECORDS), not one queue for all",
+            )
+        elif name == "offset.commit.interval.ms":
+            b.set("COMMIT_INTERVAL_MS", value.strip(), shown)
+        elif name == "preserve.partitions" and parse_bool(value) is False:
+            b.note(
+                shown,
+                "where a target topic's partition count differs from its source's, records are "
+                "placed by key as a Kafka producer places them (murmur2; keyless records spread "
+                "by source offset): per-key order holds. Where the counts match, a record keeps "
+                "its partition number",
+            )
+        elif name == "preserve.order":
+            b.note(
+                shown,
+                "order is always kept: per key where records are placed by key, else per source "
+                "partition, into the same partition"
+                if by_key
+                else "order is always kept per source partition, into the same partition",
+            )
+        elif name in ("abort.on.send.failure", "abortOnSendFail"):
+            b.note(
+                shown,
+                "a record the target refuses for good never is dropped: it halts its partition "
+                "on that leg (or goes to the dead-letter topic, REPLICATOR_RECORD_TOO_LARGE_POLICY"
+                "), the other partitions go on",
+            )
+        elif name == "new.consumer":
+            b.note(shown, "the Kafka consumer protocol (bootstrap.servers) is always used")
+    if not any(o.name == "preserve.partitions" for o in options):
+        b.note(
+            "--preserve.partitions (absent)",
+            "records keep their source partition number here (MirrorMaker 1 and the Go mirror "
+            "maker place them by key unless told to preserve partitions), so a target topic "
+            "needs at least as many partitions as its source; --preserve.partitions=false "
+            "places them by key",
+        )

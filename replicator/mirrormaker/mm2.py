@@ -1,0 +1,361 @@
+"""MirrorMaker 2: a ``connect-mirror-maker.properties`` file.
+
+This module owns :func:`mm2_translation`: the ``clusters`` (aliases normalised, the original
+spelling kept as the cluster's ``TOPIC_ALIAS``), their client properties at every level
+(top-level, ``<alias>.``, ``<alias>.consumer.``...), and one flow per ``A->B.enabled = true``
+with its properties (top-level ones overridden by ``A->B.`` ones): the replication policy as the
+flow's naming, ``topics``/``topics.exclude``, ``replication.factor``, the start position, and the
+heartbeats (:mod:`~replicator.mirrormaker.mm2_heartbeats`). What MirrorMaker 2 does that the
+replicator does not (checkpoints, group offset sync, ACL sync, Kafka Connect itself) is accepted
+with a note saying so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from replicator.errors import ConfigError
+from replicator.mirrormaker import mm2_heartbeats
+from replicator.mirrormaker.clients import (
+    BYTES_NOTE,
+    NO_TRANSACTIONS_NOTE,
+    Client,
+    client_property,
+    start_position,
+)
+from replicator.mirrormaker.connection import CONNECTION_KEYS, Cluster, cluster_env
+from replicator.mirrormaker.mm2_heartbeats import Heartbeats
+from replicator.mirrormaker.names import flow_name, normalise_alias, unique
+from replicator.mirrormaker.regex import INTERNAL_NOTE, exclusion, java_regex
+from replicator.mirrormaker.translation import Builder, Translation, flow_var
+from replicator.mirrormaker.values import load_properties, parse_bool, parse_int, split_list
+
+# MirrorMaker 2's default topics.exclude (DefaultTopicFilter).
+MM2_DEFAULT_TOPICS_EXCLUDE = r".*[\-\.]internal, .*\.replica, __.*"
+DEFAULT_REPLICATION_POLICY = "org.apache.kafka.connect.mirror.DefaultReplicationPolicy"
+IDENTITY_REPLICATION_POLICIES = frozenset(
+    {"org.apache.kafka.connect.mirror.IdentityReplicationPolicy"}
+)
+DEFAULT_TOPIC_FILTER = "org.apache.kafka.connect.mirror.DefaultTopicFilter"
+
+_FLOW_KEYS = frozenset(
+    {
+        "enabled",
+        "topics",
+        "topics.exclude",
+        "topics.blacklist",
+        "replication.factor",
+        "replication.policy.class",
+        "replication.policy.separator",
+        "consumer.auto.offset.reset",
+        "source.consumer.auto.offset.reset",
+        "topic.filter.class",
+    }
+    | mm2_heartbeats.KEYS
+)
+_NO_GROUPS = "consumer groups are not replicated by this version (no checkpoints): it has no effect"
+_NO_CHECKPOINTS = "no checkpoints (translated consumer offsets) are written by this version"
+_NO_GROUP_SYNC = "consumer group offsets are not synced by this version"
+_NO_CONNECT = (
+    "there is no Kafka Connect here and no internal topic of its own: each flow keeps its "
+    "offsets in its consumer groups on the source"
+)
+_NO_REST = (
+    "no Connect REST API: /livez, /readyz, /status and /metrics are served on REPLICATOR_HTTP_PORT"
+)
+_CONFIGS_NOT_SYNCED = (
+    "topic configs are copied when the replicator creates a target topic (partitions and a "
+    "fixed list of configs); they are not synced afterwards"
+)
+_CONFIGS_FIXED = (
+    "topic configs copied at creation are a fixed list (replicator.topics.REPLICATED_CONFIGS); "
+    "this exclusion is not applied"
+)
+_NOTES: dict[str, str] = {
+    "sync.topic.configs.enabled": _CONFIGS_NOT_SYNCED,
+    "sync.topic.configs.interval.seconds": _CONFIGS_NOT_SYNCED,
+    "config.properties.exclude": _CONFIGS_FIXED,
+    "config.properties.blacklist": _CONFIGS_FIXED,
+    "sync.topic.acls.enabled": "ACLs are not synced by this version: grant them on the target",
+    "sync.topic.acls.interval.seconds": "ACLs are not synced by this version",
+    "heartbeats.topic.replication.factor": mm2_heartbeats.TOPIC_NOTE,
+    "emit.checkpoints.enabled": _NO_CHECKPOINTS,
+    "emit.checkpoints.interval.seconds": _NO_CHECKPOINTS,
+    "checkpoints.topic.replication.factor": _NO_CHECKPOINTS,
+    "sync.group.offsets.enabled": "consumer group offsets are not synced to the target by this "
+    "version: consumers moved to the target start from their own offsets there",
+    "sync.group.offsets.interval.seconds": _NO_GROUP_SYNC,
+    "groups": _NO_GROUPS,
+    "groups.exclude": _NO_GROUPS,
+    "groups.blacklist": _NO_GROUPS,
+    "group.filter.class": _NO_GROUPS,
+    "refresh.groups.enabled": _NO_GROUPS,
+    "refresh.groups.interval.seconds": _NO_GROUPS,
+    "offset-syncs.topic.replication.factor": _NO_CONNECT,
+    "offset-syncs.topic.location": _NO_CONNECT,
+    "emit.offset-syncs.enabled": _NO_CONNECT,
+    "offset.lag.max": _NO_CONNECT,
+    "offset.storage.replication.factor": _NO_CONNECT,
+    "status.storage.replication.factor": _NO_CONNECT,
+    "config.storage.replication.factor": _NO_CONNECT,
+    "offset.storage.topic": _NO_CONNECT,
+    "status.storage.topic": _NO_CONNECT,
+    "config.storage.topic": _NO_CONNECT,
+    "offset.flush.interval.ms": _NO_CONNECT,
+    "offset.flush.timeout.ms": _NO_CONNECT,
+    "tasks.max": "one process: every source partition is fetched and sent independently "
+    "(partitions are the unit of concurrency)",
+    "key.converter": BYTES_NOTE,
+    "value.converter": BYTES_NOTE,
+    "header.converter": BYTES_NOTE,
+    "refresh.topics.enabled": "topics are always listed again every REPLICATOR_METADATA_MAX_AGE_MS",
+    "exactly.once.support": NO_TRANSACTIONS_NOTE,
+    "exactly.once.source.support": NO_TRANSACTIONS_NOTE,
+    "replication.policy.internal.topic.separator.enabled": _NO_CONNECT,
+    "admin.timeout.ms": "admin requests use REPLICATOR_REQUEST_TIMEOUT_MS",
+    "listeners": _NO_REST,
+}
+_PREFIX_NOTES: dict[str, str] = {
+    "dedicated.mode.": _NO_REST,
+    "rest.": _NO_REST,
+    "emit.checkpoints.": _NO_CHECKPOINTS,
+    "sync.group.offsets.": _NO_GROUP_SYNC,
+    "checkpoints.topic.": _NO_CHECKPOINTS,
+    "offset-syncs.topic.": _NO_CONNECT,
+}
+
+
+def _note(b: Builder, key: str, value: str, origin: str) -> bool:
+    """The note of an MM2 property accepted without a translation (False: not one)."""
+    if key == "sync.topic.acls.enabled" and parse_bool(value) is False:
+        b.note(origin, "ACLs are never synced here")
+        return True
+    if key in ("emit.checkpoints.enabled", "sync.group.offsets.enabled") and (
+        parse_bool(value) is False
+    ):
+        return True  # what happens here anyway
+    note = _NOTES.get(key) or next(
+        (text for prefix, text in _PREFIX_NOTES.items() if key.startswith(prefix)), None
+    )
+    if note is None:
+        return False
+    b.note(origin, note)
+    return True
+
+
+def mm2_translation(path: Path) -> Translation:
+    """The replicator's configuration for a MirrorMaker 2 ``connect-mirror-maker.properties``."""
+    b = Builder()
+    label = str(path)
+    props = load_properties(path, label)
+
+    def origin(key: str) -> str:
+        return f"{key} (in {label})"
+
+    if "config.providers" in props:
+        raise ConfigError(
+            origin("config.providers"),
+            "config providers are not supported: write the values into the file",
+        )
+    names = split_list(props.get("clusters", ""))
+    if not names:
+        raise ConfigError(origin("clusters"), "required: the comma list of cluster aliases")
+    taken: set[str] = set()
+    clusters: dict[str, Cluster] = {}
+    for name in names:
+        alias = unique(normalise_alias(name), taken)
+        clusters[name] = Cluster(
+            alias,
+            label,
+            key_prefix=f"{name}.",
+            topic_alias=None if alias == name else name,
+            alias_origin=origin("clusters"),
+        )
+    everywhere = tuple(clusters.values())
+    by_length = sorted(clusters, key=len, reverse=True)
+
+    flow_props: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
+    top: dict[str, tuple[str, str]] = {}
+    for key, value in props.items():
+        if key == "clusters":
+            continue
+        if "->" in key:
+            pair = next(
+                (
+                    (s, t)
+                    for s in by_length
+                    for t in by_length
+                    if s != t and key.startswith(f"{s}->{t}.")
+                ),
+                None,
+            )
+            if pair is None:
+                b.note(origin(key), "ignored: names no pair of the clusters listed in clusters")
+                continue
+            rest = key[len(f"{pair[0]}->{pair[1]}.") :]
+            if rest in _FLOW_KEYS:
+                flow_props.setdefault(pair, {})[rest] = (value, origin(key))
+            elif rest == "refresh.topics.interval.seconds":
+                b.note(origin(key), "ignored: give it without the flow: one interval for all")
+            elif not _note(b, rest, value, origin(key)):
+                b.note(origin(key), f"ignored: {rest} has no meaning for a flow here")
+            continue
+        owner = next((n for n in by_length if key.startswith(f"{n}.")), None)
+        if owner is not None:
+            _cluster_property(b, clusters[owner], key[len(owner) + 1 :], value, origin(key))
+            continue
+        if key in _FLOW_KEYS:
+            top[key] = (value, origin(key))
+        elif key == "refresh.topics.interval.seconds":
+            seconds = parse_int(value, origin(key))
+            b.set("METADATA_MAX_AGE_MS", str(seconds * 1000), origin(key))
+            b.note(
+                origin(key),
+                "topics are listed again (and client metadata refreshed) every "
+                "REPLICATOR_METADATA_MAX_AGE_MS",
+            )
+        elif key.startswith(("consumer.", "producer.", "admin.")):
+            role, _, rest = key.partition(".")
+            client_property(b, Client(role, everywhere, 0, mm2=True), rest, value, origin(key))
+        elif key in CONNECTION_KEYS or key.startswith(("sasl.", "ssl.", "zookeeper.", "zk.")):
+            client_property(b, Client("any", everywhere, 1, mm2=True), key, value, origin(key))
+        elif not _note(b, key, value, origin(key)):
+            b.note(origin(key), f"ignored: {key} has no meaning here")
+
+    if "enabled" in top:
+        b.note(
+            top["enabled"][1], "ignored: flows are enabled one by one (<source>-><target>.enabled)"
+        )
+        del top["enabled"]
+    enabled: list[tuple[str, str]] = []
+    for pair, scoped in flow_props.items():
+        flag = scoped.get("enabled")
+        if flag is None:
+            continue
+        if flag[0].strip().lower() == "true":
+            enabled.append(pair)
+        elif flag[0].strip().lower() != "false":
+            b.note(flag[1], f"{flag[0]!r} is not true: the flow is off, as MirrorMaker 2 reads it")
+    for pair, scoped in flow_props.items():
+        if pair not in enabled:
+            for rest, (_, where) in scoped.items():
+                if rest != "enabled":
+                    b.note(where, "ignored: this flow is not enabled")
+    if not enabled:
+        raise ConfigError(
+            origin("<source>-><target>.enabled"),
+            "no flow is enabled (MirrorMaker 2's default is false): nothing would be replicated",
+        )
+
+    first_target = clusters[enabled[0][1]]
+    b.topology(first_target.alias, origin(f"{enabled[0][0]}->{enabled[0][1]}.enabled"), "mm2")
+    used = {name for pair in enabled for name in pair}
+    for name, cluster in clusters.items():
+        if name in used:
+            cluster_env(b, cluster)
+        else:
+            b.note(origin("clusters"), f"{name} takes part in no enabled flow: not connected")
+    b.note(label, INTERNAL_NOTE)
+    flows: set[str] = set()
+    heartbeats = Heartbeats(label)
+    for source_name, target_name in enabled:
+        scoped = {**top, **flow_props[(source_name, target_name)]}
+        source, target = clusters[source_name], clusters[target_name]
+        flow = flow_name(source.alias, target.alias, flows)
+        _flow(b, flow, source, target, f"{source_name}->{target_name}.", scoped, label)
+        heartbeats.flow(b, flow, scoped)
+    heartbeats.finish(b)
+    return b.translation()
+
+
+def _cluster_property(b: Builder, cluster: Cluster, rest: str, value: str, where: str) -> None:
+    if rest.startswith(("consumer.", "producer.", "admin.")):
+        role, _, key = rest.partition(".")
+        client_property(b, Client(role, (cluster,), 2, mm2=True), key, value, where)
+    else:
+        client_property(b, Client("any", (cluster,), 3, mm2=True), rest, value, where)
+
+
+def _flow(
+    b: Builder,
+    flow: str,
+    source: Cluster,
+    target: Cluster,
+    flow_scoped: str,
+    scoped: dict[str, tuple[str, str]],
+    label: str,
+) -> None:
+    """One enabled flow's variables; ``flow_scoped``: its properties' prefix, ``A->B.``."""
+
+    def fvar(field_name: str) -> str:
+        return flow_var(flow, field_name)
+
+    enabled_origin = scoped["enabled"][1]
+    b.flow(flow, source.alias, target.alias, enabled_origin, enabled_origin)
+
+    policy = scoped.get("replication.policy.class")
+    policy_class = policy[0].strip() if policy else DEFAULT_REPLICATION_POLICY
+    if policy_class == DEFAULT_REPLICATION_POLICY:
+        naming = "source-alias"
+    elif policy_class in IDENTITY_REPLICATION_POLICIES:
+        naming = "identity"
+    else:
+        assert policy is not None
+        raise ConfigError(
+            policy[1],
+            f"{policy_class} is not supported: {DEFAULT_REPLICATION_POLICY} (topics named "
+            "<source>.<topic>) or org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+        )
+    b.set(
+        fvar("NAMING"),
+        naming,
+        policy[1] if policy else f"replication.policy.class (default, in {label})",
+    )
+    separator = scoped.get("replication.policy.separator")
+    if separator is not None:
+        if naming == "source-alias":
+            b.set(fvar("SEPARATOR"), separator[0], separator[1])
+        else:
+            b.note(separator[1], "ignored: the identity policy does not rename topics")
+
+    topic_filter = scoped.get("topic.filter.class")
+    if topic_filter is not None and topic_filter[0].strip() != DEFAULT_TOPIC_FILTER:
+        raise ConfigError(
+            topic_filter[1],
+            f"{topic_filter[0].strip()} is not supported: only {DEFAULT_TOPIC_FILTER}",
+        )
+    topics = scoped.get("topics")
+    if topics is not None:
+        b.set(fvar("TOPICS_INCLUDE"), java_regex(b, topics[0], topics[1]), topics[1])
+    exclude = scoped.get("topics.exclude") or scoped.get("topics.blacklist")
+    if exclude is not None:
+        b.set(fvar("TOPICS_EXCLUDE"), exclusion(java_regex(b, exclude[0], exclude[1])), exclude[1])
+    else:
+        default = MM2_DEFAULT_TOPICS_EXCLUDE
+        b.set(
+            fvar("TOPICS_EXCLUDE"),
+            exclusion(java_regex(b, default, "topics.exclude")),
+            f"topics.exclude (MirrorMaker 2's default, in {label})",
+        )
+
+    factor = scoped.get("replication.factor")
+    if factor is not None:
+        b.set(fvar("REPLICATION_FACTOR"), factor[0].strip(), factor[1])
+    else:
+        b.note(
+            f"replication.factor (in {label})",
+            "absent: MirrorMaker 2 would create target topics with 2 replicas; here they get "
+            "their source topic's replication factor",
+        )
+
+    starts = [
+        scoped[key]
+        for key in ("consumer.auto.offset.reset", "source.consumer.auto.offset.reset")
+        if key in scoped
+    ]
+    starts.sort(key=lambda found: not found[1].startswith(flow_scoped))  # flow-scoped first
+    start = starts[0] if starts else None
+    if start is not None and (start[1].startswith(flow_scoped) or source.start_from is None):
+        b.set(fvar("START_FROM"), start_position(start[0], start[1]), start[1])
+    elif source.start_from is not None:
+        b.set(fvar("START_FROM"), source.start_from.value, source.start_from.origin)

@@ -1,0 +1,206 @@
+"""MirrorMaker's own command lines and files, run unchanged but for their hosts, on real brokers.
+
+The samples are those of the MirrorMaker 1 documentation (two source clusters aggregated into
+one target), the Go mirror maker's README (``--prefix``) and a MirrorMaker 2
+``connect-mirror-maker.properties``; each is copied with its hosts pointed at local brokers and
+run as ``replicator mirror-maker ...`` or ``replicator mm2 FILE``; the records must arrive once
+each, in order, where the original tool would have put them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from pathlib import Path
+
+from tests.integration.harness import (
+    Start,
+    _create_topics,
+    create_topics,
+    holds,
+    produce,
+    read,
+    replicator_cli,
+    run,
+    start_clusters,
+    wait_until,
+)
+from tests.integration.test_flows import assert_copied
+from tests.integration.test_flows import run_topics as topics
+
+SAMPLES = Path(__file__).resolve().parent.parent / "unit" / "samples" / "mirrormaker"
+
+# The MirrorMaker 1 documentation's command line, as a shell would split it.
+MM1_COMMAND = (
+    "--consumer.config sourceCluster1Consumer.config "
+    "--consumer.config sourceCluster2Consumer.config --num.streams 2 "
+    '--producer.config targetClusterProducer.config --whitelist=".*"'
+)
+GO_COMMAND = (
+    "--consumer.config sourceCluster1Consumer.config --num.streams 2 "
+    '--producer.config targetClusterProducer.config --whitelist=".*" --prefix dc1_ '
+    "--preserve.partitions --queue.size 10000"
+)
+ENV = {
+    "REPLICATOR_LOG_FORMAT": "json",
+    "REPLICATOR_COMMIT_INTERVAL_MS": "200",
+    "REPLICATOR_METADATA_MAX_AGE_MS": "1000",
+}
+
+
+def pointed_at(sample: Path, copy: Path, servers: dict[str, str]) -> Path:
+    """``sample`` copied to ``copy`` with each ``<prefix>bootstrap.servers`` line given the
+    servers ``servers[prefix]`` names (prefix ``""`` for a client file); nothing else changes."""
+    text = sample.read_text()
+    for prefix, bootstrap in servers.items():
+        line = re.compile(rf"^{re.escape(prefix)}bootstrap\.servers\s*=.*$", re.M)
+        assert line.search(text), f"{sample.name} has no {prefix}bootstrap.servers line"
+        text = line.sub(f"{prefix}bootstrap.servers = {bootstrap}", text)
+    copy.write_text(text)
+    return copy
+
+
+def mirror_maker(workdir: Path, command: str) -> list[str]:
+    """The command line with its files given as paths in ``workdir``."""
+    args = []
+    for word in shlex.split(command):
+        is_file = word.endswith(".config") and not word.startswith("-")
+        args.append(str(workdir / word) if is_file else word)
+    return args
+
+
+def test_mirror_maker_1_command_line_aggregates_two_sources_into_one_target(
+    replicators: Start, tmp_path: Path
+) -> None:
+    with start_clusters("dc1", "dc2", "dc3") as brokers:
+        for alias in ("dc1", "dc2"):
+            create_topics(brokers[alias], app_log=3)
+        files = {
+            "sourceCluster1Consumer.config": brokers["dc1"],
+            "sourceCluster2Consumer.config": brokers["dc2"],
+            "targetClusterProducer.config": brokers["dc3"],
+        }
+        for name, broker in files.items():
+            pointed_at(SAMPLES / "mm1" / name, tmp_path / name, {"": broker.bootstrap_servers})
+        args = ("mirror-maker", *mirror_maker(tmp_path, MM1_COMMAND))
+        process = replicators("dc3", ENV, args)
+        process.wait_ready()
+        # MirrorMaker 1's consumers start at the latest records: written after it started.
+        sources = {"dc1": "sourcecluster1consumer", "dc2": "sourcecluster2consumer"}
+        sent = {alias: produce(brokers[alias], "app_log", 120, partitions=3) for alias in sources}
+        target = brokers["dc3"]
+        wait_until(holds(target, "app_log", 240), 60, "both sources in dc3's app_log")
+        time.sleep(1.0)
+        stored = read(target, "app_log")
+        assert len(stored) == 240
+        for alias, origin in sources.items():
+            assert_copied(stored, sent[alias], origin)
+        flows = process.get("/status")[1]["flows"]
+        assert len(flows) == 2 and {f["target"] for f in flows.values()} == {
+            "targetclusterproducer"
+        }
+
+
+def test_go_mirror_maker_command_line_prefixes_the_target_topics(
+    replicators: Start, tmp_path: Path
+) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        create_topics(brokers["dc1"], app_log=2, test=1)
+        pointed_at(
+            SAMPLES / "mm1" / "sourceCluster1Consumer.config",
+            tmp_path / "sourceCluster1Consumer.config",
+            {"": brokers["dc1"].bootstrap_servers},
+        )
+        pointed_at(
+            SAMPLES / "mm1" / "targetClusterProducer.config",
+            tmp_path / "targetClusterProducer.config",
+            {"": brokers["dc2"].bootstrap_servers},
+        )
+        args = ("mirror-maker", *mirror_maker(tmp_path, GO_COMMAND))
+        process = replicators("dc2", ENV, args)
+        process.wait_ready()
+        sent = {
+            "app_log": produce(brokers["dc1"], "app_log", 100, partitions=2),
+            "test": produce(brokers["dc1"], "test", 30, partitions=1),
+        }
+        for topic, records in sent.items():
+            wait_until(holds(brokers["dc2"], f"dc1_{topic}", len(records)), 60, f"dc1_{topic}")
+        time.sleep(1.0)
+        for topic, records in sent.items():
+            stored = read(brokers["dc2"], f"dc1_{topic}")
+            assert len(stored) == len(records)
+            assert_copied(stored, records, "sourcecluster1consumer")
+
+
+def test_mirror_maker_2_file_runs_its_flow_with_mm2_names(
+    replicators: Start, tmp_path: Path
+) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        source, destination = brokers["dc1"], brokers["dc2"]
+        run(
+            _create_topics(
+                source.bootstrap_servers, {"toa.evehicles-latest-dev": 2, "other": 1}, {}
+            )
+        )
+        config = pointed_at(
+            SAMPLES / "connect-mirror-maker.properties",
+            tmp_path / "connect-mirror-maker.properties",
+            {
+                "source.": source.bootstrap_servers,
+                "destination.": destination.bootstrap_servers,
+            },
+        )
+        # MirrorMaker 2 copies the history too (its consumers start at the earliest record).
+        sent = produce(source, "toa.evehicles-latest-dev", 80, partitions=2)
+        produce(source, "other", 10, partitions=1)
+        process = replicators("dc2", ENV, ("mm2", str(config)))
+        process.wait_ready()
+        renamed = "source.toa.evehicles-latest-dev"
+        wait_until(holds(destination, renamed, len(sent)), 60, renamed)
+        later = produce(source, "toa.evehicles-latest-dev", 40, partitions=2)
+        wait_until(holds(destination, renamed, len(sent) + len(later)), 60, renamed)
+        wait_until(
+            lambda: topics(destination) >= {"source.heartbeats"}, 30, "the flow's heartbeats"
+        )
+        time.sleep(1.0)
+        stored = read(destination, renamed)
+        assert len(stored) == len(sent) + len(later)
+        assert_copied(stored, sent + later, "source")
+        assert "source.other" not in topics(destination), "a topic the file does not list"
+
+
+def test_a_zookeeper_era_file_is_refused_naming_the_setting_and_runs_once_it_names_brokers(
+    replicators: Start, tmp_path: Path
+) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        create_topics(brokers["dc1"], app_log=1)
+        consumer = tmp_path / "sourceClusterConsumer.config"
+        producer = tmp_path / "targetClusterProducer.config"
+        consumer.write_text((SAMPLES / "zk" / consumer.name).read_text())
+        producer.write_text((SAMPLES / "zk" / producer.name).read_text())
+        args = [
+            "mirror-maker",
+            "--consumer.config",
+            str(consumer),
+            "--producer.config",
+            str(producer),
+            "--whitelist=.*",
+        ]
+        status, _, err = replicator_cli(ENV, *args, "--print-env")
+        assert status == 2
+        assert "zk.connect" in err and "bootstrap.servers" in err, err
+        # The same files once their ZooKeeper line names the brokers instead.
+        for path, broker in ((consumer, brokers["dc1"]), (producer, brokers["dc2"])):
+            text = re.sub(
+                r"^zk\.connect\s*=.*$",
+                f"bootstrap.servers={broker.bootstrap_servers}",
+                path.read_text(),
+                flags=re.M,
+            )
+            path.write_text(text)
+        process = replicators("dc2", ENV, tuple(args))
+        process.wait_ready()
+        sent = produce(brokers["dc1"], "app_log", 50, partitions=1)
+        wait_until(holds(brokers["dc2"], "app_log", 50), 60, "app_log on dc2")
+        assert_copied(read(brokers["dc2"], "app_log"), sent, "sourceclusterconsumer")

@@ -1,0 +1,156 @@
+"""The commands: replicator mirror-maker and replicator mm2."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from replicator.cli import app
+from replicator.mirrormaker import mirror_maker_translation, mm2_translation
+from replicator.settings import Settings, load_settings
+from tests.unit import test_mirrormaker_support as support
+from tests.unit.test_mirrormaker_support import (
+    BASE,
+    GO_ARGS,
+    MM1_ARGS,
+    PLAIN_JAAS,
+    SAMPLES,
+    SECRET,
+    write,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_replicator_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith("REPLICATOR_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def plain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return support.plain_configs(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def mm1_fixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return support.mm1_fixed(tmp_path, monkeypatch)
+
+
+def test_cli_mirror_maker_print_env_masks_secrets(plain: Path) -> None:
+    write(
+        plain,
+        "dst.properties",
+        f"bootstrap.servers=t1:9092\nsecurity.protocol=SASL_SSL\n{PLAIN_JAAS}",
+    )
+    result = CliRunner().invoke(app, ["mirror-maker", *BASE, "--whitelist=.*", "--print-env"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "REPLICATOR_LOCAL_CLUSTER=dst" in lines
+    assert "REPLICATOR_CLUSTERS__DST__SASL_PASSWORD=<secret: from dst.properties>" in lines
+    assert any(line.startswith("# ") for line in lines)
+    assert SECRET not in result.output
+
+
+def test_cli_mirror_maker_refusals_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(SAMPLES / "zk")
+    args = ["mirror-maker", "--consumer.config", "sourceClusterConsumer.config"]
+    args += ["--producer.config", "targetClusterProducer.config", "--whitelist", ".*"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "configuration error: zk.connect (in sourceClusterConsumer.config): "
+    )
+    result = CliRunner().invoke(app, ["mirror-maker", "--no.such.option", "1"])
+    assert result.exit_code == 2
+    assert "configuration error: --no.such.option: unknown" in result.stderr
+    monkeypatch.chdir(SAMPLES / "mm1")
+    result = CliRunner().invoke(app, ["mirror-maker", *MM1_ARGS])
+    assert result.exit_code == 2
+    assert "bootstrap.servers (in sourceCluster1Consumer.config)" in result.stderr
+
+
+def test_cli_mirror_maker_help(plain: Path) -> None:
+    for flag in ("--help", "-help", "-h"):
+        result = CliRunner().invoke(app, ["mirror-maker", flag])
+        assert result.exit_code == 0, flag
+        assert "--consumer.config" in result.stdout
+
+
+def test_cli_mm2_print_env(tmp_path: Path) -> None:
+    shutil.copy(SAMPLES / "connect-mirror-maker.properties", tmp_path)
+    result = CliRunner().invoke(
+        app,
+        ["mm2", str(tmp_path / "connect-mirror-maker.properties"), "--print-env"],
+        env={"REPLICATOR_HTTP_PORT": "9091"},
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "REPLICATOR_FLOWS__SOURCE_TO_DESTINATION__NAMING=source-alias" in lines
+    assert "REPLICATOR_HTTP_PORT=9091" in lines
+    result = CliRunner().invoke(app, ["mm2", str(tmp_path / "missing.properties")])
+    assert result.exit_code == 2
+    assert "cannot read" in result.stderr
+
+
+def test_cli_runs_the_service_with_the_translated_settings_and_notes(
+    mm1_fixed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import replicator.cli
+
+    served: list[tuple[Settings, Sequence[str]]] = []
+    monkeypatch.setattr(
+        replicator.cli, "_serve", lambda settings, notes=(): served.append((settings, notes))
+    )
+    result = CliRunner().invoke(app, ["mirror-maker", *GO_ARGS])
+    assert result.exit_code == 0, result.output
+    ((settings, notes),) = served
+    assert settings.local_cluster == "targetclusterproducer"
+    assert notes == mirror_maker_translation(GO_ARGS).notes
+
+
+def docker_env_file(text: str) -> dict[str, str]:
+    """What ``docker run --env-file`` reads: ``NAME=value`` lines taken literally, ``#`` lines
+    and blank lines skipped."""
+    env: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if line and not line.startswith("#"):
+            name, _, value = line.partition("=")
+            env[name] = value
+    return env
+
+
+def test_cli_print_env_is_an_env_file(tmp_path: Path) -> None:
+    text = (
+        "clusters=us_east, eu-west\nus_east.bootstrap.servers=e:9092\n"
+        "eu-west.bootstrap.servers=w:9092\nus_east->eu-west.enabled=true\n"
+        "topics=orders, pay.*\nemit.heartbeats.interval.seconds=2\n"
+    )
+    (tmp_path / "mm2.properties").write_text(text)
+    result = CliRunner().invoke(app, ["mm2", str(tmp_path / "mm2.properties"), "--print-env"])
+    assert result.exit_code == 0, result.output
+    env = docker_env_file(result.stdout)
+    translation = mm2_translation(tmp_path / "mm2.properties")
+    assert env == translation.env
+    assert env["REPLICATOR_FLOWS__US_EAST_TO_EU_WEST__TOPICS_INCLUDE"] == "orders|pay.*"
+    assert env["REPLICATOR_HEARTBEAT_INTERVAL_MS"] == "2000"
+    assert load_settings(env) == translation.settings()
+    comments = [line for line in result.stdout.splitlines() if line.startswith("# ")]
+    assert len(comments) == len(translation.notes) + 1
+    assert sum("cannot export" in line for line in comments) == 1
+
+
+def test_cli_print_env_refuses_a_value_an_env_file_cannot_hold(plain: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["mirror-maker", *BASE, "--whitelist=a", "--prefix=x\ny", "--print-env"]
+    )
+    assert result.exit_code == 2
+    assert result.stderr.startswith("configuration error: --prefix: holds a line break")
+    assert result.stdout == ""

@@ -1,0 +1,287 @@
+"""MirrorMaker 2 files: clusters, flows, policies, per-cluster security, heartbeats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from replicator.settings import DEFAULT_TOPICS_EXCLUDE, Naming, StartPosition
+from tests.unit.test_mirrormaker_support import (
+    PLAIN_JAAS,
+    SECRET,
+    TWO,
+    mm2,
+    mm2_error,
+    notes_by_key,
+)
+
+
+def test_mm2_aliases_are_normalised_and_keep_their_topic_names(tmp_path: Path) -> None:
+    translation = mm2(
+        tmp_path,
+        TWO + "A->us_west.enabled=true\nus_west->A.enabled=true\n"
+        "replication.policy.separator=_\nus_west->A.topics=orders\n",
+    )
+    env = translation.env
+    assert env["REPLICATOR_LOCAL_CLUSTER"] == "us-west"
+    assert env["REPLICATOR_CLUSTERS__A__TOPIC_ALIAS"] == "A"
+    assert env["REPLICATOR_CLUSTERS__US-WEST__TOPIC_ALIAS"] == "us_west"
+    settings = translation.settings()
+    assert sorted(settings.flows) == ["a_to_us_west", "us_west_to_a"]
+    flow = settings.flows["us_west_to_a"]
+    assert (flow.source, flow.target, flow.naming, flow.separator) == (
+        "us-west",
+        "a",
+        Naming.SOURCE_ALIAS,
+        "_",
+    )
+    assert flow.topics_include == "orders"
+    assert settings.flows["a_to_us_west"].topics_include == ".*"
+    assert settings.flows["a_to_us_west"].topics_exclude == (
+        DEFAULT_TOPICS_EXCLUDE + r"|.*[\-\.]internal|.*\.replica|__.*"
+    )
+    assert settings.clusters["a"].topic_alias == "A"
+    (shell,) = translation.shell_notes()
+    assert shell.startswith("REPLICATOR_CLUSTERS__US-WEST__*: a '-' in a variable name")
+
+
+def test_mm2_identity_policy_and_flow_scoped_properties(tmp_path: Path) -> None:
+    translation = mm2(
+        tmp_path,
+        TWO + "A->us_west.enabled=true\n"
+        "replication.policy.class=org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n"
+        "replication.factor=3\nA->us_west.replication.factor=2\n"
+        "topics.exclude=secret.*\nA->us_west.topics.blacklist=audit\n"
+        "consumer.auto.offset.reset=earliest\nA->us_west.consumer.auto.offset.reset=latest\n"
+        "refresh.topics.interval.seconds=30\nsync.group.offsets.enabled=true\n"
+        "emit.heartbeats.enabled=false\ntasks.max=8\nkey.converter=x\n"
+        "dedicated.mode.enable.internal.rest=true\nsync.topic.configs.enabled=true\n",
+    )
+    settings = translation.settings()
+    flow = settings.flows["a_to_us_west"]
+    assert flow.naming is Naming.IDENTITY
+    assert flow.replication_factor == 2
+    assert flow.topics_exclude == f"{DEFAULT_TOPICS_EXCLUDE}|secret.*"
+    assert flow.start_from is StartPosition.LATEST
+    assert settings.metadata_max_age_ms == 30_000
+    notes = notes_by_key(translation)
+    assert "not synced to the target by this version" in notes["sync.group.offsets.enabled"]
+    assert "emit.heartbeats.enabled" not in notes  # false: what happens here anyway
+    for key in ("tasks.max", "key.converter", "dedicated.mode.enable.internal.rest"):
+        assert key in notes, key
+    assert "not synced afterwards" in notes["sync.topic.configs.enabled"]
+
+
+def test_mm2_per_cluster_security(tmp_path: Path) -> None:
+    translation = mm2(
+        tmp_path,
+        TWO + "A->us_west.enabled=true\nsecurity.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=SCRAM-SHA-256\n" + PLAIN_JAAS + "us_west.security.protocol=PLAINTEXT\n"
+        "A.consumer.auto.offset.reset=latest\nA.producer.compression.type=lz4\n",
+    )
+    env = translation.env
+    assert env["REPLICATOR_CLUSTERS__A__SASL_MECHANISM"] == "SCRAM-SHA-256"
+    assert env["REPLICATOR_CLUSTERS__A__SASL_USERNAME"] == "alice"
+    assert env["REPLICATOR_CLUSTERS__US-WEST__SECURITY_PROTOCOL"] == "PLAINTEXT"
+    assert "REPLICATOR_CLUSTERS__US-WEST__SASL_USERNAME" not in env
+    assert translation.shown_env()["REPLICATOR_CLUSTERS__A__SASL_PASSWORD"] == (
+        f"<secret: from {tmp_path / 'mm2.properties'}>"
+    )
+    settings = translation.settings()
+    assert settings.flows["a_to_us_west"].start_from is StartPosition.LATEST
+    assert settings.compression.value == "lz4"
+    assert SECRET not in "\n".join(translation.notes)
+
+
+def test_mm2_conflicting_client_credentials_are_refused(tmp_path: Path) -> None:
+    error = mm2_error(
+        tmp_path,
+        TWO + "A->us_west.enabled=true\nA.consumer.security.protocol=SSL\n"
+        "A.producer.security.protocol=PLAINTEXT\n",
+    )
+    assert "one way for all its clients" in error.message
+
+
+@pytest.mark.parametrize(
+    ("text", "variable", "words"),
+    [
+        ("A.bootstrap.servers=a:1\n", "clusters", "required"),
+        (TWO, "<source>-><target>.enabled", "no flow is enabled"),
+        (TWO + "A->us_west.enabled=false\n", "<source>-><target>.enabled", "no flow"),
+        (
+            "clusters=A,B\nA.bootstrap.servers=a:1\nA->B.enabled=true\n",
+            "B.bootstrap.servers",
+            "required",
+        ),
+        (
+            TWO + "A->us_west.enabled=true\nreplication.policy.class=com.acme.Policy\n",
+            "replication.policy.class",
+            "com.acme.Policy is not supported",
+        ),
+        (TWO + "A->us_west.enabled=true\ntopics=(bad\n", "topics", "not a valid regular"),
+        (
+            TWO + "A->us_west.enabled=true\nA->us_west.topics.exclude=[x&&[^y]]\n",
+            "A->us_west.topics.exclude",
+            "Java-only",
+        ),
+        (
+            TWO + "A->us_west.enabled=true\nA.zookeeper.connect=z:1\n",
+            "A.zookeeper.connect",
+            "ZooKeeper",
+        ),
+        (
+            TWO + "A->us_west.enabled=true\nconfig.providers=file\n",
+            "config.providers",
+            "not supported",
+        ),
+        (
+            TWO
+            + "A->us_west.enabled=true\nA.security.protocol=SASL_SSL\nA.sasl.mechanism=GSSAPI\n",
+            "A.sasl.mechanism",
+            "GSSAPI",
+        ),
+        (
+            TWO + "A->us_west.enabled=true\nA->us_west.consumer.auto.offset.reset=none\n",
+            "A->us_west.consumer.auto.offset.reset",
+            "earliest or latest",
+        ),
+    ],
+)
+def test_mm2_refusals_name_the_property(
+    tmp_path: Path, text: str, variable: str, words: str
+) -> None:
+    error = mm2_error(tmp_path, text)
+    assert error.variable == f"{variable} (in {tmp_path / 'mm2.properties'})"
+    assert words in error.message
+
+
+def test_mm2_notes_for_pairs_and_clusters_without_a_flow(tmp_path: Path) -> None:
+    translation = mm2(
+        tmp_path,
+        "clusters=a,b,c\na.bootstrap.servers=a:1\nb.bootstrap.servers=b:1\n"
+        "c.bootstrap.servers=c:1\na->b.enabled=true\nb->a.topics=x\nd->a.enabled=true\n"
+        "a->b.emit.heartbeats.enabled=true\nunheard.of=1\n",
+    )
+    notes = "\n".join(translation.notes)
+    assert "b->a.topics (in" in notes and "this flow is not enabled" in notes
+    assert "d->a.enabled (in" in notes and "names no pair" in notes
+    assert "c takes part in no enabled flow" in notes
+    assert "unheard.of (in" in notes and "has no meaning here" in notes
+    assert "a->b.emit.heartbeats.enabled (in" in notes
+    assert "each flow writes a heartbeat into its source cluster's" in notes
+    assert "REPLICATOR_FLOWS__A_TO_B__HEARTBEATS" not in translation.env  # true: the default
+    assert "REPLICATOR_CLUSTERS__C__BOOTSTRAP_SERVERS" not in translation.env
+    translation.settings()
+
+
+# ---------------------------------------------------------------- heartbeats
+
+HEARTBEATS = "REPLICATOR_FLOWS__{}__HEARTBEATS"
+BOTH_WAYS = TWO + "A->us_west.enabled=true\nus_west->A.enabled=true\n"
+
+
+def test_mm2_heartbeats_off_everywhere_or_for_one_flow(tmp_path: Path) -> None:
+    translation = mm2(tmp_path, BOTH_WAYS + "emit.heartbeats.enabled=false\n")
+    assert translation.env[HEARTBEATS.format("A_TO_US_WEST")] == "false"
+    assert translation.env[HEARTBEATS.format("US_WEST_TO_A")] == "false"
+    assert "REPLICATOR_HEARTBEAT_INTERVAL_MS" not in translation.env
+    settings = translation.settings()
+    assert not any(flow.heartbeats for flow in settings.flows.values())
+    assert not any(n.startswith("emit.heartbeats") for n in translation.notes)
+
+    translation = mm2(
+        tmp_path,
+        BOTH_WAYS + "emit.heartbeats.enabled=true\nus_west->A.emit.heartbeats.enabled=false\n",
+    )
+    settings = translation.settings()
+    assert settings.flows["a_to_us_west"].heartbeats
+    assert not settings.flows["us_west_to_a"].heartbeats
+    assert translation.origins[HEARTBEATS.format("US_WEST_TO_A")].startswith(
+        "us_west->A.emit.heartbeats.enabled (in "
+    )
+
+
+def test_mm2_heartbeat_interval_in_milliseconds(tmp_path: Path) -> None:
+    translation = mm2(tmp_path, BOTH_WAYS + "emit.heartbeats.interval.seconds=5\n")
+    assert translation.env["REPLICATOR_HEARTBEAT_INTERVAL_MS"] == "5000"
+    assert translation.settings().heartbeat_interval_ms == 5000
+    where = [n for n in translation.notes if "writes a heartbeat into its source" in n]
+    assert len(where) == 1  # said once
+    assert not any("one interval for every flow" in n for n in translation.notes)
+
+
+def test_mm2_heartbeat_intervals_that_disagree_take_the_smallest(tmp_path: Path) -> None:
+    translation = mm2(
+        tmp_path,
+        BOTH_WAYS + "emit.heartbeats.interval.seconds=10\nus_west->A.emit.heartbeats.interval"
+        ".seconds=3\n",
+    )
+    assert translation.env["REPLICATOR_HEARTBEAT_INTERVAL_MS"] == "3000"
+    origin = translation.origins["REPLICATOR_HEARTBEAT_INTERVAL_MS"]
+    assert origin.startswith("us_west->A.emit.heartbeats.interval.seconds (in ")
+    (note,) = [n for n in translation.notes if "one interval for every flow" in n]
+    assert note.startswith(origin + ": ")
+    assert "the smallest, 3000 ms, applies to all" in note
+    assert "a_to_us_west: 10000 ms" in note and "us_west_to_a: 3000 ms" in note
+    translation.settings()
+
+
+def test_mm2_default_heartbeat_interval_counts_when_another_flow_sets_one(tmp_path: Path) -> None:
+    translation = mm2(tmp_path, BOTH_WAYS + "A->us_west.emit.heartbeats.interval.seconds=30\n")
+    assert translation.env["REPLICATOR_HEARTBEAT_INTERVAL_MS"] == "1000"
+    assert "MirrorMaker 2's default" in translation.origins["REPLICATOR_HEARTBEAT_INTERVAL_MS"]
+    assert any("us_west_to_a: 1000 ms (MirrorMaker 2's default)" in n for n in translation.notes)
+
+
+def test_mm2_negative_heartbeat_interval_turns_heartbeats_off(tmp_path: Path) -> None:
+    translation = mm2(tmp_path, BOTH_WAYS + "A->us_west.emit.heartbeats.interval.seconds=-1\n")
+    settings = translation.settings()
+    assert not settings.flows["a_to_us_west"].heartbeats
+    assert settings.flows["us_west_to_a"].heartbeats
+    assert "REPLICATOR_HEARTBEAT_INTERVAL_MS" not in translation.env
+    assert any("negative: no heartbeats" in n for n in translation.notes)
+
+
+def test_mm2_heartbeat_interval_of_flows_without_heartbeats_is_noted_as_ignored(
+    tmp_path: Path,
+) -> None:
+    translation = mm2(
+        tmp_path,
+        BOTH_WAYS + "emit.heartbeats.enabled=false\nemit.heartbeats.interval.seconds=5\n",
+    )
+    assert "REPLICATOR_HEARTBEAT_INTERVAL_MS" not in translation.env
+    notes = notes_by_key(translation)
+    assert notes["emit.heartbeats.interval.seconds"].endswith(
+        "ignored: no flow it applies to emits heartbeats"
+    )
+
+
+def test_mm2_heartbeats_topic_replication_factor_is_explained(tmp_path: Path) -> None:
+    translation = mm2(
+        tmp_path, BOTH_WAYS + "heartbeats.topic.replication.factor=1\nreplication.factor=2\n"
+    )
+    note = notes_by_key(translation)["heartbeats.topic.replication.factor"]
+    assert "created on each flow's source (if missing) with one partition, compacted" in note
+    assert "the flow's REPLICATION_FACTOR" in note
+    assert "REPLICATOR_HEARTBEAT_INTERVAL_MS" not in translation.env
+
+
+@pytest.mark.parametrize(
+    ("text", "variable", "words"),
+    [
+        ("emit.heartbeats.enabled=sometimes\n", "emit.heartbeats.enabled", "true or false"),
+        ("emit.heartbeats.interval.seconds=0\n", "emit.heartbeats.interval.seconds", "0 would"),
+        (
+            "A->us_west.emit.heartbeats.interval.seconds=soon\n",
+            "A->us_west.emit.heartbeats.interval.seconds",
+            "whole number",
+        ),
+    ],
+)
+def test_mm2_heartbeat_refusals_name_the_property(
+    tmp_path: Path, text: str, variable: str, words: str
+) -> None:
+    error = mm2_error(tmp_path, BOTH_WAYS + text)
+    assert error.variable == f"{variable} (in {tmp_path / 'mm2.properties'})"
+    assert words in error.message
