@@ -133,6 +133,11 @@ class LegRunner:
         return dict(self._topics.refused)
 
     @property
+    def grown_topics(self) -> dict[str, int]:
+        """Partitions the leg added to destination topics (their source grew), per topic."""
+        return dict(self._topics.grown)
+
+    @property
     def seconds_since_poll(self) -> float:
         last = self._catch_up.last_poll if self._catch_up else time.monotonic()
         return time.monotonic() - last

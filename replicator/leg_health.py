@@ -100,6 +100,7 @@ class LegHealth:
             ),
             "last_error": runner.last_error,
             "refused_topics": runner.refused_topics,
+            "partitions_added": runner.grown_topics,
             "offset_resets": list(runner.resets.recent),
             "partitions": partitions,
         }

@@ -213,7 +213,9 @@ class PartitionSender:
         async def ensure() -> None:
             nonlocal tail, placement
             await self._destination.ready.wait()
-            topic = await self._topics.ensure(partition.tp.topic, partition.target_topic)
+            topic = await self._topics.ensure(
+                partition.tp.topic, partition.target_topic, partition.tp.partition
+            )
             self._limit = topic.max_message_bytes
             placement = None
             if not self._preserve and topic.partitions != topic.source_partitions:

@@ -2,8 +2,13 @@
 
 Before the first record of ``X_REPLICA`` is sent to a destination cluster, ``X`` is created there
 if it is missing, with the source topic's partition count, replication factor and topic-level
-configuration overrides. An existing ``X`` with fewer partitions than the source cannot keep
-partition numbers, so that topic is refused (:class:`TopicMismatch`) and reported, never written.
+configuration overrides. A destination topic with fewer partitions than its source (the source
+grew, or it was created smaller) is grown to the source's count (CreatePartitions), as MirrorMaker
+2 does; never shrunk, never grown past the source. Where the destination refuses to grow it (a
+broker without CreatePartitions, no permission), the topic cannot keep partition numbers, so it is
+refused (:class:`TopicMismatch`, with the broker's reason) and reported, never written; a flow
+that places records by key uses it as it is. A partition the provisioner has not seen yet (the
+source grew since) makes it check the topic again.
 A source topic not in metadata yet is :class:`TopicMissing` (retried); a creation the cluster
 refuses is :class:`TopicRefused` (retried only if the broker's error is retriable), or
 :class:`AuthorizationFailed` when an ACL denies it.
@@ -21,7 +26,7 @@ from functools import partial
 from typing import Any
 
 import structlog
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from replicator.errors import (
@@ -189,17 +194,26 @@ class TopicProvisioner:
         # per caller: one instance raised in many tasks would collect all their tracebacks).
         self.refused: dict[str, str] = {}
         self._refusals: dict[str, Callable[[], ReplicatorError]] = {}
+        # Partitions this provisioner added, per destination topic (shown in /status).
+        self.grown: dict[str, int] = {}
 
-    async def ensure(self, source_topic: str, target_topic: str) -> DestinationTopic:
-        """Return once ``target_topic`` can receive ``source_topic``; raise if it cannot.
+    async def ensure(
+        self, source_topic: str, target_topic: str, partition: int = 0
+    ) -> DestinationTopic:
+        """Return once ``target_topic`` can receive ``source_topic`` (its ``partition``); raise
+        if it cannot.
 
         Callers for one topic wait for one attempt. A retriable failure is not remembered, so the
         next call tries again; one that is not (:class:`TopicMismatch`, a refused creation) is
-        remembered until :meth:`forget`.
+        remembered until :meth:`forget`. A source partition beyond the count last seen (the
+        source grew) checks the topic again, and grows the destination.
         """
         async with self._locks.setdefault(target_topic, asyncio.Lock()):
-            if target_topic in self._ready:
-                return self._ready[target_topic]
+            known = self._ready.get(target_topic)
+            if known is not None and partition < known.source_partitions:
+                return known
+            if known is not None:
+                self.forget(target_topic)
             refusal = self._refusals.get(target_topic)
             if refusal is not None:
                 raise refusal()
@@ -240,8 +254,41 @@ class TopicProvisioner:
             raise translate(exc) from exc
         reason = partition_shortfall(source_topic, spec.partitions, target_topic, len(existing))
         if reason is not None and self._preserve_partitions:
-            raise self._refuse(target_topic, partial(TopicMismatch, reason))
+            refusal = await self._grow(target_topic, len(existing), spec.partitions)
+            if refusal is not None:
+                reason = f"{reason}; adding partitions was refused: {refusal}"
+                raise self._refuse(target_topic, partial(TopicMismatch, reason))
+            existing = (await describe_partitions(destination)).get(target_topic) or existing
+            if len(existing) < spec.partitions:  # grown, not in the metadata yet: retried
+                raise TopicMissing(
+                    f"{target_topic} grown to {spec.partitions} partitions on "
+                    f"{self._destination.alias}, not in its metadata yet"
+                )
         return DestinationTopic(target_topic, len(existing), limit, spec.partitions)
+
+    async def _grow(self, target_topic: str, have: int, want: int) -> str | None:
+        """Add partitions to ``target_topic`` (``have`` -> ``want``); the broker's refusal, or
+        ``None`` when it grew."""
+        total = partitions_to_add(have, want)
+        if total is None:
+            return None
+        try:
+            admin = await self._destination.admin()
+            await admin.create_partitions({target_topic: NewPartitions(total_count=total)})
+        except Exception as exc:
+            error = translate(exc)
+            if error.retriable and not isinstance(exc, NotImplementedError):
+                raise error from exc
+            return str(error) or type(exc).__name__
+        self.grown[target_topic] = self.grown.get(target_topic, 0) + total - have
+        log.info(
+            "destination topic grown to the source's partition count",
+            cluster=self._destination.alias,
+            topic=target_topic,
+            partitions_before=have,
+            partitions=total,
+        )
+        return None
 
     async def _spec(self, source_topic: str, target_topic: str) -> TopicSpec:
         source = await self._source.admin()
@@ -268,6 +315,12 @@ class TopicProvisioner:
             replication_factor=spec.replication_factor,
             configs=spec.configs,
         )
+
+
+def partitions_to_add(destination_partitions: int, source_partitions: int) -> int | None:
+    """The partition count to grow a destination topic to, or ``None``: only ever up to the
+    source's count (Kafka cannot shrink a topic, and more than the source is not asked for)."""
+    return source_partitions if destination_partitions < source_partitions else None
 
 
 def partition_shortfall(

@@ -105,6 +105,10 @@ def test_destination_with_fewer_partitions_blocks_only_that_topic(replicators: S
         _, status_body = dc1.get("/status")
         remote = next(leg for leg in status_body["legs"] if leg["leg"] == "dc1->dc2")
         assert "narrow" in remote["refused_topics"]
+        # The replicator asked dc2 to grow the topic; this broker has no CreatePartitions, and
+        # its refusal is what the operator reads.
+        assert "adding partitions was refused" in remote["refused_topics"]["narrow"]
+        assert remote["partitions_added"] == {}
         assert dc1.metric("replicator_topics_blocked", leg="dc1->dc2") == 1
         assert dc1.stop() == 0
 

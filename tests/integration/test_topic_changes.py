@@ -14,9 +14,10 @@ from collections import defaultdict
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import NewTopic
+from aiokafka.admin import NewPartitions, NewTopic
 
 from tests.integration.harness import (
+    BACKEND,
     FAULT_SUMMARY,
     Broker,
     FaultFigures,
@@ -239,4 +240,43 @@ def test_destination_topic_deleted_mid_stream_is_detected_and_replayed(
             )
         )
         dc1.wait_ready(timeout=60)
+        assert dc1.stop() == 0
+
+
+@pytest.mark.skipif(
+    BACKEND != "kafka",
+    reason="the embedded broker has no CreatePartitions: a source topic's growth is followed "
+    "on the Apache Kafka path (REPLICATOR_TEST_BROKER=kafka); test_lifecycle.py covers a "
+    "destination that refuses to grow",
+)
+def test_a_source_topic_grown_while_replicating_grows_every_destination(
+    replicators: Start,
+) -> None:
+    """MM2's test ported: partitions added to a source topic appear on every destination, and
+    the records of the new partitions arrive in their own partition numbers."""
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=2)
+        dc1 = replicators("dc1", replicator_env("dc1", brokers))
+        dc1.wait_ready()
+        first = produce(local, "orders_REPLICA", 100, partitions=2)
+        wait_until(holds(brokers["dc2"], "orders", len(first)), 60, "first records on dc2")
+
+        async def grow() -> None:
+            admin = await admin_client(local.bootstrap_servers)
+            try:
+                await admin.create_partitions({"orders_REPLICA": NewPartitions(total_count=4)})
+            finally:
+                await admin.close()
+
+        run(grow())
+        time.sleep(5)  # the feed's next listing picks the new partitions up
+        later = produce(local, "orders_REPLICA", 200, partitions=4)
+        source = read(local, "orders_REPLICA")
+        for broker in brokers.values():
+            wait_until(holds(broker, "orders", len(first) + len(later)), 90, broker.alias)
+            report = oracle(source, read(broker, "orders"), "dc1")  # partition numbers kept
+            assert not report.missing and not report.duplicates, f"{broker.alias}: {report}"
+        remote = next(leg for leg in dc1.get("/status")[1]["legs"] if leg["leg"] == "dc1->dc2")
+        assert remote["partitions_added"] == {"orders": 2}
         assert dc1.stop() == 0
