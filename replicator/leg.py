@@ -23,6 +23,7 @@ no partition is taken any more, so a rebalance that completes during shutdown st
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter
 from collections.abc import Awaitable, Iterable
@@ -99,7 +100,11 @@ class LegRunner:
             marks_group(self.group),
         )
         self._topics = TopicProvisioner(
-            source_client, destination_client, plan.replication_factor, plan.preserve_partitions
+            source_client,
+            destination_client,
+            plan.replication_factor,
+            plan.preserve_partitions,
+            re.compile(settings.topic_configs_exclude),
         )
         self.partitions: dict[TopicPartition, LegPartition] = {}
         self._senders: dict[TopicPartition, tuple[PartitionSender, asyncio.Task[None]]] = {}
@@ -236,6 +241,8 @@ class LegRunner:
                 )
                 tasks.create_task(self._refresh_health(stop), name=f"health:{name}")
                 tasks.create_task(self._refresh_marks(stop), name=f"marks:{name}")
+                if self._settings.topic_config_sync_interval_ms:
+                    tasks.create_task(self._sync_topic_configs(stop), name=f"configs:{name}")
                 self._running.set()
                 await stop.wait()
                 # Partitions are released (drained, committed) before the clients close.
@@ -254,6 +261,19 @@ class LegRunner:
         if not self.destination.ready.is_set() or self.destination_error is not None:
             raise ClusterUnavailable(f"{self.leg.destination} is not connected")
         await self.destination.tail.save_marks(marks, _MARK_SAVE_TIMEOUT_S)
+
+    async def _sync_topic_configs(self, stop: asyncio.Event) -> None:
+        """Destination topics' configs follow their source's (topics.py), every interval."""
+        every = self._settings.topic_config_sync_interval_ms / 1000
+        while not stop.is_set():
+            await sleep_unless_stopped(stop, every)
+            if not stop.is_set():
+                await self._topics.sync_configs()
+
+    @property
+    def topic_config_sync(self) -> dict[str, object]:
+        """What the config sync did: configs set per topic, and its last failure."""
+        return {"synced": dict(self._topics.synced), "last_error": self._topics.sync_error}
 
     async def _refresh_marks(self, stop: asyncio.Event) -> None:
         """Raise the destination mark of each idle partition to the destination's log end."""

@@ -101,6 +101,7 @@ class LegHealth:
             "last_error": runner.last_error,
             "refused_topics": runner.refused_topics,
             "partitions_added": runner.grown_topics,
+            "topic_config_sync": runner.topic_config_sync,
             "offset_resets": list(runner.resets.recent),
             "partitions": partitions,
         }

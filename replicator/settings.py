@@ -39,6 +39,13 @@ from replicator.errors import ConfigError
 ENV_PREFIX = "REPLICATOR_"
 NESTED_DELIMITER = "__"
 
+# Topic configs never synced to destinations: MirrorMaker 2's config.properties.exclude defaults
+# (replica throttles, timestamp checks, unclean election, min.insync.replicas belong to each
+# cluster).
+DEFAULT_TOPIC_CONFIGS_EXCLUDE = (
+    r"follower\.replication\.throttled\.replicas|leader\.replication\.throttled\.replicas|"
+    r"message\.timestamp\..*|unclean\.leader\.election\.enable|min\.insync\.replicas"
+)
 # Internal topics of Kafka, Kafka Connect and the schema registry are never replicated by default.
 DEFAULT_TOPICS_EXCLUDE = r"__.*|_schemas|_confluent.*|connect-(configs|offsets|status)"
 
@@ -392,6 +399,17 @@ class Settings(BaseSettings):
     )
     heartbeat_topic: str = Field(
         "heartbeats", description="The heartbeat topic of each flow's source cluster."
+    )
+    topic_config_sync_interval_ms: int = Field(
+        60_000,
+        ge=0,
+        description="How often destination topics' configs follow their source's (0: only at "
+        "creation). Limits (retention, max.message.bytes) are only ever raised.",
+    )
+    topic_configs_exclude: Regex = Field(
+        DEFAULT_TOPIC_CONFIGS_EXCLUDE,
+        description="Regex over topic config names never copied or synced (whole name; comma "
+        "means |); MM2's config.properties.exclude.",
     )
     destination_replication_factor: int | None = Field(
         None, ge=1, description="Replication factor of created topics (default: the source's)."

@@ -9,6 +9,16 @@ broker without CreatePartitions, no permission), the topic cannot keep partition
 refused (:class:`TopicMismatch`, with the broker's reason) and reported, never written; a flow
 that places records by key uses it as it is. A partition the provisioner has not seen yet (the
 source grew since) makes it check the topic again.
+
+Topic-level configs are copied at creation and then kept in sync every
+``REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS`` (:meth:`TopicProvisioner.sync_configs`, decided by
+:func:`config_changes`): configs matching ``REPLICATOR_TOPIC_CONFIGS_EXCLUDE`` (MM2's
+``config.properties.exclude`` defaults) are never copied; a destination follows its source's value,
+except that a limit (retention, ``max.message.bytes``) is only ever raised, so a destination given
+more on purpose keeps it and never loses records because a source's retention was lowered. A
+config removed at the source stays on the destination. AlterConfigs replaces every override of a
+topic, so the full set is sent: the destination's own overrides with the changes. A destination
+without AlterConfigs (the embedded broker) is reported once and left as created.
 A source topic not in metadata yet is :class:`TopicMissing` (retried); a creation the cluster
 refuses is :class:`TopicRefused` (retried only if the broker's error is retriable), or
 :class:`AuthorizationFailed` when an ACL denies it.
@@ -20,6 +30,7 @@ topic with default settings on a metadata request that names it.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -59,6 +70,9 @@ REPLICATED_CONFIGS = frozenset(
     }
 )
 _BROKER_SOURCES = frozenset({2, 3, 4})
+_TOPIC_OVERRIDE = 1  # DYNAMIC_TOPIC_CONFIG: set on the topic itself
+# Limits that are only ever raised on a destination (-1: unlimited, the largest).
+NEVER_LOWERED = frozenset({"retention.ms", "retention.bytes", "max.message.bytes"})
 _TOPIC_ALREADY_EXISTS = 36
 
 
@@ -165,6 +179,43 @@ async def topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str
     return configs
 
 
+async def topic_overrides(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
+    """The configs set on ``topic`` itself (what AlterConfigs replaces)."""
+    return {
+        entry[0]: entry[1]
+        for entry in await _config_entries(admin, topic)
+        if entry[3] == _TOPIC_OVERRIDE and entry[1] is not None and not entry[4]
+    }
+
+
+def _at_least(current: str, wanted: str) -> bool:
+    """Whether limit ``current`` is at least ``wanted`` (-1 is unlimited)."""
+    try:
+        have, want = int(current), int(wanted)
+    except ValueError:
+        return False
+    return have < 0 or (want >= 0 and have >= want)
+
+
+def config_changes(
+    source: dict[str, str], destination: dict[str, str], exclude: re.Pattern[str]
+) -> dict[str, str]:
+    """The destination overrides to set so that it follows ``source``: each replicable source
+    config not excluded whose value differs, except a limit the destination already holds at
+    least as high (it is only ever raised)."""
+    changes: dict[str, str] = {}
+    for name, value in sorted(source.items()):
+        if name not in REPLICATED_CONFIGS or exclude.fullmatch(name):
+            continue
+        current = destination.get(name)
+        if current == value:
+            continue
+        if name in NEVER_LOWERED and current is not None and _at_least(current, value):
+            continue
+        changes[name] = value
+    return changes
+
+
 async def max_message_bytes(admin: AIOKafkaAdminClient, topic: str) -> int | None:
     """The effective ``max.message.bytes`` of ``topic``, whatever its source, if reported."""
     for entry in await _config_entries(admin, topic):
@@ -182,6 +233,7 @@ class TopicProvisioner:
         destination: ClusterClient,
         replication_factor: int | None,
         preserve_partitions: bool = True,
+        configs_exclude: re.Pattern[str] | None = None,
     ) -> None:
         self._source = source
         self._destination = destination
@@ -196,6 +248,11 @@ class TopicProvisioner:
         self._refusals: dict[str, Callable[[], ReplicatorError]] = {}
         # Partitions this provisioner added, per destination topic (shown in /status).
         self.grown: dict[str, int] = {}
+        self._exclude = configs_exclude or re.compile(r"(?!)")
+        self._sources: dict[str, str] = {}  # destination topic -> its source topic
+        # Config sync: the configs last set per destination topic, and the last failure.
+        self.synced: dict[str, dict[str, str]] = {}
+        self.sync_error: str | None = None
 
     async def ensure(
         self, source_topic: str, target_topic: str, partition: int = 0
@@ -219,7 +276,46 @@ class TopicProvisioner:
                 raise refusal()
             topic = await self._provision(source_topic, target_topic)
             self._ready[target_topic] = topic
+            self._sources[target_topic] = source_topic
             return topic
+
+    async def sync_configs(self) -> None:
+        """Bring every provisioned destination topic's configs in line with its source's."""
+        failed = False
+        for target_topic, source_topic in list(self._sources.items()):
+            if target_topic not in self._ready:
+                continue
+            try:
+                source = await topic_configs(await self._source.admin(), source_topic)
+                admin = await self._destination.admin()
+                current = await topic_overrides(admin, target_topic)
+                changes = config_changes(source, current, self._exclude)
+                if changes:
+                    resource = ConfigResource(
+                        ConfigResourceType.TOPIC, target_topic, {**current, **changes}
+                    )
+                    await admin.alter_configs([resource])
+            except Exception as exc:
+                error = f"cannot sync the configs of {target_topic}: {translate(exc)}"
+                if error != self.sync_error:
+                    log.warning(
+                        "topic config sync failed: the topic keeps the configs it has",
+                        cluster=self._destination.alias,
+                        topic=target_topic,
+                        error=str(translate(exc)),
+                    )
+                self.sync_error, failed = error, True
+                continue
+            if changes:
+                self.synced[target_topic] = {**self.synced.get(target_topic, {}), **changes}
+                log.info(
+                    "destination topic configs follow the source",
+                    cluster=self._destination.alias,
+                    topic=target_topic,
+                    changes=changes,
+                )
+        if not failed:
+            self.sync_error = None
 
     def forget(self, target_topic: str) -> None:
         """Check ``target_topic`` again on next use (after it was deleted, say)."""
@@ -299,7 +395,8 @@ class TopicProvisioner:
             )
         replication = self._replication_factor or max(len(p["replicas"]) for p in partitions)
         configs = await topic_configs(source, source_topic)
-        return TopicSpec(target_topic, len(partitions), replication, configs)
+        kept = {k: v for k, v in configs.items() if not self._exclude.fullmatch(k)}
+        return TopicSpec(target_topic, len(partitions), replication, kept)
 
     async def _create(self, destination: AIOKafkaAdminClient, spec: TopicSpec) -> None:
         errors = await _request_creation(destination, spec, tolerate=(_TOPIC_ALREADY_EXISTS,))

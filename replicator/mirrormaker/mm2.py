@@ -63,19 +63,16 @@ _NO_CONNECT = (
 _NO_REST = (
     "no Connect REST API: /livez, /readyz, /status and /metrics are served on REPLICATOR_HTTP_PORT"
 )
-_CONFIGS_NOT_SYNCED = (
-    "topic configs are copied when the replicator creates a target topic (partitions and a "
-    "fixed list of configs); they are not synced afterwards"
-)
-_CONFIGS_FIXED = (
-    "topic configs copied at creation are a fixed list (replicator.topics.REPLICATED_CONFIGS); "
-    "this exclusion is not applied"
+_CONFIGS_GLOBAL = (
+    "ignored for one flow: topic config sync is one setting for every flow "
+    "(REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS, REPLICATOR_TOPIC_CONFIGS_EXCLUDE): give it "
+    "without the flow"
 )
 _NOTES: dict[str, str] = {
-    "sync.topic.configs.enabled": _CONFIGS_NOT_SYNCED,
-    "sync.topic.configs.interval.seconds": _CONFIGS_NOT_SYNCED,
-    "config.properties.exclude": _CONFIGS_FIXED,
-    "config.properties.blacklist": _CONFIGS_FIXED,
+    "sync.topic.configs.enabled": _CONFIGS_GLOBAL,
+    "sync.topic.configs.interval.seconds": _CONFIGS_GLOBAL,
+    "config.properties.exclude": _CONFIGS_GLOBAL,
+    "config.properties.blacklist": _CONFIGS_GLOBAL,
     "sync.topic.acls.enabled": "ACLs are not synced by this version: grant them on the target",
     "sync.topic.acls.interval.seconds": "ACLs are not synced by this version",
     "heartbeats.topic.replication.factor": mm2_heartbeats.TOPIC_NOTE,
@@ -123,6 +120,50 @@ _PREFIX_NOTES: dict[str, str] = {
     "checkpoints.topic.": _NO_CHECKPOINTS,
     "offset-syncs.topic.": _NO_CONNECT,
 }
+
+
+_CONFIG_SYNC_KEYS = frozenset(
+    {
+        "sync.topic.configs.enabled",
+        "sync.topic.configs.interval.seconds",
+        "config.properties.exclude",
+        "config.properties.blacklist",
+    }
+)
+
+
+def _config_sync(b: Builder, given: dict[str, tuple[str, str]]) -> None:
+    """MM2's topic config sync properties: REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS and
+    REPLICATOR_TOPIC_CONFIGS_EXCLUDE (which, as in MM2, replaces the default exclusions)."""
+    enabled = given.get("sync.topic.configs.enabled")
+    interval = given.get("sync.topic.configs.interval.seconds")
+    if enabled is not None and parse_bool(enabled[0]) is None:
+        raise ConfigError(enabled[1], f"expected true or false, got {enabled[0]!r}")
+    if enabled is not None and parse_bool(enabled[0]) is False:
+        b.set("TOPIC_CONFIG_SYNC_INTERVAL_MS", "0", enabled[1])
+        b.note(enabled[1], "topic configs are copied when a target topic is created, not synced")
+        if interval is not None:
+            b.note(interval[1], "ignored: topic config sync is off")
+    else:
+        if enabled is not None:
+            b.note(
+                enabled[1],
+                "target topics' configs follow their source every "
+                "REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS (limits only ever raised)",
+            )
+        if interval is not None:
+            seconds = parse_int(interval[0], interval[1])
+            b.set("TOPIC_CONFIG_SYNC_INTERVAL_MS", str(max(seconds, 0) * 1000), interval[1])
+    for key in ("config.properties.exclude", "config.properties.blacklist"):
+        if key in given:
+            value, where = given[key]
+            b.set("TOPIC_CONFIGS_EXCLUDE", java_regex(b, value, where) or "(?!)", where)
+            b.note(
+                where,
+                "replaces the default exclusions, as in MirrorMaker 2; limits (retention, "
+                "max.message.bytes) are only ever raised on a target",
+            )
+            break
 
 
 def _note(b: Builder, key: str, value: str, origin: str) -> bool:
@@ -176,6 +217,7 @@ def mm2_translation(path: Path) -> Translation:
 
     flow_props: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
     top: dict[str, tuple[str, str]] = {}
+    config_sync: dict[str, tuple[str, str]] = {}
     for key, value in props.items():
         if key == "clusters":
             continue
@@ -214,6 +256,8 @@ def mm2_translation(path: Path) -> Translation:
                 "topics are listed again (and client metadata refreshed) every "
                 "REPLICATOR_METADATA_MAX_AGE_MS",
             )
+        elif key in _CONFIG_SYNC_KEYS:
+            config_sync[key] = (value, origin(key))
         elif key.startswith(("consumer.", "producer.", "admin.")):
             role, _, rest = key.partition(".")
             client_property(b, Client(role, everywhere, 0, mm2=True), rest, value, origin(key))
@@ -222,6 +266,7 @@ def mm2_translation(path: Path) -> Translation:
         elif not _note(b, key, value, origin(key)):
             b.note(origin(key), f"ignored: {key} has no meaning here")
 
+    _config_sync(b, config_sync)
     if "enabled" in top:
         b.note(
             top["enabled"][1], "ignored: flows are enabled one by one (<source>-><target>.enabled)"

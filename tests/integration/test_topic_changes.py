@@ -15,7 +15,9 @@ from collections import defaultdict
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewPartitions, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from replicator.topics import topic_overrides
 from tests.integration.harness import (
     BACKEND,
     FAULT_SUMMARY,
@@ -279,4 +281,46 @@ def test_a_source_topic_grown_while_replicating_grows_every_destination(
             assert not report.missing and not report.duplicates, f"{broker.alias}: {report}"
         remote = next(leg for leg in dc1.get("/status")[1]["legs"] if leg["leg"] == "dc1->dc2")
         assert remote["partitions_added"] == {"orders": 2}
+        assert dc1.stop() == 0
+
+
+@pytest.mark.skipif(
+    BACKEND != "kafka",
+    reason="the embedded broker has no AlterConfigs: config sync runs on the Apache Kafka path "
+    "(REPLICATOR_TEST_BROKER=kafka); the decision is tested as pure logic in test_topics.py",
+)
+def test_topic_configs_follow_the_source_except_the_excluded_ones(replicators: Start) -> None:
+    """MM2's test ported: a config changed on the source reaches the destination at the next
+    sync; an excluded one (min.insync.replicas by default) never does."""
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=2)
+        env = replicator_env("dc1", brokers, topic_config_sync_interval_ms="1000")
+        dc1 = replicators("dc1", env)
+        dc1.wait_ready()
+        produce(local, "orders_REPLICA", 20, partitions=2)
+        wait_until(holds(brokers["dc2"], "orders", 20), 60, "first records on dc2")
+
+        async def alter(configs: dict[str, str]) -> None:
+            admin = await admin_client(local.bootstrap_servers)
+            try:
+                resource = ConfigResource(ConfigResourceType.TOPIC, "orders_REPLICA", configs)
+                await admin.alter_configs([resource])
+            finally:
+                await admin.close()
+
+        async def destination_overrides() -> dict[str, str]:
+            admin = await admin_client(brokers["dc2"].bootstrap_servers)
+            try:
+                return await topic_overrides(admin, "orders")
+            finally:
+                await admin.close()
+
+        run(alter({"retention.ms": "123456789", "min.insync.replicas": "1"}))
+        wait_until(
+            lambda: run(destination_overrides()).get("retention.ms") == "123456789",
+            30,
+            "retention.ms synced to dc2",
+        )
+        assert "min.insync.replicas" not in run(destination_overrides())
         assert dc1.stop() == 0

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from replicator.errors import ConfigError
+from replicator.mirrormaker import mm2_translation
 from replicator.settings import DEFAULT_TOPICS_EXCLUDE, Naming, StartPosition
 from tests.unit.test_mirrormaker_support import (
     PLAIN_JAAS,
@@ -70,7 +72,7 @@ def test_mm2_identity_policy_and_flow_scoped_properties(tmp_path: Path) -> None:
     assert "emit.heartbeats.enabled" not in notes  # false: what happens here anyway
     for key in ("tasks.max", "key.converter", "dedicated.mode.enable.internal.rest"):
         assert key in notes, key
-    assert "not synced afterwards" in notes["sync.topic.configs.enabled"]
+    assert "follow their source" in notes["sync.topic.configs.enabled"]
 
 
 def test_mm2_per_cluster_security(tmp_path: Path) -> None:
@@ -285,3 +287,21 @@ def test_mm2_heartbeat_refusals_name_the_property(
     error = mm2_error(tmp_path, BOTH_WAYS + text)
     assert error.variable == f"{variable} (in {tmp_path / 'mm2.properties'})"
     assert words in error.message
+
+
+def test_mm2_topic_config_sync_properties(tmp_path: Path) -> None:
+    base = "clusters=a,b\na.bootstrap.servers=x:1\nb.bootstrap.servers=y:1\na->b.enabled=true\n"
+    config = tmp_path / "mm2.properties"
+    config.write_text(
+        base + "sync.topic.configs.interval.seconds=30\n"
+        "config.properties.exclude=min\\\\.insync\\\\.replicas, delete\\\\.retention\\\\..*\n"
+    )
+    settings = mm2_translation(config).settings()
+    assert settings.topic_config_sync_interval_ms == 30_000
+    assert settings.topic_configs_exclude == r"min\.insync\.replicas|delete\.retention\..*"
+    config.write_text(base + "sync.topic.configs.enabled=false\n")
+    assert mm2_translation(config).settings().topic_config_sync_interval_ms == 0
+    config.write_text(base + "sync.topic.configs.enabled=maybe\n")
+    with pytest.raises(ConfigError) as refused:
+        mm2_translation(config)
+    assert "sync.topic.configs.enabled" in refused.value.variable
