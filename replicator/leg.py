@@ -62,6 +62,7 @@ _HEALTH_REFRESH_S = 1.0
 # a resume then reads at most this long of what other origins wrote meanwhile.
 _MARK_REFRESH_S = 30.0
 _MARK_SAVE_TIMEOUT_S = 5.0
+_CONFIG_SYNC_CEILING_S = 600.0
 
 
 class LegRunner:
@@ -105,6 +106,10 @@ class LegRunner:
             plan.replication_factor,
             plan.preserve_partitions,
             re.compile(settings.topic_configs_exclude),
+            on_grown=lambda topic, added: metrics.partitions_added.labels(leg.name, topic).inc(
+                added
+            ),
+            on_sync_failed=metrics.topic_config_sync_failures.labels(leg.name).inc,
         )
         self.partitions: dict[TopicPartition, LegPartition] = {}
         self._senders: dict[TopicPartition, tuple[PartitionSender, asyncio.Task[None]]] = {}
@@ -265,10 +270,13 @@ class LegRunner:
     async def _sync_topic_configs(self, stop: asyncio.Event) -> None:
         """Destination topics' configs follow their source's (topics.py), every interval."""
         every = self._settings.topic_config_sync_interval_ms / 1000
+        wait = every
         while not stop.is_set():
-            await sleep_unless_stopped(stop, every)
+            await sleep_unless_stopped(stop, wait)
             if not stop.is_set():
-                await self._topics.sync_configs()
+                # A destination that refuses (no AlterConfigs) is asked less and less often.
+                synced = await self._topics.sync_configs()
+                wait = every if synced else min(wait * 2, max(every, _CONFIG_SYNC_CEILING_S))
 
     @property
     def topic_config_sync(self) -> dict[str, object]:
@@ -332,6 +340,10 @@ class LegRunner:
         if self._closed or self._stop.is_set() or consumer is None:
             return  # stop wins over a rebalance
         replicated = [tp for tp in partitions if self._rules.target(tp.topic) is not None]
+        for tp in replicated:  # assigned anew: a topic refused before is asked for again
+            target = self._rules.target(tp.topic)
+            if target is not None:
+                self._topics.forget_refusal(target)
         self._assign_consumer(replicated)
         points = await committed_offsets(consumer, replicated)
         committed = {tp: offset for tp, (offset, _) in points.items()}

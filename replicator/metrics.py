@@ -191,6 +191,19 @@ class Metrics:
             ["leg"],
         )
 
+        self.partitions_added = self._declare(
+            Counter,
+            "replicator_partitions_added_total",
+            "Partitions a leg added to a destination topic because its source topic grew.",
+            ["leg", "topic"],
+        )
+        self.topic_config_sync_failures = self._declare(
+            Counter,
+            "replicator_topic_config_sync_failures_total",
+            "Rounds of topic config sync a destination refused or failed (the topics keep the "
+            "configs they have; the round is retried less and less often).",
+            ["leg"],
+        )
         self.heartbeats_emitted = self._declare(
             Counter,
             "replicator_heartbeats_emitted_total",

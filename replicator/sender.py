@@ -48,6 +48,7 @@ from replicator.errors import (
     ClusterUnavailable,
     ReplicatorError,
     TopicMismatch,
+    TopicMissing,
 )
 from replicator.kafka import translate
 from replicator.lifecycle import sleep_unless_stopped
@@ -97,6 +98,23 @@ class Destination:
         self.producer = producer
         self.reader = reader
         self.tail = DestinationTail(reader, self.timeout, self.marks_group)
+
+    async def learn_partitions(self, topic: str, count: int) -> None:
+        """Make the producer's metadata know ``count`` partitions of ``topic`` (one just grown:
+        a send to a partition it does not know would fail for good); :class:`TopicMissing`
+        (retried) while it does not yet."""
+        client = self.producer.client
+
+        def known() -> int:
+            return len(client.cluster.partitions_for_topic(topic) or ())
+
+        if known() >= count:
+            return
+        await client.add_topic(topic)  # tracked from now on (fetched if it was not)
+        if known() < count:
+            await client.force_metadata_update()
+        if known() < count:
+            raise TopicMissing(f"{topic}: {count} partitions, not all in the metadata yet")
 
     def connected(self) -> None:
         """The producer and the reader started: senders may read and send."""
@@ -217,6 +235,7 @@ class PartitionSender:
                 partition.tp.topic, partition.target_topic, partition.tp.partition
             )
             self._limit = topic.max_message_bytes
+            await self._destination.learn_partitions(partition.target_topic, topic.partitions)
             placement = None
             if not self._preserve and topic.partitions != topic.source_partitions:
                 placement = Placement(topic.partitions)

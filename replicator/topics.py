@@ -10,21 +10,19 @@ refused (:class:`TopicMismatch`, with the broker's reason) and reported, never w
 that places records by key uses it as it is. A partition the provisioner has not seen yet (the
 source grew since) makes it check the topic again.
 
-Topic-level configs are copied at creation and then kept in sync every
+Topic-level configs are copied at creation and then follow their source every
 ``REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS`` (:meth:`TopicProvisioner.sync_configs`, decided by
-:func:`config_changes`): configs matching ``REPLICATOR_TOPIC_CONFIGS_EXCLUDE`` (MM2's
-``config.properties.exclude`` defaults) are never copied; a destination follows its source's value,
-except that a limit (retention, ``max.message.bytes``) is only ever raised, so a destination given
-more on purpose keeps it and never loses records because a source's retention was lowered. A
-config removed at the source stays on the destination. AlterConfigs replaces every override of a
-topic, so the full set is sent: the destination's own overrides with the changes. A destination
-without AlterConfigs (the embedded broker) is reported once and left as created.
-A source topic not in metadata yet is :class:`TopicMissing` (retried); a creation the cluster
-refuses is :class:`TopicRefused` (retried only if the broker's error is retriable), or
-:class:`AuthorizationFailed` when an ACL denies it.
-
-Topics are looked up by listing all topics, never by naming a missing one: some brokers create a
-topic with default settings on a metadata request that names it.
+:func:`config_changes`), as MM2's config sync does, with what a destination was given on purpose
+kept: configs matching ``REPLICATOR_TOPIC_CONFIGS_EXCLUDE`` (MM2's ``config.properties.exclude``
+defaults) are never copied; a source override the destination lacks is set, and a source override
+that *changes* is followed, but a destination override that differs from a source value the
+replicator has not seen change is left alone (an operator's choice); a limit (retention,
+``max.message.bytes``) is only ever raised above the destination's *effective* value, so a
+destination never loses records because a source's retention was lowered. A config removed at
+the source stays on the destination. AlterConfigs replaces every override of a topic, so the full
+set is sent: the destination's own overrides with the changes. One DescribeConfigs per cluster and
+round. A destination that refuses (the embedded broker has no AlterConfigs) is reported once per
+leg, counted (``replicator_topic_config_sync_failures_total``), and retried less and less often.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ from typing import Any
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import InvalidPartitionsError
 
 from replicator.errors import (
     AuthorizationFailed,
@@ -158,8 +157,19 @@ async def create_topic(
 
 
 async def _config_entries(admin: AIOKafkaAdminClient, topic: str) -> list[Any]:
-    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-    return [entry for r in responses for resource in r.resources for entry in resource[4]]
+    return (await _config_entries_of(admin, [topic])).get(topic, [])
+
+
+async def _config_entries_of(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[Any]]:
+    """Every config entry of each of ``topics``, in one DescribeConfigs request."""
+    resources = [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]
+    responses = await admin.describe_configs(resources)
+    return {
+        resource[3]: list(resource[4])
+        for response in responses
+        for resource in response.resources
+        if resource[0] == 0
+    }
 
 
 async def topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
@@ -181,11 +191,19 @@ async def topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str
 
 async def topic_overrides(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
     """The configs set on ``topic`` itself (what AlterConfigs replaces)."""
+    return _overrides(await _config_entries(admin, topic))
+
+
+def _overrides(entries: list[Any]) -> dict[str, str]:
     return {
         entry[0]: entry[1]
-        for entry in await _config_entries(admin, topic)
+        for entry in entries
         if entry[3] == _TOPIC_OVERRIDE and entry[1] is not None and not entry[4]
     }
+
+
+def _effective(entries: list[Any]) -> dict[str, str]:
+    return {entry[0]: entry[1] for entry in entries if entry[1] is not None and not entry[4]}
 
 
 def _at_least(current: str, wanted: str) -> bool:
@@ -198,11 +216,20 @@ def _at_least(current: str, wanted: str) -> bool:
 
 
 def config_changes(
-    source: dict[str, str], destination: dict[str, str], exclude: re.Pattern[str]
+    source: dict[str, str],
+    destination: dict[str, str],
+    effective: dict[str, str],
+    seen: dict[str, str] | None,
+    exclude: re.Pattern[str],
 ) -> dict[str, str]:
-    """The destination overrides to set so that it follows ``source``: each replicable source
-    config not excluded whose value differs, except a limit the destination already holds at
-    least as high (it is only ever raised)."""
+    """The destination overrides to set so that a destination topic follows its source.
+
+    ``source``: the source topic's overrides; ``destination``: the destination topic's overrides;
+    ``effective``: the destination's effective values (whatever set them); ``seen``: the source
+    overrides at the previous round (``None``: none yet, after a start). A replicable config not
+    excluded is set when the destination has no override for it, or when the source changed it
+    since the previous round; a limit is set only above the destination's effective value.
+    """
     changes: dict[str, str] = {}
     for name, value in sorted(source.items()):
         if name not in REPLICATED_CONFIGS or exclude.fullmatch(name):
@@ -210,7 +237,11 @@ def config_changes(
         current = destination.get(name)
         if current == value:
             continue
-        if name in NEVER_LOWERED and current is not None and _at_least(current, value):
+        changed = seen is not None and seen.get(name) != value
+        if current is not None and not changed:
+            continue  # the destination was given its own value: kept until the source changes
+        now = effective.get(name, current)
+        if name in NEVER_LOWERED and now is not None and _at_least(now, value):
             continue
         changes[name] = value
     return changes
@@ -234,6 +265,8 @@ class TopicProvisioner:
         replication_factor: int | None,
         preserve_partitions: bool = True,
         configs_exclude: re.Pattern[str] | None = None,
+        on_grown: Callable[[str, int], None] | None = None,
+        on_sync_failed: Callable[[], None] | None = None,
     ) -> None:
         self._source = source
         self._destination = destination
@@ -250,9 +283,13 @@ class TopicProvisioner:
         self.grown: dict[str, int] = {}
         self._exclude = configs_exclude or re.compile(r"(?!)")
         self._sources: dict[str, str] = {}  # destination topic -> its source topic
-        # Config sync: the configs last set per destination topic, and the last failure.
+        # Config sync: the configs set per destination topic, the source overrides seen at the
+        # last round, and the last failure (reported once until a round succeeds).
         self.synced: dict[str, dict[str, str]] = {}
+        self._seen: dict[str, dict[str, str]] = {}
         self.sync_error: str | None = None
+        self._on_sync_failed = on_sync_failed
+        self._on_grown = on_grown
 
     async def ensure(
         self, source_topic: str, target_topic: str, partition: int = 0
@@ -279,43 +316,59 @@ class TopicProvisioner:
             self._sources[target_topic] = source_topic
             return topic
 
-    async def sync_configs(self) -> None:
-        """Bring every provisioned destination topic's configs in line with its source's."""
-        failed = False
-        for target_topic, source_topic in list(self._sources.items()):
-            if target_topic not in self._ready:
-                continue
-            try:
-                source = await topic_configs(await self._source.admin(), source_topic)
-                admin = await self._destination.admin()
-                current = await topic_overrides(admin, target_topic)
-                changes = config_changes(source, current, self._exclude)
+    async def sync_configs(self) -> bool:
+        """One round of config sync over every provisioned destination topic; ``False`` when
+        it failed (reported once until a round succeeds: the caller backs off)."""
+        pairs = {t: src for t, src in self._sources.items() if t in self._ready}
+        if not pairs:
+            return True
+        try:
+            sources = await _config_entries_of(
+                await self._source.admin(), sorted(set(pairs.values()))
+            )
+            admin = await self._destination.admin()
+            targets = await _config_entries_of(admin, sorted(pairs))
+            for target_topic, source_topic in sorted(pairs.items()):
+                source = _overrides(sources.get(source_topic, []))
+                entries = targets.get(target_topic, [])
+                current = _overrides(entries)
+                seen = self._seen.get(target_topic)
+                changes = config_changes(source, current, _effective(entries), seen, self._exclude)
                 if changes:
                     resource = ConfigResource(
                         ConfigResourceType.TOPIC, target_topic, {**current, **changes}
                     )
                     await admin.alter_configs([resource])
-            except Exception as exc:
-                error = f"cannot sync the configs of {target_topic}: {translate(exc)}"
-                if error != self.sync_error:
-                    log.warning(
-                        "topic config sync failed: the topic keeps the configs it has",
+                    self.synced[target_topic] = {**self.synced.get(target_topic, {}), **changes}
+                    log.info(
+                        "destination topic configs follow the source",
                         cluster=self._destination.alias,
                         topic=target_topic,
-                        error=str(translate(exc)),
+                        changes=changes,
                     )
-                self.sync_error, failed = error, True
-                continue
-            if changes:
-                self.synced[target_topic] = {**self.synced.get(target_topic, {}), **changes}
-                log.info(
-                    "destination topic configs follow the source",
+                self._seen[target_topic] = source
+        except Exception as exc:
+            error = str(translate(exc)) or type(exc).__name__
+            if self.sync_error is None:
+                log.warning(
+                    "topic config sync failed: destination topics keep the configs they have",
                     cluster=self._destination.alias,
-                    topic=target_topic,
-                    changes=changes,
+                    error=error,
                 )
-        if not failed:
-            self.sync_error = None
+            self.sync_error = error
+            if self._on_sync_failed is not None:
+                self._on_sync_failed()
+            return False
+        if self.sync_error is not None:
+            log.info("topic config sync works again", cluster=self._destination.alias)
+        self.sync_error = None
+        return True
+
+    def forget_refusal(self, target_topic: str) -> None:
+        """Ask again for a topic refused before (partitions assigned anew: an operator may have
+        fixed the destination meanwhile)."""
+        self.refused.pop(target_topic, None)
+        self._refusals.pop(target_topic, None)
 
     def forget(self, target_topic: str) -> None:
         """Check ``target_topic`` again on next use (after it was deleted, say)."""
@@ -371,12 +424,18 @@ class TopicProvisioner:
         try:
             admin = await self._destination.admin()
             await admin.create_partitions({target_topic: NewPartitions(total_count=total)})
+        except InvalidPartitionsError:
+            # Already that many (another replica of this datacenter grew it first): not ours.
+            log.info("destination topic already grown", topic=target_topic, partitions=total)
+            return None
         except Exception as exc:
             error = translate(exc)
             if error.retriable and not isinstance(exc, NotImplementedError):
                 raise error from exc
             return str(error) or type(exc).__name__
         self.grown[target_topic] = self.grown.get(target_topic, 0) + total - have
+        if self._on_grown is not None:
+            self._on_grown(target_topic, total - have)
         log.info(
             "destination topic grown to the source's partition count",
             cluster=self._destination.alias,

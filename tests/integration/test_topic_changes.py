@@ -291,7 +291,8 @@ def test_a_source_topic_grown_while_replicating_grows_every_destination(
 )
 def test_topic_configs_follow_the_source_except_the_excluded_ones(replicators: Start) -> None:
     """MM2's test ported: a config changed on the source reaches the destination at the next
-    sync; an excluded one (min.insync.replicas by default) never does."""
+    sync (retention raised: a limit is never lowered); an excluded one (min.insync.replicas by
+    default) never does."""
     with start_clusters("dc1", "dc2") as brokers:
         local = brokers["dc1"]
         create_topics(local, orders_REPLICA=2)
@@ -316,9 +317,9 @@ def test_topic_configs_follow_the_source_except_the_excluded_ones(replicators: S
             finally:
                 await admin.close()
 
-        run(alter({"retention.ms": "123456789", "min.insync.replicas": "1"}))
+        run(alter({"retention.ms": "1234567890", "min.insync.replicas": "1"}))
         wait_until(
-            lambda: run(destination_overrides()).get("retention.ms") == "123456789",
+            lambda: run(destination_overrides()).get("retention.ms") == "1234567890",
             30,
             "retention.ms synced to dc2",
         )

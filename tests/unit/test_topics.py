@@ -40,7 +40,17 @@ def test_the_shortfall_names_both_topics_and_counts() -> None:
 EXCLUDE = re.compile(DEFAULT_TOPIC_CONFIGS_EXCLUDE)
 
 
-def test_a_destination_follows_its_source_but_never_the_excluded_configs() -> None:
+def changes(
+    source: dict[str, str],
+    destination: dict[str, str],
+    seen: dict[str, str] | None = None,
+    effective: dict[str, str] | None = None,
+    exclude: re.Pattern[str] = EXCLUDE,
+) -> dict[str, str]:
+    return config_changes(source, destination, {**(effective or {}), **destination}, seen, exclude)
+
+
+def test_a_destination_takes_what_it_lacks_but_never_the_excluded_configs() -> None:
     source = {
         "cleanup.policy": "compact",
         "retention.ms": "86400000",
@@ -49,43 +59,55 @@ def test_a_destination_follows_its_source_but_never_the_excluded_configs() -> No
         "delete.retention.ms": "1000",
         "preallocate": "true",  # not a replicated config at all
     }
-    destination = {"cleanup.policy": "delete", "retention.ms": "3600000"}
-    assert config_changes(source, destination, EXCLUDE) == {
+    assert changes(source, {}) == {
         "cleanup.policy": "compact",
-        "retention.ms": "86400000",  # raised
+        "retention.ms": "86400000",
         "delete.retention.ms": "1000",
     }
     # MM2's own integration test excludes delete.retention.ms through the setting.
     own = re.compile(DEFAULT_TOPIC_CONFIGS_EXCLUDE + r"|delete\.retention\..*")
-    assert "delete.retention.ms" not in config_changes(source, destination, own)
+    assert "delete.retention.ms" not in changes(source, {}, exclude=own)
 
 
-def test_limits_given_to_the_destination_are_never_lowered() -> None:
+def test_what_the_destination_was_given_is_kept_until_the_source_changes_it() -> None:
+    source = {"cleanup.policy": "compact", "compression.type": "zstd"}
+    destination = {"cleanup.policy": "delete", "compression.type": "lz4"}  # an operator's
+    assert changes(source, destination, seen=None) == {}  # after a start: nothing seen change
+    assert changes(source, destination, seen=dict(source)) == {}
+    changed = {**source, "compression.type": "gzip"}
+    assert changes(changed, destination, seen=dict(source)) == {"compression.type": "gzip"}
+
+
+def test_limits_are_only_raised_above_the_destinations_effective_value() -> None:
+    seen = {"retention.ms": "1", "retention.bytes": "1", "max.message.bytes": "1"}
     source = {"retention.ms": "3600000", "retention.bytes": "1000", "max.message.bytes": "1024"}
     destination = {"retention.ms": "-1", "retention.bytes": "5000", "max.message.bytes": "2048"}
-    assert config_changes(source, destination, EXCLUDE) == {}
-    assert config_changes({"retention.ms": "-1"}, {"retention.ms": "5"}, EXCLUDE) == {
+    assert changes(source, destination, seen) == {}
+    # No override on the destination, but a larger broker default: not lowered either.
+    assert changes({"retention.ms": "3600000"}, {}, effective={"retention.ms": "604800000"}) == {}
+    assert changes({"retention.ms": "-1"}, {"retention.ms": "5"}, {"retention.ms": "5"}) == {
         "retention.ms": "-1"
     }
 
 
 values = st.integers(-1, 10**12).map(str)
+configs = st.dictionaries(st.sampled_from(sorted(REPLICATED_CONFIGS)), values)
 
 
-@given(
-    st.dictionaries(st.sampled_from(sorted(REPLICATED_CONFIGS)), values),
-    st.dictionaries(st.sampled_from(sorted(REPLICATED_CONFIGS)), values),
-)
+@given(configs, configs, configs, st.none() | configs)
 def test_changes_never_touch_an_excluded_config_nor_lower_a_limit(
-    source: dict[str, str], destination: dict[str, str]
+    source: dict[str, str],
+    destination: dict[str, str],
+    effective: dict[str, str],
+    seen: dict[str, str] | None,
 ) -> None:
-    changes = config_changes(source, destination, EXCLUDE)
-    for name, value in changes.items():
+    effective = {**effective, **destination}
+    found = config_changes(source, destination, effective, seen, EXCLUDE)
+    for name, value in found.items():
         assert not EXCLUDE.fullmatch(name)
         assert source[name] == value != destination.get(name)
-        if name in NEVER_LOWERED and name in destination:
-            have, want = int(destination[name]), int(value)
+        if name in destination:  # an override is replaced only when the source changed it
+            assert seen is not None and seen.get(name) != value
+        if name in NEVER_LOWERED and name in effective:
+            have, want = int(effective[name]), int(value)
             assert have >= 0 and (want < 0 or want > have)
-    for name, value in source.items():  # everything else already agrees, or is kept on purpose
-        if name not in changes and not EXCLUDE.fullmatch(name):
-            assert destination.get(name) == value or name in NEVER_LOWERED
