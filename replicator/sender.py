@@ -255,15 +255,11 @@ class PartitionSender:
                     )
                     written |= found
             except Exception as exc:
-                error = translate(exc)
-                if isinstance(error, (AuthenticationFailed, AuthorizationFailed)):
-                    where = f"reading where to resume in {self.leg.destination}"
-                    raise type(error)(f"{where}: {error}") from exc
-                raise ClusterUnavailable(f"reading where to resume: {error}") from exc
+                raise self._tail_error(exc) from exc
             return frozenset(written)
 
         async def read_tail() -> Tail:
-            """Where to resume; a failure is retried (a read), unless credentials are at fault."""
+            """Where to resume (the last record of this origin the destination holds)."""
             try:
                 floor = None if replaying else partition.destination_mark
                 if floor is None and not replaying:
@@ -272,11 +268,7 @@ class PartitionSender:
                     destination_tp, partition.tagger, floor, partition.position, whole=replaying
                 )
             except Exception as exc:
-                error = translate(exc)
-                if isinstance(error, (AuthenticationFailed, AuthorizationFailed)):
-                    where = f"reading where to resume in {self.leg.destination}"
-                    raise type(error)(f"{where}: {error}") from exc
-                raise ClusterUnavailable(f"reading where to resume: {error}") from exc
+                raise self._tail_error(exc) from exc
 
         def not_ready(error: ReplicatorError) -> None:
             partition.report(f"destination not ready: {error}")
@@ -321,6 +313,14 @@ class PartitionSender:
                 )
         partition.prepared(batch_factory(self._destination.producer, self._limit), placement)
         return True
+
+    def _tail_error(self, exc: Exception) -> ReplicatorError:
+        """A failed read of where to resume: retried (a read), unless credentials are at fault."""
+        error = translate(exc)
+        if isinstance(error, (AuthenticationFailed, AuthorizationFailed)):
+            where = f"reading where to resume in {self.leg.destination}"
+            return type(error)(f"{where}: {error}")
+        return ClusterUnavailable(f"reading where to resume: {error}")
 
     def _resumed(self, tail: Tail, replaying: bool) -> None:
         """Continue after what the destination holds (or, replaying, count what it repeats)."""
