@@ -33,7 +33,7 @@ from replicator.errors import ReplicatorError
 from replicator.kafka import ClusterClient, make_reader, translate
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
-from replicator.producer import make_producer
+from replicator.producer import idempotence_refused, make_producer
 from replicator.retry import Backoff
 from replicator.settings import Settings
 from replicator.topics import TopicSpec, create_topic, describe_partitions, replication_factor
@@ -69,6 +69,7 @@ class FlowHeartbeat:
         self.topic = settings.heartbeat_topic
         self.target_topic = plan.rules.target(self.topic)
         self._interval = settings.heartbeat_interval_ms / 1000
+        self._idempotence = settings.idempotence
         self._emitted = metrics.heartbeats_emitted.labels(plan.name)
         self._age = metrics.heartbeat_age.labels(plan.name)
         self._delay = metrics.heartbeat_delay.labels(plan.name)
@@ -97,12 +98,14 @@ class FlowHeartbeat:
                     if producer is None:
                         producer = await self._start_producer()
                     now = int(time.time() * 1000)
-                    await producer.send_and_wait(
+                    sent = producer.send_and_wait(
                         self.topic,
                         key=self.plan.name.encode(),
                         value=heartbeat_value(self.plan, now),
                         timestamp_ms=now,
                     )
+                    # Batches never expire here: an unreachable source is a timeout, reported.
+                    await asyncio.wait_for(sent, self._settings.request_timeout_ms / 1000)
                 except Exception as exc:
                     error = translate(exc)
                     self._failed("emit", error)
@@ -138,9 +141,19 @@ class FlowHeartbeat:
     async def _start_producer(self) -> AIOKafkaProducer:
         await self.ensure_topic()
         cluster = self._settings.clusters[self.plan.source]
-        producer = make_producer(cluster, self._settings, f"replicator-{self.plan.name}-heartbeat")
+        client_id = f"replicator-{self.plan.name}-heartbeat"
+        producer = make_producer(
+            cluster, self._settings, client_id, enable_idempotence=self._idempotence
+        )
         try:
             await producer.start()
+        except Exception as exc:
+            await close_quietly(producer.stop())
+            if self._idempotence and idempotence_refused(exc):
+                self._idempotence = False  # as the legs do: heartbeats need no deduplication
+                self._log.info("the source refused an idempotent producer: heartbeats go without")
+                return await self._start_producer()
+            raise
         except BaseException:
             await close_quietly(producer.stop())
             raise

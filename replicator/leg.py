@@ -85,6 +85,7 @@ class LegRunner:
         self._preserve_partitions = plan.preserve_partitions
         # Flows: a renamed copy never goes back to the cluster it came from (provenance.py).
         self._home = leg.destination if plan.loop_home else None
+        self._home_marks = plan.home_marks
         self._metrics = metrics
         self._dead_letters = dead_letters
         self._destination_client = destination_client
@@ -395,6 +396,7 @@ class LegRunner:
             settings.partition_queue_max_records,
             settings.partition_queue_max_bytes,
             home=self._home,
+            home_marks=self._home_marks,
         )
         consumer = self._consumer
         # A position is always set explicitly (the consumer never resets one by itself); the

@@ -123,6 +123,7 @@ class LegPartition:
         max_records: int,
         max_bytes: int,
         home: str | None = None,
+        home_marks: tuple[str, ...] = (),
     ) -> None:
         self.tp = tp
         self.target_topic = target_topic
@@ -132,7 +133,7 @@ class LegPartition:
         self.tracker: OffsetTracker | None = None
         self.last_error: str | None = None
         self.epoch = 0  # bumped by rewind(): work and acknowledgements of older epochs are void
-        self.tagger = Tagger(source, tp.topic, tp.partition, home)
+        self.tagger = Tagger(source, tp.topic, tp.partition, home, home_marks)
         self.new_batch: Callable[[], Any] | None = None  # set by prepared()
         # Set by prepared() when records are placed by key (the destination's partition count
         # differs and the flow does not preserve partition numbers).
@@ -345,6 +346,9 @@ class LegPartition:
         self._clear_queue()
         self._unacked.clear()
         self.position = offset
+        if self.placement is not None:
+            # What a resume found written belongs to the old log, not to records coming again.
+            self.placement.written = frozenset()
         self.tracker = OffsetTracker(offset, must_commit=True)
         self.last_error = note
         if self.mode is not Mode.STARTING:

@@ -25,9 +25,13 @@ the topic it sits in, so identity flows in both directions copy only what origin
 source: no loop, no duplicate, in any number of datacenters), plus one, because a copy made under
 another name (``dc2_orders``, ``dc2.orders``) does not name its own topic:
 
-- a *renamed copy* (the record's topic name ends with the topic its provenance names) whose
-  provenance names the flow's target cluster (its *home*) came from there: copying it back would
-  loop, so it is skipped (``loop``). Other renamed copies travel on, as MirrorMaker chains do.
+- a *renamed copy* of the flow's target cluster (its *home*) came from there, and copying it
+  back would loop, so it is skipped (``loop``): its provenance names the home cluster and topic
+  ``t``, and it sits in a topic named ``<p>t`` where ``<p>`` names the home cluster (``dc2_``,
+  ``dc2.``: the home's alias or topic alias appears in it, or it is the prefix of a configured
+  flow from home). Other renamed copies travel on, as MirrorMaker chains do; a record whose topic
+  merely ends with its provenance topic (``enriched_orders`` derived from ``orders``) is derived
+  data.
 
 Pure, no I/O; every reader of provenance (data path, Spark jobs, examples) goes through here.
 """
@@ -136,8 +140,15 @@ def own_headers(headers: Iterable[Header]) -> list[Header]:
     return [(key, value) for key, value in headers if key not in _HEADER_SET]
 
 
-def marking(headers: Sequence[Header], source_topic: str, home: str | None = None) -> Marking:
-    """The loop rule for a record read from ``source_topic`` (by a flow into ``home``)."""
+def marking(
+    headers: Sequence[Header],
+    source_topic: str,
+    home: str | None = None,
+    home_marks: tuple[str, ...] = (),
+) -> Marking:
+    """The loop rule for a record read from ``source_topic`` (by a flow into ``home``, whose
+    renamed copies carry one of ``home_marks``, lower-case, in the part of their name before
+    the original topic)."""
     values = [raw for key, raw in headers if key == ORIGIN]
     if not values:
         return Marking.DERIVED if not untagged(headers) else Marking.UNTAGGED
@@ -149,7 +160,9 @@ def marking(headers: Sequence[Header], source_topic: str, home: str | None = Non
     if origin.topic == source_topic:
         return Marking.LOOP
     if home is not None and origin.cluster == home and source_topic.endswith(origin.topic):
-        return Marking.LOOP  # a renamed copy of the target's own data
+        renamed_by = source_topic[: -len(origin.topic)].lower()
+        if any(mark in renamed_by for mark in home_marks):
+            return Marking.LOOP  # a renamed copy of the target's own data
     return Marking.DERIVED
 
 
@@ -159,11 +172,19 @@ class Tagger:
     The ``<cluster>/<topic>/<partition>/`` prefix is encoded once; only the offset is per record.
     """
 
-    __slots__ = ("_home", "_prefix", "topic")
+    __slots__ = ("_home", "_home_marks", "_prefix", "topic")
 
-    def __init__(self, cluster: str, topic: str, partition: int, home: str | None = None) -> None:
+    def __init__(
+        self,
+        cluster: str,
+        topic: str,
+        partition: int,
+        home: str | None = None,
+        home_marks: tuple[str, ...] = (),
+    ) -> None:
         self.topic = topic
         self._home = home  # a flow's target cluster: renamed copies from there are loops
+        self._home_marks = home_marks
         self._prefix = b"%s/%s/%d/" % (cluster.encode("ascii"), topic.encode("ascii"), partition)
 
     def origin_offset(self, headers: Iterable[Header]) -> int | None:
@@ -187,7 +208,7 @@ class Tagger:
         record keeps its own headers, gains its provenance, and keeps the one it carried as
         ``replicator-upstream``.
         """
-        mark = marking(headers, self.topic, self._home)
+        mark = marking(headers, self.topic, self._home, self._home_marks)
         if not mark.replicated:
             return mark, None
         own = own_headers(headers)

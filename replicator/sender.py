@@ -237,7 +237,9 @@ class PartitionSender:
             self._limit = topic.max_message_bytes
             await self._destination.learn_partitions(partition.target_topic, topic.partitions)
             placement = None
-            if not self._preserve and topic.partitions != topic.source_partitions:
+            if not self._preserve:
+                # Placed by key, whatever the counts: as MirrorMaker 1 does without
+                # --preserve.partitions, and one way of resuming for the partition's whole life.
                 placement = Placement(topic.partitions)
                 if partition.mode is Mode.STARTING or replaying:
                     placement.written = await read_written(topic.partitions)
@@ -312,6 +314,8 @@ class PartitionSender:
                     already_written=len(placement.written),
                 )
         partition.prepared(batch_factory(self._destination.producer, self._limit), placement)
+        if placement is not None:
+            self._unfence()  # every destination partition it writes to, now that they are known
         return True
 
     def _tail_error(self, exc: Exception) -> ReplicatorError:
@@ -450,8 +454,13 @@ class PartitionSender:
                 # The destination is not draining (unreachable or slow): keep the batch, wait.
                 raise ClusterUnavailable("destination not acknowledging") from exc
             except Exception as exc:
-                if unknown_outcome(exc) or partition.epoch != epoch:
-                    return None  # queued behind a batch of unknown outcome: abandoned
+                if partition.epoch != epoch:
+                    return None  # restarted meanwhile: abandoned
+                if unknown_outcome(exc):
+                    # Queued behind a batch of unknown outcome (of this partition, or placed by
+                    # key, of another one writing to the same destination partition): resume.
+                    self._uncertain(tracker, exc)
+                    return None
                 raise
             return future
 
@@ -691,6 +700,11 @@ class PartitionSender:
     def _halt(self, reason: str, kind: Halt = Halt.FAILED) -> None:
         if self.partition.halt(reason, kind):
             self._log.error("partition halted", state=kind.value, reason=reason)
+        if self.partition.placement is not None:
+            # Placed by key, other source partitions write to the same destination partitions:
+            # a fence left by this one's failure would stall them. Nothing of this partition is
+            # sent any more, and its resume skips exactly what was written, never a refused one.
+            self._unfence()
 
 
 class _Outstanding:

@@ -257,6 +257,8 @@ class FeedPlan:
     replication_factor: int | None = None
     loop_home: bool = False
     preserve_partitions: bool = True
+    # What names the target cluster in a renamed copy of its data (provenance.py), lower-case.
+    home_marks: tuple[str, ...] = ()
 
     @property
     def is_flow(self) -> bool:
@@ -264,6 +266,18 @@ class FeedPlan:
 
 
 REPLICA_FEED = "replica"
+
+
+def home_marks(settings: Settings, flow: FlowSettings) -> tuple[str, ...]:
+    """What, in the name of a topic of the flow's source, says it holds a renamed copy of the
+    target's data: the target's alias and topic alias, and the prefix of each configured flow
+    from the target into the source."""
+    target = settings.clusters[flow.target]
+    marks = {flow.target, (target.topic_alias or flow.target).lower()}
+    for other in settings.flows.values():
+        if (other.source, other.target) == (flow.target, flow.source) and other.prefix:
+            marks.add(other.prefix.lower())
+    return tuple(sorted(marks))
 
 
 def feeds_for(settings: Settings) -> list[FeedPlan]:
@@ -297,6 +311,7 @@ def feeds_for(settings: Settings) -> list[FeedPlan]:
                 or settings.destination_replication_factor,
                 loop_home=True,
                 preserve_partitions=flow.preserve_partitions,
+                home_marks=home_marks(settings, flow),
             )
         )
     return feeds

@@ -147,22 +147,31 @@ def test_fast_loop_check_agrees_with_the_rule(headers: list[tuple[str, bytes | N
     assert provenance.untagged(headers) == (marked is Marking.UNTAGGED)
 
 
-@pytest.mark.parametrize("renamed", ["dc2_orders", "dc2.orders", "backup-orders"])
+@pytest.mark.parametrize(
+    ("renamed", "marks"),
+    [
+        ("dc2_orders", ("dc2",)),  # the Go mirror maker's --prefix dc2_
+        ("dc2.orders", ("dc2",)),  # MM2's names
+        ("DC2.orders", ("dc2",)),  # an MM2 alias written in capitals
+        ("east_orders", ("dc2", "east_")),  # the prefix of a configured flow from dc2
+    ],
+)
 def test_a_flow_never_sends_a_renamed_copy_back_to_the_cluster_it_came_from(
-    renamed: str,
+    renamed: str, marks: tuple[str, ...]
 ) -> None:
     copy = Provenance("dc2", "orders", 1, 7).headers()
     # Read by the flow dc1 -> dc2: the record came from dc2, so it would loop.
-    assert provenance.marking(copy, renamed, home="dc2") is Marking.LOOP
-    assert Tagger("dc1", renamed, 1, home="dc2").retag(copy, 3) == (Marking.LOOP, None)
+    assert provenance.marking(copy, renamed, "dc2", marks) is Marking.LOOP
+    assert Tagger("dc1", renamed, 1, "dc2", marks).retag(copy, 3) == (Marking.LOOP, None)
     # Read by a flow to a third cluster: it travels on with fresh provenance (a chain).
-    mark, headers = Tagger("dc1", renamed, 1, home="dc3").retag(copy, 3)
+    mark, headers = Tagger("dc1", renamed, 1, "dc3", ("dc3",)).retag(copy, 3)
     assert mark is Marking.DERIVED and headers is not None
     assert provenance.parse(headers) == Provenance("dc1", renamed, 1, 3)
 
 
-def test_derived_data_under_another_name_goes_home_too() -> None:
-    """A processor in dc1 read dc2's copy of ``orders`` and wrote ``enriched`` with the headers:
+@pytest.mark.parametrize("topic", ["enriched", "enriched_orders", "big_orders", "xorders"])
+def test_derived_data_under_another_name_goes_home_too(topic: str) -> None:
+    """A processor in dc1 read dc2's copy of ``orders`` and wrote ``topic`` with the headers:
     new data, which dc2 has not seen, so the flow to dc2 copies it."""
     carried = Provenance("dc2", "orders", 0, 5).headers()
-    assert provenance.marking(carried, "enriched", home="dc2") is Marking.DERIVED
+    assert provenance.marking(carried, topic, "dc2", ("dc2",)) is Marking.DERIVED

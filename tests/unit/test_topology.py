@@ -267,3 +267,19 @@ def test_a_flow_always_copies_its_heartbeats_as_mm2_does() -> None:
     assert mm2.rules.rejection("dc2.heartbeats") is Rejection.REMOTE_TOPIC_OF_TARGET
     (quiet,) = flow_feeds(source="dc1", target="dc2", topics_include="orders", heartbeats="false")
     assert quiet.rules.rejection("heartbeats") is Rejection.NOT_INCLUDED
+
+
+def test_a_flow_knows_what_names_its_target_in_a_renamed_copy() -> None:
+    env = {
+        **BASE,
+        "REPLICATOR_CLUSTERS__DC2__TOPIC_ALIAS": "East",
+        "REPLICATOR_FLOWS__OUT__SOURCE": "dc1",
+        "REPLICATOR_FLOWS__OUT__TARGET": "dc2",
+        "REPLICATOR_FLOWS__BACK__SOURCE": "dc2",
+        "REPLICATOR_FLOWS__BACK__TARGET": "dc1",
+        "REPLICATOR_FLOWS__BACK__NAMING": "prefix",
+        "REPLICATOR_FLOWS__BACK__PREFIX": "from_dc2_",
+    }
+    flows = {plan.name: plan for plan in feeds_for(load_settings(env)) if plan.is_flow}
+    assert flows["out"].home_marks == ("dc2", "east", "from_dc2_")
+    assert flows["back"].home_marks == ("dc1",)
