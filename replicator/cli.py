@@ -85,7 +85,7 @@ def mirror_maker(
     Give MirrorMaker's own options: --consumer.config FILE (repeatable: one flow per source
     cluster), --producer.config FILE, one of --whitelist/--include/--blacklist REGEX, and
     optionally --prefix, --queue.size, --offset.commit.interval.ms, --preserve.partitions=false
-    (records placed by key where partition counts differ; by default they keep their partition
+    (records placed by key, as MirrorMaker 1 does; by default they keep their partition
     number), --num.streams, --num.producers, --preserve.order, --abort.on.send.failure,
     --new.consumer. Cluster aliases come from the properties files' names. Options and
     properties done another way are accepted and noted; ZooKeeper settings, message handlers,

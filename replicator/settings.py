@@ -260,8 +260,8 @@ class FlowSettings(BaseModel):
     preserve_partitions: bool = Field(
         True,
         description="Write each record to the partition number it had (the target topic needs at "
-        "least as many partitions). false: where the target's partition count differs, place "
-        "records by key as a Kafka producer does (keyless ones spread); per-key order holds.",
+        "least as many partitions). false: place records by key as a Kafka producer does "
+        "(keyless ones spread), into any partition count; per-key order holds.",
     )
     heartbeats: bool = Field(
         True,

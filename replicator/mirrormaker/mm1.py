@@ -6,7 +6,7 @@ them, then one flow per ``--consumer.config`` file into the ``--producer.config`
 cluster's alias is its file's name (:func:`~replicator.mirrormaker.names.normalise_alias`). The
 flows keep MirrorMaker 1's consumer group (``group.id``, else ``mirrormaker``) and start where its
 consumer would (``auto.offset.reset``, latest when absent). ``--preserve.partitions=false`` places
-records by key where partition counts differ; the default keeps partition numbers.
+records by key, as MirrorMaker 1 did; the default keeps partition numbers.
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ def _flows(
             "--consumer.config",
             "the sources are aggregated: topics of the same name land in one target topic, "
             + (
-                "each record placed by key where partition counts differ"
+                "each record placed by key"
                 if by_key
                 else "each record in its source partition number"
             ),
@@ -302,10 +302,9 @@ def _options(b: Builder, options: list[_Option], *, by_key: bool) -> None:
         elif name == "preserve.partitions" and parse_bool(value) is False:
             b.note(
                 shown,
-                "where a target topic's partition count differs from its source's, records are "
-                "placed by key as a Kafka producer places them (murmur2; keyless records spread "
-                "by source offset): per-key order holds. Where the counts match, a record keeps "
-                "its partition number",
+                "records are placed by key as a Kafka producer places them (murmur2; keyless "
+                "records spread by source offset), into any partition count: per-key order "
+                "holds",
             )
         elif name == "preserve.order":
             b.note(

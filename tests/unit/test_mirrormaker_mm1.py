@@ -198,7 +198,7 @@ def test_preserve_partitions_false_places_records_by_key_in_every_flow(
     notes = "\n".join(translation.notes)
     assert "placed by key as a Kafka producer places them" in notes
     assert "--preserve.partitions (absent)" not in notes
-    assert "each record placed by key where partition counts differ" in notes  # aggregation
+    assert "land in one target topic, each record placed by key" in notes  # aggregation
 
 
 def test_without_preserve_partitions_partition_numbers_are_kept_with_a_note(plain: Path) -> None:
