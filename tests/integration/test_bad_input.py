@@ -79,7 +79,7 @@ def test_odd_records_and_every_codec_are_replicated_intact(replicators: Start) -
         assert dc1.stop() == 0
 
 
-_WATCH_S = 20  # how long the refused destination is watched for retries
+_WATCH_S = 30  # how long the refused destination is watched for retries (backing off)
 
 
 def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
@@ -134,8 +134,8 @@ def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
     for name, text in surfaces.items():
         assert CANARY not in text, f"the secret leaked into {name}"
     assert "dc3" in surfaces["/status"]
-    # Backing off 2, 4, 8, 16 s...: about 4 attempts in 20 s, where a fixed 2 s retry makes 10+.
-    assert 2 <= len(attempts) <= 6, f"{len(attempts)} attempts in {_WATCH_S} s"
+    # Backing off 2, 4, 8, 16 s...: about 5 attempts in 30 s, where a fixed 2 s retry makes 15.
+    assert 2 <= len(attempts) <= 7, f"{len(attempts)} attempts in {_WATCH_S} s"
     print(f"wrong credentials: {len(attempts)} connection attempts to dc3 in {_WATCH_S} s")
     FAULT_SUMMARY.append(
         FaultFigures(
