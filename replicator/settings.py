@@ -121,6 +121,34 @@ def _readable_file(path: Path | None) -> Path | None:
 ReadableFile = Annotated[Path | None, AfterValidator(_readable_file)]
 
 
+def split_outside(text: str, separator: str, opening: str, closing: str) -> list[str]:
+    """``text`` split at each ``separator`` that is neither escaped, inside ``[...]``, nor
+    inside ``opening``...``closing`` (nested); the parts as written."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth, in_class, escaped = 0, False, False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == opening:
+            depth += 1
+        elif char == closing and depth:
+            depth -= 1
+        elif char == separator and not depth:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
 def topic_regex(text: str) -> str:
     """A topic rule as users write it, as one regex: MirrorMaker's comma lists mean ``|``.
 
@@ -131,29 +159,7 @@ def topic_regex(text: str) -> str:
     topic name, so ``^orders$`` and ``orders`` mean the same.
     """
     text = text.strip().strip("\"'").strip()
-    parts: list[str] = []
-    current: list[str] = []
-    in_class, depth_brace = False, 0
-    escaped = False
-    for char in text:
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-        elif char == "{":
-            depth_brace += 1
-        elif char == "}" and depth_brace:
-            depth_brace -= 1
-        elif char == "," and not depth_brace:
-            parts.append("".join(current).strip())
-            current = []
-            continue
-        current.append(char)
-    parts.append("".join(current).strip())
+    parts = [part.strip() for part in split_outside(text, ",", "{", "}")]
     return "|".join(part for part in parts if part)
 
 

@@ -14,34 +14,12 @@ import warnings
 
 from replicator.errors import ConfigError
 from replicator.mirrormaker.translation import Builder
-from replicator.settings import DEFAULT_TOPICS_EXCLUDE, topic_regex
+from replicator.settings import DEFAULT_TOPICS_EXCLUDE, split_outside, topic_regex
 
 
 def _alternatives(regex: str) -> list[str]:
     """The top-level alternatives of ``regex`` (split at ``|`` outside groups and classes)."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth, in_class, escaped = 0, False, False
-    for char in regex:
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-        elif char == "(":
-            depth += 1
-        elif char == ")" and depth:
-            depth -= 1
-        elif char == "|" and not depth:
-            parts.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    parts.append("".join(current))
-    return parts
+    return split_outside(regex, "|", "(", ")")
 
 
 def _quote_literals(regex: str) -> str:
