@@ -7,7 +7,8 @@ Start order (enforced in :meth:`ReplicatorService.run` and :meth:`_replicate`):
      destination, local first; each MirrorMaker-style flow is a feed with one leg): its source
      consumer, then, in the leg's own TaskGroup, its destination producer, catch-up fetch,
      committer and senders;
-  4. one :class:`SourceFeed` per feed, which joins its group and fans records out to its legs.
+  4. one :class:`SourceFeed` per feed, which joins its group and fans records out to its legs;
+  5. with ``REPLICATOR_SYNC_GROUPS``, the consumer groups' checkpoints (:class:`GroupSync`).
 Stop is the reverse, and wins over a rebalance at any moment: the first SIGTERM/SIGINT sets the
 stop event; the feed stops fetching, every leg drains in-flight sends within the grace period and
 commits what was acknowledged, the feed leaves its group (an assignment completing meanwhile
@@ -25,6 +26,7 @@ from typing import Any
 import structlog
 
 from replicator.deadletter import DeadLetters
+from replicator.group_sync import GroupSync
 from replicator.health import HttpServer
 from replicator.heartbeats import FlowHeartbeat
 from replicator.kafka import ClusterClient
@@ -78,6 +80,9 @@ class ReplicatorService:
             for plan in self.plans
             if plan.rules.heartbeat_topic is not None
         }
+        self.group_sync = (
+            GroupSync(settings, self.metrics, self.clusters) if settings.sync_groups else None
+        )
         self.http = HttpServer(self, settings.http_host, settings.http_port)
 
     def request_stop(self) -> None:
@@ -107,6 +112,8 @@ class ReplicatorService:
                 for client in self.clusters.values():
                     group.create_task(self._probe(client), name=f"probe:{client.alias}")
                 group.create_task(self._replicate(), name="replicate")
+                if self.group_sync is not None:
+                    group.create_task(self.group_sync.run(self.stop_event), name="group-sync")
         finally:
             await asyncio.gather(*(c.close() for c in self.clusters.values()))
             await self.http.stop()
@@ -271,6 +278,7 @@ class ReplicatorService:
                 if feed.plan.is_flow
             },
             "legs": [leg.health.status(feed.log_end) for feed in self.feeds for leg in feed.legs],
+            "checkpoints": self.group_sync.status() if self.group_sync is not None else None,
         }
 
     @property
@@ -281,6 +289,8 @@ class ReplicatorService:
     def metrics_exposition(self) -> bytes:
         for heartbeat in self.heartbeats.values():
             heartbeat.refresh()
+        if self.group_sync is not None:
+            self.group_sync.refresh()
         for feed in self.feeds:
             for leg in feed.legs:
                 leg.health.refresh(feed.log_end)

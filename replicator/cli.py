@@ -224,6 +224,51 @@ def lag(
     raise typer.Exit(show_lag(_settings(), json_output))
 
 
+@app.command()
+def failover(
+    group: str = typer.Option(..., "--group", help="The consumer group to move."),
+    source: str = typer.Option(..., "--from", help="Cluster the group consumed in."),
+    to: str = typer.Option(..., "--to", help="Cluster the group continues in."),
+    topic: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Topic of the --from cluster (repeatable; default: every replicated topic the "
+            "group has a position in)."
+        ),
+    ] = None,
+    execute: bool = typer.Option(
+        False, "--execute", help="Commit the translated positions (default: a dry run)."
+    ),
+    from_checkpoint: bool = typer.Option(
+        False,
+        "--from-checkpoint",
+        help="Use the checkpoints kept in --to even if --from answers (automatic when not).",
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Move a consumer group to another cluster with exact positions (from provenance).
+
+    Per partition: the group's position in --from, the translated position in --to (nothing the
+    group had not consumed is skipped) and how many records it will read again. When --from does
+    not answer, the latest checkpoints kept in --to are used and their age is said. Exits 0; 1 when
+    refused (the group has active members in --to, or --from is gone and no checkpoint exists);
+    2 on invalid configuration.
+    """
+    from replicator.failover import failover as move
+
+    settings = _settings()
+    _known(settings, [source], "--from")
+    _known(settings, [to], "--to")
+    if source == to:
+        typer.echo(
+            "--to: the group is already in that cluster (--from and --to are the same)", err=True
+        )
+        raise typer.Exit(EXIT_CONFIG)
+    raise typer.Exit(
+        move(settings, group, source, to, topic, from_checkpoint, execute, json_output)
+    )
+
+
 topics_app = typer.Typer(help="Manage the X_REPLICA and X topic pairs.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 

@@ -406,6 +406,27 @@ class Settings(BaseSettings):
     heartbeat_topic: str = Field(
         "heartbeats", description="The heartbeat topic of each flow's source cluster."
     )
+    sync_groups: Regex | None = Field(
+        None,
+        description="Regex over consumer group names of the local cluster (whole name) whose "
+        "positions are translated into every other cluster on an interval and kept there as "
+        "checkpoints, for failover; unset: off.",
+    )
+    sync_groups_interval_ms: int = Field(
+        60_000,
+        ge=1_000,
+        description="How often the groups of REPLICATOR_SYNC_GROUPS are translated.",
+    )
+    sync_group_offsets: bool = Field(
+        False,
+        description="Also commit the translated positions in the other clusters, for groups with "
+        "no active member there; never moves a group backwards.",
+    )
+    checkpoints_topic: str = Field(
+        "replicator-checkpoints",
+        description="The topic, in each cluster, holding the latest translated position of each "
+        "synced group, partition and source cluster (compacted, never replicated).",
+    )
     topic_config_sync_interval_ms: int = Field(
         60_000,
         ge=0,

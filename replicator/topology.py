@@ -69,6 +69,8 @@ class Rejection(StrEnum):
     # A prefix flow's own output (it starts with the prefix): copying it would rename it again.
     FLOW_OUTPUT = "flow_output"
     TARGET_NAME_TOO_LONG = "target_name_too_long"
+    # The replicator's own checkpoints of consumer groups: meaningful only in their cluster.
+    INTERNAL = "internal"
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,8 @@ class TopicRules:
     target_name: str = ""  # the target cluster's name in topic names (MM2's cycle rule)
     # A flow's heartbeat topic: always copied, whatever the include and exclude rules say.
     heartbeat_topic: str | None = None
+    # The checkpoints topic: never copied, whatever the include and exclude rules say.
+    checkpoints_topic: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TopicRules:
@@ -149,6 +153,7 @@ class TopicRules:
             heartbeat_topic=settings.heartbeat_topic
             if flow.heartbeats and settings.heartbeat_interval_ms
             else None,
+            checkpoints_topic=settings.checkpoints_topic,
         )
 
     def describe(self) -> dict[str, str]:
@@ -191,6 +196,8 @@ class TopicRules:
         )
 
     def _flow_rejection(self, source_topic: str) -> Rejection | None:
+        if source_topic == self.checkpoints_topic:
+            return Rejection.INTERNAL
         if not self._is_heartbeats(source_topic):
             if not self.include.fullmatch(source_topic):
                 return Rejection.NOT_INCLUDED
@@ -224,6 +231,19 @@ class TopicRules:
         if self.suffix is not None:
             return source_topic[: -len(self.suffix)]
         return self._name(source_topic)
+
+    def source(self, target_topic: str) -> str | None:
+        """The source topic replicated into ``target_topic``, or ``None`` (the inverse of
+        :meth:`target`)."""
+        if self.suffix is not None:
+            candidate = target_topic + self.suffix
+        elif self.naming is Naming.PREFIX:
+            candidate = target_topic[len(self.prefix) :]
+        elif self.naming is Naming.SOURCE_ALIAS:
+            candidate = target_topic[len(self.source_name) + len(self.separator) :]
+        else:
+            candidate = target_topic
+        return candidate if self.target(candidate) == target_topic else None
 
     def select(self, topics: Iterable[str]) -> TopicSelection:
         """Sort a cluster's topics into replicated and rejected (with the reason)."""
@@ -315,3 +335,30 @@ def feeds_for(settings: Settings) -> list[FeedPlan]:
             )
         )
     return feeds
+
+
+def counterpart(settings: Settings, topic: str, source: str, target: str) -> str | None:
+    """The topic of cluster ``target`` that holds the records of ``topic`` of cluster ``source``
+    (for moving a consumer group between them), or ``None`` when nothing replicates it there.
+
+    A flow from ``source`` to ``target`` names it (``orders`` -> ``dc1.orders``); a flow the other
+    way gives back the original of a copy (``dc2.orders`` -> ``orders``); the ``_REPLICA`` mode
+    keeps the name of a real topic whose replica topic its rules select.
+    """
+    for plan in feeds_for(settings):
+        if not plan.is_flow:
+            continue
+        leg = plan.legs[0]
+        if (leg.source, leg.destination) == (source, target):
+            named = plan.rules.target(topic)
+            if named is not None:
+                return named
+        if (leg.source, leg.destination) == (target, source):
+            original = plan.rules.source(topic)
+            if original is not None:
+                return original
+    if settings.replica_mode:
+        rules = TopicRules.from_settings(settings)
+        if rules.source(topic) is not None:
+            return topic
+    return None

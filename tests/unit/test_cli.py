@@ -23,6 +23,7 @@ EXPECTED = {
     "topics ensure",
     "backfill",
     "audit",
+    "failover",
 }
 # Clusters nobody listens on: a command that reached one would fail differently, and slowly.
 UNREACHABLE = {
@@ -58,7 +59,7 @@ def test_every_command_answers_help_with_its_purpose_and_options() -> None:
 
 def test_commands_that_print_data_offer_json() -> None:
     found = dict(commands(typer.main.get_command(app)))
-    for path in ("check-config", "lag", "topics ensure", "backfill", "audit"):
+    for path in ("check-config", "lag", "topics ensure", "backfill", "audit", "failover"):
         options = {o for p in found[path].params for o in getattr(p, "opts", [])}
         assert "--json" in options, path
 

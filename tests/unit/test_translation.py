@@ -1,0 +1,157 @@
+"""Exact position translation (translation.py) over in-memory partitions: the property that
+nothing unconsumed is skipped and the repeats are exactly the consumed records at or after the
+translated position, for any interleaving of origins in either cluster."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replicator.provenance import ORIGIN
+from replicator.translation import (
+    ConsumedScan,
+    Entry,
+    Identities,
+    Origin,
+    SyncPoint,
+    Translation,
+    translate,
+)
+
+DC1: Origin = ("dc1", "orders_REPLICA", 0)
+DC2: Origin = ("dc2", "orders_REPLICA", 0)
+DC3: Origin = ("dc3", "orders_REPLICA", 0)
+
+
+class MemoryLog:
+    """A partition held in memory: ``records[i]`` is the (origin, origin offset) at ``start+i``."""
+
+    def __init__(self, records: list[tuple[Origin, int]], start: int = 0) -> None:
+        self.records = records
+        self.start = start
+        self.reads = 0
+
+    async def bounds(self) -> tuple[int, int]:
+        return self.start, self.start + len(self.records)
+
+    async def read(self, begin: int, end: int) -> list[Entry]:
+        begin = max(begin, self.start)
+        self.reads += 1
+        return [
+            (at, *self.records[at - self.start])
+            for at in range(begin, min(end, self.start + len(self.records)))
+        ]
+
+
+def interleave(sources: dict[Origin, int], choices: list[int]) -> list[tuple[Origin, int]]:
+    """Each origin's records 0..n-1 in order, merged as ``choices`` pick the next origin."""
+    next_of = dict.fromkeys(sources, 0)
+    merged: list[tuple[Origin, int]] = []
+    order = sorted(sources)
+    picks = iter(choices)
+    while any(next_of[o] < sources[o] for o in order):
+        live = [o for o in order if next_of[o] < sources[o]]
+        origin = live[next(picks, 0) % len(live)]
+        merged.append((origin, next_of[origin]))
+        next_of[origin] += 1
+    return merged
+
+
+def run(a: MemoryLog, position: int, b: MemoryLog, since: SyncPoint | None = None) -> Translation:
+    return asyncio.run(translate(b, ConsumedScan(a, position, since), since))
+
+
+def check_exact(a: MemoryLog, position: int, b: MemoryLog, result: Translation) -> None:
+    consumed = set(a.records[: position - a.start])
+    held = b.records
+    at = result.position - b.start
+    assert all(r in consumed for r in held[:at]), "a record the group had not consumed is skipped"
+    if at < len(held):
+        assert held[at] not in consumed, "the position could be later"
+    assert result.repeats == sum(1 for r in held[at:] if r in consumed)
+
+
+counts = st.integers(min_value=0, max_value=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    dc1=counts,
+    dc2=counts,
+    dc3=st.integers(min_value=0, max_value=5),
+    a_choices=st.lists(st.integers(0, 5), max_size=130),
+    b_choices=st.lists(st.integers(0, 5), max_size=130),
+    a_lacks=st.tuples(st.integers(0, 10), st.integers(0, 10)),
+    b_lacks=st.tuples(st.integers(0, 10), st.integers(0, 10)),
+    where=st.floats(0, 1),
+    sync=st.floats(0, 1),
+)
+def test_nothing_unconsumed_is_skipped_and_repeats_are_exact(
+    dc1: int,
+    dc2: int,
+    dc3: int,
+    a_choices: list[int],
+    b_choices: list[int],
+    a_lacks: tuple[int, int],
+    b_lacks: tuple[int, int],
+    where: float,
+    sync: float,
+) -> None:
+    # Each cluster holds a prefix of each origin (the rest not replicated there yet).
+    a = MemoryLog(
+        interleave({DC1: dc1, DC2: max(0, dc2 - a_lacks[1]), DC3: dc3}, a_choices), start=0
+    )
+    b = MemoryLog(interleave({DC1: max(0, dc1 - b_lacks[0]), DC2: dc2}, b_choices))
+    position = round(where * len(a.records))
+    result = run(a, position, b)
+    check_exact(a, position, b, result)
+    # From a sync point taken earlier (a checkpoint), the same answer, reading less.
+    earlier = round(sync * position)
+    first = run(a, earlier, b)
+    point = SyncPoint(earlier, first.position, first.frontier)
+    again = run(a, position, b, point)
+    assert (again.position, again.repeats) == (result.position, result.repeats)
+    # With the source gone, the checkpoint alone answers for the position it was taken at.
+    alone = asyncio.run(translate(b, ConsumedScan(None, earlier, point), point))
+    assert (alone.position, alone.repeats) == (first.position, first.repeats)
+
+
+def test_a_caught_up_group_translates_to_the_log_end_reading_only_the_tail() -> None:
+    merged = interleave({DC1: 50_000, DC2: 50_000}, [0, 1, 1, 0] * 25_000)
+    a = MemoryLog(merged)
+    b = MemoryLog(interleave({DC1: 50_000, DC2: 50_000}, [1, 0, 0, 1] * 25_000))
+    result = run(a, len(merged), b)
+    assert (result.position, result.repeats) == (100_000, 0)
+    assert result.scanned_target <= 1_000 and result.scanned_source <= 1_000
+
+
+def test_a_lagging_group_reads_its_lag_not_the_partition() -> None:
+    a = MemoryLog(interleave({DC1: 50_000, DC2: 50_000}, [0, 1] * 60_000))
+    b = MemoryLog(interleave({DC1: 50_000, DC2: 50_000}, [0] * 500 + [1, 0] * 60_000))
+    result = run(a, 90_000, b)
+    check_exact(a, 90_000, b, result)
+    assert result.repeats == 499  # dc1 runs 500 ahead of dc2 in B: dc2 44501..44999 again
+    assert result.scanned_target < 30_000, result  # about the lag (10,000) plus growing chunks
+
+
+def test_an_origin_the_group_never_read_in_a_is_read_from_its_first_record_in_b() -> None:
+    # dc2's records reached B but never A: the group consumed none of them.
+    a = MemoryLog([(DC1, i) for i in range(100)])
+    b = MemoryLog(interleave({DC1: 100, DC2: 10}, [0] * 40 + [1] + [0] * 200))
+    result = run(a, 100, b)
+    check_exact(a, 100, b, result)
+    assert b.records[result.position] == (DC2, 0)
+    assert result.repeats == 60
+
+
+def test_identity_of_records_copies_and_own_data() -> None:
+    ids = Identities("dc1", "orders", 2, frozenset({"orders", "orders_REPLICA"}))
+    assert ids.of([(ORIGIN, b"dc2/orders_REPLICA/2/17")], 5) == (("dc2", "orders_REPLICA", 2), 17)
+    assert ids.of([(ORIGIN, b"dc2/orders/2/9")], 5) == (("dc2", "orders", 2), 9)
+    # written straight into the topic: its own origin (what its copies' provenance names)
+    assert ids.of([("trace", b"x")], 5) == (("dc1", "orders", 2), 5)
+    # derived from another topic, or unreadable: data of this topic
+    assert ids.of([(ORIGIN, b"dc2/payments_REPLICA/0/3")], 6) == (("dc1", "orders", 2), 6)
+    assert ids.of([(ORIGIN, b"not provenance")], 7) == (("dc1", "orders", 2), 7)
