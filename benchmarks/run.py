@@ -8,7 +8,8 @@ the replicator itself. The *one-way mirror* workload copies ``bench`` of dc1 to 
 Completion is measured by reading the destinations back (high watermarks
 from fetch responses, never ListOffsets) and the replicator's output is verified record by record.
 Then the replicator's end-to-end latency is measured at a fixed offered rate, the cost of resuming
-from the destination (:mod:`benchmarks.resume`), and its peak memory with a destination that
+from the destination (:mod:`benchmarks.resume`), the time to translate a consumer group's positions
+to another cluster (:mod:`benchmarks.failover`), and its peak memory with a destination that
 disappears mid-run. The last line printed is one JSON object.
 
     make bench                      # the full benchmark
@@ -41,6 +42,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.failover import failover_cost
 from benchmarks.resume import resume_cost
 from replicator.embedded import (
     EmbeddedBroker,
@@ -618,6 +620,14 @@ async def main(args: argparse.Namespace) -> None:
         if resume:
             for case in ("active_origin", "idle_origin_marked", "origin_never_written_no_mark"):
                 console.print(f"  {case}: {resume[case]}")
+    failover = None
+    if args.failover_records > 0:
+        records = args.failover_records
+        console.print(f"[bold]failover[/] translating a group over 12 partitions of {records:,}")
+        failover = await phase("failover", failover_cost(records), failures)
+        if failover:
+            for case in ("lag 1%", "half way", "from a checkpoint"):
+                console.print(f"  {case}: {failover[case]}")
     outage = None
     if args.outage_records > 0:
         console.print("[bold]remote cut mid-run[/] ...")
@@ -633,6 +643,7 @@ async def main(args: argparse.Namespace) -> None:
                 "latency_floor": asdict(floor) if floor else None,
                 "remote_outage": outage,
                 "resume": resume,
+                "failover": failover,
                 "failed_phases": failures,
             }
         )
@@ -664,6 +675,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--resume-records", type=int, default=1_000_000, help="destination size for resume reads"
     )
     parser.add_argument(
+        "--failover-records",
+        type=int,
+        default=1_000_000,
+        help="topic size (12 partitions) for translating a group's positions",
+    )
+    parser.add_argument(
         "--contenders", nargs="+", default=["naive", "ceiling", "replicator"],
         choices=["naive", "ceiling", "replicator"],
     )  # fmt: skip
@@ -681,7 +698,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.records_100b, args.records_1kb, args.records_mirror = 100_000, 30_000, 100_000
         args.latency_seconds, args.outage_records, args.rounds = 10, 30_000, 1
-        args.resume_records = 200_000
+        args.resume_records = args.failover_records = 200_000
     return args
 
 

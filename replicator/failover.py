@@ -75,6 +75,24 @@ class PartitionMove:
     checkpoint_age_s: float | None = None
     committed_in_target: int | None = None
 
+    def checkpoint(self, group: str, source: str, target: str, at_ms: int) -> Checkpoint | None:
+        """This translation as a checkpoint (none without a position)."""
+        if self.source_position is None or self.target_position is None:
+            return None
+        return Checkpoint(
+            group,
+            source,
+            target,
+            self.topic,
+            self.partition,
+            self.target_topic,
+            self.source_position,
+            self.target_position,
+            self.repeats,
+            self.frontier,
+            at_ms,
+        )
+
     def shown(self) -> dict[str, Any]:
         return {
             "topic": self.topic,

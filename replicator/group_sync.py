@@ -142,23 +142,9 @@ class GroupSync:
         self, target: str, group: str, moves: list[PartitionMove], producer: AIOKafkaProducer
     ) -> None:
         now = time.time()
-        written = [
-            Checkpoint(
-                group,
-                self._local,
-                target,
-                m.topic,
-                m.partition,
-                m.target_topic,
-                m.source_position,
-                m.target_position,
-                m.repeats,
-                m.frontier,
-                int(now * 1000),
-            )
-            for m in moves
-            if m.source_position is not None and m.target_position is not None
-        ]
+        at_ms = int(now * 1000)
+        kept = (m.checkpoint(group, self._local, target, at_ms) for m in moves)
+        written = [c for c in kept if c is not None]
         if not written:
             return
         await checkpoints.write(producer, self._settings.checkpoints_topic, written)

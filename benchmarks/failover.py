@@ -1,0 +1,151 @@
+"""The cost of translating a consumer group's positions to another cluster (``failover``).
+
+Two embedded clusters each hold ``orders`` with 12 partitions and ``records`` records in all,
+the records of two origins (dc1's and dc2's replica topics) interleaved differently in each
+(one by one in dc1, in runs of 100 in dc2), provenance headers included. A group's positions in
+dc1 are then translated to dc2 by the code ``replicator failover`` runs, timed:
+
+- ``lag 1%``: the group is 1% behind the log end (the usual case);
+- ``half way``: half of each partition is unread (the reads grow with the lag in the target);
+- ``from a checkpoint``: the half-way translation as the sync point, the group 1% further.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from replicator.checkpoints import Checkpoint, CheckpointKey
+from replicator.embedded import EmbeddedBroker
+from replicator.failover import GroupTranslator, PartitionMove
+from replicator.kafka import GroupOffsets
+from replicator.provenance import Provenance
+from replicator.settings import load_settings
+
+TOPIC = "orders"
+PARTITIONS = 12
+GROUP = "bench.app"
+
+
+def origin_at(cluster: str, i: int, partition: int) -> Provenance:
+    """The origin of the ``i``-th record of ``partition`` as ``cluster`` interleaves them."""
+    if cluster == "dc1":
+        source, offset = ("dc1" if i % 2 else "dc2"), i // 2
+    else:
+        run, within = divmod(i, 200)
+        source = "dc2" if within < 100 else "dc1"
+        offset = run * 100 + within % 100
+    return Provenance(source, "orders_REPLICA", partition, offset)
+
+
+async def fill(bootstrap: str, cluster: str, per_partition: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=512 * 1024)
+    await producer.start()
+    try:
+        pending = []
+        now, per_batch = int(time.time() * 1000), 2_000
+        for partition in range(PARTITIONS):
+            for start in range(0, per_partition, per_batch):
+                batch = producer.create_batch()
+                for i in range(start, min(start + per_batch, per_partition)):
+                    origin = origin_at(cluster, i, partition)
+                    batch.append(
+                        timestamp=now, key=None, value=b"v" * 100, headers=origin.headers()
+                    )
+                pending.append(await producer.send_batch(batch, TOPIC, partition=partition))
+                if len(pending) > 32:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
+async def commit(bootstrap: str, positions: dict[int, int]) -> None:
+    client = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await client.start()
+    try:
+        offsets = {TopicPartition(TOPIC, p): at for p, at in positions.items()}
+        await GroupOffsets(client._client, GROUP).commit(offsets)
+    finally:
+        await client.stop()
+
+
+async def timed(
+    translator: GroupTranslator, since: dict[CheckpointKey, Checkpoint]
+) -> tuple[dict[str, Any], list[PartitionMove]]:
+    """Translate the group's positions as ``failover`` does; the figures and the moves."""
+    began = time.monotonic()
+    reader = translator.reader("dc1", "bench")
+    await reader.start()
+    try:
+        jobs = await translator.jobs(reader, GROUP, None, since)
+    finally:
+        await reader.stop()
+    moves = await translator.translate(jobs, live=True)
+    figures = {
+        "seconds": round(time.monotonic() - began, 2),
+        "partitions": len(moves),
+        "records_read": sum(m.scanned for m in moves),
+        "repeats": sum(m.repeats for m in moves),
+    }
+    return figures, moves
+
+
+def as_checkpoints(moves: list[PartitionMove]) -> dict[CheckpointKey, Checkpoint]:
+    kept = (m.checkpoint(GROUP, "dc1", "dc2", 0) for m in moves)
+    return {(c.topic, c.partition): c for c in kept if c is not None}
+
+
+async def failover_cost(records: int) -> dict[str, Any]:
+    """Time the translation of a group over 12 partitions of ``records`` records."""
+    per_partition = records // PARTITIONS
+    brokers = {alias: EmbeddedBroker(alias).start() for alias in ("dc1", "dc2")}
+    try:
+        began = time.monotonic()
+        await asyncio.gather(
+            *(fill(b.bootstrap_servers, alias, per_partition) for alias, b in brokers.items())
+        )
+        filled = time.monotonic() - began
+        env = {"REPLICATOR_LOCAL_CLUSTER": "dc2"}
+        for alias, broker in brokers.items():
+            env[f"REPLICATOR_CLUSTERS__{alias.upper()}__BOOTSTRAP_SERVERS"] = (
+                broker.bootstrap_servers
+            )
+        settings = load_settings(env)
+        translator = GroupTranslator(settings, "dc1", "dc2")
+        dc1 = brokers["dc1"].bootstrap_servers
+        result: dict[str, Any] = {
+            "records_per_cluster": per_partition * PARTITIONS,
+            "partitions": PARTITIONS,
+            "fill_seconds": round(filled, 1),
+        }
+        await commit(dc1, dict.fromkeys(range(PARTITIONS), per_partition * 99 // 100))
+        result["lag 1%"], _ = await timed(translator, {})
+        await commit(dc1, dict.fromkeys(range(PARTITIONS), per_partition // 2))
+        result["half way"], moves = await timed(translator, {})
+        await commit(dc1, dict.fromkeys(range(PARTITIONS), per_partition * 51 // 100))
+        result["from a checkpoint"], _ = await timed(translator, as_checkpoints(moves))
+        return result
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(
+        json.dumps(asyncio.run(failover_cost(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)))
+    )
