@@ -166,13 +166,17 @@ def make_reader(
 ) -> AIOKafkaConsumer:
     """A consumer of no group that reads ranges of a destination (the resume scan, the
     heartbeat watch): by default fetches answer at once at the log end, so the end is known
-    without waiting."""
+    without waiting. It reads one partition at a time, so a fetch response is bounded to one
+    partition's worth: some brokers answer past the per-partition bound, and decoding a large
+    answer to read a few records costs tens of milliseconds (measured on the embedded broker:
+    85 ms per positioned read at the default 50 MB, 2.4 ms at 128 KB)."""
     return AIOKafkaConsumer(
         **client_options(cluster, settings),
         client_id=client_id,
         enable_auto_commit=False,
         auto_offset_reset="none",
         fetch_max_wait_ms=fetch_max_wait_ms,
+        fetch_max_bytes=settings.max_partition_fetch_bytes,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
     )
 

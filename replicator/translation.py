@@ -35,6 +35,7 @@ partition. Used by the ``failover`` command and the continuous checkpoints.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ Entry = tuple[int, Origin, int]
 """One record of a partition as translation sees it: position, origin, origin offset."""
 
 _FIRST_CHUNK = 1_000
+_PROBE_CHUNK = 200
 _MAX_CHUNK = 200_000
 
 
@@ -198,45 +200,106 @@ async def translate(
     """
     began = time.monotonic()
     start, end = await target.bounds()
-    bottom = max(start, since.target_offset) if since is not None else start
-    bottom = min(bottom, end)
+    bottom = min(max(start, since.target_offset) if since is not None else start, end)
+    search = _TargetSearch(target, consumed, bottom)
     frontier = await consumed.frontier()
-    chunks: list[list[Entry]] = []
-    seen: set[Origin] = set()
-    settled: set[Origin] = set()
-    top, chunk, scanned = end, _FIRST_CHUNK, 0
-    while top > bottom:
+    # The tail: back from the end until the last record of every origin met (and of every
+    # origin of the frontier) is known; the first unconsumed record of each is then either in
+    # the tail already, or found by a binary search below it.
+    last: dict[Origin, Entry] = {}
+    tail: list[Entry] = []
+    top, chunk = end, _FIRST_CHUNK
+    while top > bottom and (top == end or not frontier.consumed.keys() <= last.keys()):
         begin = max(bottom, top - chunk)
-        entries = await target.read(begin, top)
-        scanned += len(entries)
-        met = {origin for _, origin, _ in entries}
-        if not met <= seen:
-            seen |= met
-            frontier = await consumed.frontier(seen)
-        settled.update(o for _, o, offset in entries if frontier.holds(o, offset))
-        chunks.append(entries)
+        entries = await search.read(begin, top)
+        for entry in reversed(entries):
+            last.setdefault(entry[1], entry)
+        if not last.keys() <= frontier.consumed.keys():
+            frontier = await consumed.frontier(last.keys())
+        tail[:0] = entries
         top, chunk = begin, min(chunk * 4, _MAX_CHUNK)
-        # Per origin, B holds records in origin order: once an origin shows a consumed record,
-        # every earlier one of it is consumed too.
-        if (seen | frontier.consumed.keys()) <= settled:
+    unconsumed: dict[Origin, int] = {}  # the first unconsumed record of each origin, if any
+    while True:
+        for origin, entry in last.items():
+            if origin not in unconsumed and not frontier.holds(origin, entry[2]):
+                unconsumed[origin] = await search.first_unconsumed(frontier, tail, entry)
+        position = min(unconsumed.values(), default=end)
+        # Past the position, each origin's consumed records run up to its first unconsumed one
+        # (or its last record): the records read again all lie before that.
+        reach = max(
+            (unconsumed.get(o, e[0] + 1) for o, e in last.items() if e[0] >= position),
+            default=position,
+        )
+        entries = await search.read(position, reach)
+        unknown = {o for _, o, _ in entries if o not in last}
+        if not unknown:
             break
-    position, repeats = end, 0
-    for entries in reversed(chunks):
-        for at, origin, offset in entries:
-            if frontier.holds(origin, offset):
-                if position != end:
-                    repeats += 1
-            elif position == end:
-                position = at
+        # An origin with no record in the tail: its last record lies below it.
+        frontier = await consumed.frontier(last.keys() | unknown)
+        for origin in unknown:
+            found = await search.last_before(origin, end)
+            assert found is not None
+            last[origin] = found
+    repeats = sum(1 for _, origin, offset in entries if frontier.holds(origin, offset))
     return Translation(
         position,
         repeats,
         end,
         frontier,
         consumed.scanned,
-        scanned,
+        search.scanned,
         time.monotonic() - began,
     )
+
+
+class _TargetSearch:
+    """Reads of the target partition for one translation (counted), above ``bottom``."""
+
+    def __init__(self, target: PartitionLog, consumed: ConsumedScan, bottom: int) -> None:
+        self._target = target
+        self._bottom = bottom
+        self.scanned = 0
+
+    async def read(self, begin: int, end: int) -> list[Entry]:
+        entries = await self._target.read(max(begin, self._bottom), end)
+        self.scanned += len(entries)
+        return entries
+
+    async def last_before(self, origin: Origin, limit: int) -> Entry | None:
+        """The last record of ``origin`` below ``limit`` (read backwards in growing chunks)."""
+        top, chunk = limit, _PROBE_CHUNK
+        while top > self._bottom:
+            begin = max(self._bottom, top - chunk)
+            for entry in reversed(await self.read(begin, top)):
+                if entry[1] == origin:
+                    return entry
+            top, chunk = begin, min(chunk * 4, _MAX_CHUNK)
+        return None
+
+    async def first_unconsumed(self, frontier: Frontier, tail: list[Entry], last: Entry) -> int:
+        """The position of the first record of ``last``'s origin the group had not consumed,
+        given that ``last``, its last record, is such a record.
+
+        Within the tail when the tail shows one of its consumed records too; else a binary
+        search below the tail on "every record of the origin before k was consumed", which per
+        origin order is true up to that position and false after it.
+        """
+        origin = last[1]
+        mine = [e for e in tail if e[1] == origin] or [last]
+        for earlier, later in itertools.pairwise(mine):
+            if frontier.holds(origin, earlier[2]) and not frontier.holds(origin, later[2]):
+                return later[0]
+        if frontier.holds(origin, mine[0][2]):  # pragma: no cover - the loop found it
+            raise AssertionError("the origin's records are out of order")
+        low, high = self._bottom, mine[0][0] + 1  # true at low, false at high
+        while high - low > 1:
+            middle = (low + high) // 2
+            found = await self.last_before(origin, middle)
+            if found is None or frontier.holds(origin, found[2]):
+                low = middle
+            else:
+                high = found[0] + 1
+        return high - 1
 
 
 class KafkaPartitionLog:
@@ -278,7 +341,10 @@ class KafkaPartitionLog:
         stalled_at = time.monotonic()
         progress = begin
         while True:
-            batches = await consumer.getmany(tp, timeout_ms=self._FETCH_WAIT_MS)
+            wanted = max(1, end - await consumer.position(tp))
+            batches = await consumer.getmany(
+                tp, timeout_ms=self._FETCH_WAIT_MS, max_records=min(wanted, 50_000)
+            )
             for record in batches.get(tp, ()):
                 if record.offset >= end:
                     break

@@ -155,3 +155,17 @@ def test_identity_of_records_copies_and_own_data() -> None:
     # derived from another topic, or unreadable: data of this topic
     assert ids.of([(ORIGIN, b"dc2/payments_REPLICA/0/3")], 6) == (("dc1", "orders", 2), 6)
     assert ids.of([(ORIGIN, b"not provenance")], 7) == (("dc1", "orders", 2), 7)
+
+
+def test_an_origin_seen_only_between_the_searched_positions_is_searched_too() -> None:
+    """dc3's records (never in A) lie below the tail that is read first; one of them sits among
+    the records read again, so dc3 is searched too, and its first record comes earlier."""
+    b_records = [(DC2, i) for i in range(2000)] + [(DC1, i) for i in range(1990)]
+    b_records += [(DC3, 0)] + [(DC1, i) for i in range(1990, 2001)]
+    b_records += [(DC3, i) for i in range(1, 10)] + [(DC2, 2000)]
+    b_records += [(o, i) for i in range(2001, 3000) for o in (DC2, DC1)]
+    a = MemoryLog(interleave({DC1: 3000, DC2: 3000}, [0, 1] * 3000))
+    b = MemoryLog(b_records)
+    result = run(a, 4000, b)
+    check_exact(a, 4000, b, result)
+    assert (result.position, result.repeats) == (3990, 10)  # at dc3's first; dc1 1990..1999
