@@ -1,17 +1,18 @@
 """Continuous checkpoints of consumer groups, for failover (``REPLICATOR_SYNC_GROUPS``).
 
-Every ``REPLICATOR_SYNC_GROUPS_INTERVAL_MS`` the replicator lists the consumer groups of its
-local cluster, and for each one matching the regex (never its own groups) translates its
-positions into every other cluster (:class:`~replicator.failover.GroupTranslator`, each partition
-from its previous checkpoint as the sync point, so a round reads little more than what the group
-consumed since) and appends the checkpoints to that cluster's checkpoints topic. With
-``REPLICATOR_SYNC_GROUP_OFFSETS=true`` it also commits the translated positions there for groups
-with no active member, and only forward: an active group is never touched, a group is never
-moved back.
+Every ``REPLICATOR_SYNC_GROUPS_INTERVAL_MS`` the replicator lists the consumer groups of each
+source it syncs from (:func:`sync_pairs`: its local cluster into every other in the ``_REPLICA``
+mode, each flow's source into its target, as MirrorMaker 2's checkpoints go), and for each group
+matching the regex (never its own groups) translates its positions into the target
+(:class:`~replicator.failover.GroupTranslator`, each partition from its previous checkpoint as the
+sync point, so a round reads little more than what the group consumed since) and appends the
+checkpoints to the target's checkpoints topic. With ``REPLICATOR_SYNC_GROUP_OFFSETS=true`` it also
+commits the translated positions there for groups with no active member, and only forward
+(:func:`forward_only`): an active group is never touched, a group is never moved back.
 
-Per group and cluster: the age of the newest checkpoint and its repeats (metrics and ``/status``
-``checkpoints``); a failing round is counted per cluster, shown, logged once per change, and
-retried at the next interval.
+Per group and pair: the age of the newest checkpoint and its repeats (metrics and ``/status``
+``checkpoints``); a failing round is counted per pair, shown, logged once per change, and retried
+at the next interval.
 """
 
 from __future__ import annotations
@@ -48,8 +49,24 @@ class GroupCheckpoint:
     offsets_synced: int = 0
 
 
+Pair = tuple[str, str]
+"""A source cluster whose groups are translated, and the cluster they are translated into."""
+
+
+def sync_pairs(settings: Settings) -> list[Pair]:
+    """Where groups are translated: the local cluster into every other (the ``_REPLICA`` mode),
+    and each flow's source into its target (as MirrorMaker 2's checkpoints go)."""
+    pairs: dict[Pair, None] = {}
+    if settings.replica_mode:
+        local = settings.local_cluster
+        pairs.update((p, None) for p in ((local, r) for r in settings.remote_clusters))
+    for flow in sorted(settings.flows.values(), key=lambda f: (f.source, f.target)):
+        pairs[(flow.source, flow.target)] = None
+    return list(pairs)
+
+
 class GroupSync:
-    """Translates the local cluster's synced groups into every other cluster, on an interval."""
+    """Translates the synced groups of each pair's source into its target, on an interval."""
 
     def __init__(
         self, settings: Settings, metrics: Metrics, clusters: dict[str, ClusterClient]
@@ -59,13 +76,12 @@ class GroupSync:
         self._metrics = metrics
         self._clusters = clusters
         self._pattern = re.compile(settings.sync_groups)
-        self._local = settings.local_cluster
-        self._targets = [a for a in sorted(settings.clusters) if a != self._local]
+        self._pairs = sync_pairs(settings)
         own = {plan.group for plan in feeds_for(settings)} | {settings.group_prefix}
         self._own_prefixes = tuple(f"{g}." for g in own)
         self._own = own
-        self._latest: dict[tuple[str, str], GroupCheckpoint] = {}
-        self._errors: dict[str, str | None] = dict.fromkeys(self._targets)
+        self._latest: dict[tuple[str, Pair], GroupCheckpoint] = {}
+        self._errors: dict[Pair, str | None] = dict.fromkeys(self._pairs)
         self._topic_ready: set[str] = set()
 
     def synced(self, group: str) -> bool:
@@ -82,27 +98,31 @@ class GroupSync:
             await sleep_unless_stopped(stop, max(0.0, interval - (time.monotonic() - began)))
 
     async def sync_round(self) -> None:
-        """One round: every synced group into every other cluster (a cluster failing alone)."""
-        try:
-            admin = await self._clusters[self._local].admin()
-            groups = sorted(
-                name for name, _ in await admin.list_consumer_groups() if self.synced(name)
-            )
-        except Exception as exc:
-            for target in self._targets:
-                self._failed(target, f"listing the groups of {self._local}: {translate(exc)}")
-            return
-        for target in self._targets:
+        """One round: every synced group of every pair (a pair failing alone)."""
+        groups: dict[str, list[str] | str] = {}
+        for source in dict.fromkeys(source for source, _ in self._pairs):
             try:
-                await self._sync_into(target, groups)
+                admin = await self._clusters[source].admin()
+                listed = await admin.list_consumer_groups()
+                groups[source] = sorted(name for name, _ in listed if self.synced(name))
             except Exception as exc:
-                self._failed(target, str(translate(exc)) or type(exc).__name__)
+                groups[source] = f"listing the groups of {source}: {translate(exc)}"
+        for pair in self._pairs:
+            found = groups[pair[0]]
+            if isinstance(found, str):
+                self._failed(pair, found)
+                continue
+            try:
+                await self._sync_pair(pair, found)
+            except Exception as exc:
+                self._failed(pair, str(translate(exc)) or type(exc).__name__)
             else:
-                if self._errors[target] is not None:
-                    log.info("checkpoints recovered", cluster=target)
-                self._errors[target] = None
+                if self._errors[pair] is not None:
+                    log.info("checkpoints recovered", source=pair[0], cluster=pair[1])
+                self._errors[pair] = None
 
-    async def _sync_into(self, target: str, groups: list[str]) -> None:
+    async def _sync_pair(self, pair: Pair, groups: list[str]) -> None:
+        source, target = pair
         settings = self._settings
         topic = settings.checkpoints_topic
         timeout = settings.request_timeout_ms / 1000
@@ -114,7 +134,7 @@ class GroupSync:
             if errors:
                 raise RuntimeError(f"checkpoints topic {topic} not created: {errors}")
             self._topic_ready.add(target)
-        translator = GroupTranslator(settings, self._local, target)
+        translator = GroupTranslator(settings, source, target)
         # No idempotence needed: a checkpoint written twice is the same key, the newest wins.
         producer = make_producer(
             settings.clusters[target],
@@ -123,79 +143,87 @@ class GroupSync:
             enable_idempotence=False,
         )
         await producer.start()
-        reader = translator.reader(self._local, "positions")
+        reader = translator.reader(source, "positions")
         previous = translator.reader(target, "checkpoints")
         await reader.start()
         await previous.start()
         try:
             for group in groups:
-                latest = await checkpoints.read_latest(previous, topic, group, self._local, timeout)
+                latest = await checkpoints.read_latest(previous, topic, group, source, timeout)
                 jobs = await translator.jobs(reader, group, None, latest)
                 moves = await translator.translate(jobs, live=True)
-                await self._record(target, group, moves, producer)
+                await self._record(pair, group, moves, producer)
         finally:
             await close_quietly(previous.stop())
             await close_quietly(reader.stop())
             await close_quietly(producer.stop())
 
     async def _record(
-        self, target: str, group: str, moves: list[PartitionMove], producer: AIOKafkaProducer
+        self, pair: Pair, group: str, moves: list[PartitionMove], producer: AIOKafkaProducer
     ) -> None:
+        source, target = pair
         now = time.time()
         at_ms = int(now * 1000)
-        kept = (m.checkpoint(group, self._local, target, at_ms) for m in moves)
+        kept = (m.checkpoint(group, source, target, at_ms) for m in moves)
         written = [c for c in kept if c is not None]
         if not written:
             return
         await checkpoints.write(producer, self._settings.checkpoints_topic, written)
-        self._metrics.checkpoints_written.labels(group, target).inc(len(written))
+        self._metrics.checkpoints_written.labels(group, source, target).inc(len(written))
         repeats = sum(c.repeats for c in written)
         synced = 0
         if self._settings.sync_group_offsets:
-            synced = await self._commit_forward(target, group, written)
-        first = (group, target) not in self._latest
-        self._latest[(group, target)] = GroupCheckpoint(now, len(written), repeats, synced)
-        self._metrics.checkpoint_repeats.labels(group, target).set(repeats)
+            synced = await self._commit_forward(pair, group, written)
+        first = (group, pair) not in self._latest
+        self._latest[(group, pair)] = GroupCheckpoint(now, len(written), repeats, synced)
+        self._metrics.checkpoint_repeats.labels(group, source, target).set(repeats)
         if first:
-            log.info("checkpoints kept", group=group, cluster=target, partitions=len(written))
+            log.info(
+                "checkpoints kept",
+                group=group,
+                source=source,
+                cluster=target,
+                partitions=len(written),
+            )
 
-    async def _commit_forward(self, target: str, group: str, written: list[Checkpoint]) -> int:
-        """Commit the translated positions for a group nobody consumes with in ``target``, where
+    async def _commit_forward(self, pair: Pair, group: str, written: list[Checkpoint]) -> int:
+        """Commit the translated positions for a group nobody consumes with in the target, where
         they are ahead of what it has there; the partitions committed."""
+        source, target = pair
         if await active_members(self._clusters[target], group):
             return 0
-        translator = GroupTranslator(self._settings, self._local, target)
+        translator = GroupTranslator(self._settings, source, target)
         reader = translator.reader(target, "sync")
         await reader.start()
         try:
             offsets = GroupOffsets(reader._client, group)
             tps = {TopicPartition(c.target_topic, c.partition): c.target_offset for c in written}
             committed = await offsets.fetch(list(tps))
-            ahead = {tp: at for tp, at in tps.items() if at > _or_minus_one(committed[tp])}
+            ahead = forward_only(tps, committed)
             if ahead:
                 await offsets.commit(ahead)
-                self._metrics.group_offsets_synced.labels(group, target).inc(len(ahead))
+                self._metrics.group_offsets_synced.labels(group, source, target).inc(len(ahead))
             return len(ahead)
         finally:
             await close_quietly(reader.stop())
 
-    def _failed(self, target: str, error: str) -> None:
-        self._metrics.checkpoint_failures.labels(target).inc()
-        if self._errors.get(target) != error:
-            log.warning("checkpoints failed", cluster=target, error=error)
-        self._errors[target] = error
+    def _failed(self, pair: Pair, error: str) -> None:
+        self._metrics.checkpoint_failures.labels(*pair).inc()
+        if self._errors.get(pair) != error:
+            log.warning("checkpoints failed", source=pair[0], cluster=pair[1], error=error)
+        self._errors[pair] = error
 
     def refresh(self) -> None:
         """Bring the age gauges up to now (before an exposition)."""
         now = time.time()
-        for (group, target), latest in self._latest.items():
-            self._metrics.checkpoint_age.labels(group, target).set(now - latest.at)
+        for (group, (source, target)), latest in self._latest.items():
+            self._metrics.checkpoint_age.labels(group, source, target).set(now - latest.at)
 
     def status(self) -> dict[str, Any]:
         now = time.time()
         groups: dict[str, dict[str, Any]] = {}
-        for (group, target), latest in sorted(self._latest.items()):
-            groups.setdefault(group, {})[target] = {
+        for (group, (source, target)), latest in sorted(self._latest.items()):
+            groups.setdefault(group, {})[f"{source}->{target}"] = {
                 "age_s": round(now - latest.at, 1),
                 "partitions": latest.partitions,
                 "repeats": latest.repeats,
@@ -205,9 +233,18 @@ class GroupSync:
             "pattern": self._pattern.pattern,
             "interval_s": self._settings.sync_groups_interval_ms / 1000,
             "groups": groups,
-            "errors": {t: e for t, e in self._errors.items() if e is not None},
+            "errors": {f"{s}->{t}": e for (s, t), e in self._errors.items() if e is not None},
         }
 
 
-def _or_minus_one(offset: int | None) -> int:
-    return -1 if offset is None else offset
+def forward_only(
+    translated: dict[TopicPartition, int], committed: dict[TopicPartition, int | None]
+) -> dict[TopicPartition, int]:
+    """The translated positions ahead of the group's committed ones (or where it has none):
+    a synced group is never moved back."""
+    ahead = {}
+    for tp, at in translated.items():
+        before = committed.get(tp)
+        if before is None or at > before:
+            ahead[tp] = at
+    return ahead

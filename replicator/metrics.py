@@ -231,34 +231,34 @@ class Metrics:
             "Now minus the time of the newest checkpoint of a synced consumer group written into "
             "a cluster (REPLICATOR_SYNC_GROUPS): how much a failover from it would read again "
             "at most, in time.",
-            ["group", "cluster"],
+            ["group", "source", "cluster"],
         )
         self.checkpoints_written = self._declare(
             Counter,
             "replicator_checkpoints_written_total",
             "Checkpoints (one per group, topic and partition) written into a cluster's "
             "checkpoints topic.",
-            ["group", "cluster"],
+            ["group", "source", "cluster"],
         )
         self.checkpoint_repeats = self._declare(
             Gauge,
             "replicator_checkpoint_repeats",
             "Records a synced group would read again if it failed over to the cluster now (the "
             "newest checkpoint's repeats).",
-            ["group", "cluster"],
+            ["group", "source", "cluster"],
         )
         self.checkpoint_failures = self._declare(
             Counter,
             "replicator_checkpoint_failures_total",
             "Rounds of checkpoints for a cluster that failed (retried at the next interval).",
-            ["cluster"],
+            ["source", "cluster"],
         )
         self.group_offsets_synced = self._declare(
             Counter,
             "replicator_group_offsets_synced_total",
             "Partitions whose translated position was committed for a synced group with no "
             "active member in the cluster (REPLICATOR_SYNC_GROUP_OFFSETS; never backwards).",
-            ["group", "cluster"],
+            ["group", "source", "cluster"],
         )
 
     def _declare(

@@ -5,9 +5,10 @@ spelling kept as the cluster's ``TOPIC_ALIAS``), their client properties at ever
 (top-level, ``<alias>.``, ``<alias>.consumer.``...), and one flow per ``A->B.enabled = true``
 with its properties (top-level ones overridden by ``A->B.`` ones): the replication policy as the
 flow's naming, ``topics``/``topics.exclude``, ``replication.factor``, the start position, and the
-heartbeats (:mod:`~replicator.mirrormaker.mm2_heartbeats`). What MirrorMaker 2 does that the
-replicator does not (checkpoints, group offset sync, ACL sync, Kafka Connect itself) is accepted
-with a note saying so.
+heartbeats (:mod:`~replicator.mirrormaker.mm2_heartbeats`); the checkpoints and group offset
+sync (``groups``, ``emit.checkpoints.*``, ``sync.group.offsets.*``, MM2's defaults included).
+What MirrorMaker 2 does that the replicator does not (ACL sync, Kafka Connect itself) is
+accepted with a note saying so.
 """
 
 from __future__ import annotations
@@ -53,9 +54,28 @@ _FLOW_KEYS = frozenset(
     }
     | mm2_heartbeats.KEYS
 )
-_NO_GROUPS = "consumer groups are not replicated by this version (no checkpoints): it has no effect"
-_NO_CHECKPOINTS = "no checkpoints (translated consumer offsets) are written by this version"
-_NO_GROUP_SYNC = "consumer group offsets are not synced by this version"
+_GROUPS_GLOBAL = (
+    "ignored for one flow: the groups synced are one setting for every flow "
+    "(REPLICATOR_SYNC_GROUPS, REPLICATOR_SYNC_GROUP_OFFSETS): give it without the flow"
+)
+_CHECKPOINTS_TOPIC = (
+    "the checkpoints topic (REPLICATOR_CHECKPOINTS_TOPIC, one per target cluster) is created "
+    "with REPLICATOR_DESTINATION_REPLICATION_FACTOR"
+)
+_ALWAYS_LISTED = "groups are listed again at every round (REPLICATOR_SYNC_GROUPS_INTERVAL_MS)"
+# MirrorMaker 2's defaults (MirrorCheckpointConfig, DefaultGroupFilter).
+MM2_DEFAULT_GROUPS_EXCLUDE = "console-consumer-.*, connect-.*, __.*"
+_GROUP_SYNC_KEYS = frozenset(
+    {
+        "emit.checkpoints.enabled",
+        "emit.checkpoints.interval.seconds",
+        "sync.group.offsets.enabled",
+        "sync.group.offsets.interval.seconds",
+        "groups",
+        "groups.exclude",
+        "groups.blacklist",
+    }
+)
 _NO_CONNECT = (
     "there is no Kafka Connect here and no internal topic of its own: each flow keeps its "
     "offsets in its consumer groups on the source"
@@ -76,18 +96,9 @@ _NOTES: dict[str, str] = {
     "sync.topic.acls.enabled": "ACLs are not synced by this version: grant them on the target",
     "sync.topic.acls.interval.seconds": "ACLs are not synced by this version",
     "heartbeats.topic.replication.factor": mm2_heartbeats.TOPIC_NOTE,
-    "emit.checkpoints.enabled": _NO_CHECKPOINTS,
-    "emit.checkpoints.interval.seconds": _NO_CHECKPOINTS,
-    "checkpoints.topic.replication.factor": _NO_CHECKPOINTS,
-    "sync.group.offsets.enabled": "consumer group offsets are not synced to the target by this "
-    "version: consumers moved to the target start from their own offsets there",
-    "sync.group.offsets.interval.seconds": _NO_GROUP_SYNC,
-    "groups": _NO_GROUPS,
-    "groups.exclude": _NO_GROUPS,
-    "groups.blacklist": _NO_GROUPS,
-    "group.filter.class": _NO_GROUPS,
-    "refresh.groups.enabled": _NO_GROUPS,
-    "refresh.groups.interval.seconds": _NO_GROUPS,
+    "checkpoints.topic.replication.factor": _CHECKPOINTS_TOPIC,
+    "refresh.groups.enabled": _ALWAYS_LISTED,
+    "refresh.groups.interval.seconds": _ALWAYS_LISTED,
     "offset-syncs.topic.replication.factor": _NO_CONNECT,
     "offset-syncs.topic.location": _NO_CONNECT,
     "emit.offset-syncs.enabled": _NO_CONNECT,
@@ -115,9 +126,7 @@ _NOTES: dict[str, str] = {
 _PREFIX_NOTES: dict[str, str] = {
     "dedicated.mode.": _NO_REST,
     "rest.": _NO_REST,
-    "emit.checkpoints.": _NO_CHECKPOINTS,
-    "sync.group.offsets.": _NO_GROUP_SYNC,
-    "checkpoints.topic.": _NO_CHECKPOINTS,
+    "checkpoints.topic.": _CHECKPOINTS_TOPIC,
     "offset-syncs.topic.": _NO_CONNECT,
 }
 
@@ -166,15 +175,64 @@ def _config_sync(b: Builder, given: dict[str, tuple[str, str]]) -> None:
             break
 
 
+def _group_sync(b: Builder, given: dict[str, tuple[str, str]], where: str) -> None:
+    """MM2's checkpoint and group offset sync properties, with MM2's defaults (checkpoints on,
+    every group but MM2's excluded ones, offsets not synced): REPLICATOR_SYNC_GROUPS (the
+    groups regex with the exclusions), its interval and REPLICATOR_SYNC_GROUP_OFFSETS."""
+
+    def flag(key: str, default: bool) -> bool:
+        if key not in given:
+            return default
+        value, origin = given[key]
+        parsed = parse_bool(value)
+        if parsed is None:
+            raise ConfigError(origin, f"expected true or false, got {value!r}")
+        return parsed
+
+    emit = flag("emit.checkpoints.enabled", True)
+    sync = flag("sync.group.offsets.enabled", False)
+    if not emit and not sync:
+        for key in ("groups", "groups.exclude", "groups.blacklist"):
+            if key in given:
+                b.note(given[key][1], "ignored: checkpoints are off")
+        return
+    include = given.get("groups", (".*", where))
+    groups = java_regex(b, include[0], include[1]) or "(?!)"
+    excluded = [given[k] for k in ("groups.exclude", "groups.blacklist") if k in given]
+    exclude = excluded or [(MM2_DEFAULT_GROUPS_EXCLUDE, where)]
+    parts = [java_regex(b, text, origin) for text, origin in exclude]
+    never = "|".join(p for p in parts if p)
+    every = groups if groups == ".*" else f"(?:{groups})"
+    rule = f"(?!(?:{never})\\Z){every}" if never else groups
+    b.set("SYNC_GROUPS", rule, include[1])
+    if not emit:
+        b.note(
+            given["emit.checkpoints.enabled"][1],
+            "checkpoints are written anyway: group offsets are synced from them",
+        )
+    interval_keys = ("emit.checkpoints.interval.seconds", "sync.group.offsets.interval.seconds")
+    intervals = [given[k] for k in interval_keys if k in given]
+    if intervals:
+        seconds = min(parse_int(value, origin) for value, origin in intervals)
+        b.set("SYNC_GROUPS_INTERVAL_MS", str(max(seconds, 1) * 1000), intervals[0][1])
+        if len(intervals) > 1:
+            b.note(intervals[1][1], "one interval for checkpoints and offset sync: the shorter")
+    if sync:
+        b.set("SYNC_GROUP_OFFSETS", "true", given["sync.group.offsets.enabled"][1])
+    b.note(
+        include[1],
+        "consumer groups' positions are translated exactly (from provenance) into each flow's "
+        "target on an interval and kept in its checkpoints topic; `replicator failover` moves "
+        "a group"
+        + ("; offsets are committed for groups idle on the target, only forward" if sync else ""),
+    )
+
+
 def _note(b: Builder, key: str, value: str, origin: str) -> bool:
     """The note of an MM2 property accepted without a translation (False: not one)."""
     if key == "sync.topic.acls.enabled" and parse_bool(value) is False:
         b.note(origin, "ACLs are never synced here")
         return True
-    if key in ("emit.checkpoints.enabled", "sync.group.offsets.enabled") and (
-        parse_bool(value) is False
-    ):
-        return True  # what happens here anyway
     note = _NOTES.get(key) or next(
         (text for prefix, text in _PREFIX_NOTES.items() if key.startswith(prefix)), None
     )
@@ -218,6 +276,7 @@ def mm2_translation(path: Path) -> Translation:
     flow_props: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
     top: dict[str, tuple[str, str]] = {}
     config_sync: dict[str, tuple[str, str]] = {}
+    group_sync: dict[str, tuple[str, str]] = {}
     for key, value in props.items():
         if key == "clusters":
             continue
@@ -239,6 +298,8 @@ def mm2_translation(path: Path) -> Translation:
                 flow_props.setdefault(pair, {})[rest] = (value, origin(key))
             elif rest == "refresh.topics.interval.seconds":
                 b.note(origin(key), "ignored: give it without the flow: one interval for all")
+            elif rest in _GROUP_SYNC_KEYS:
+                b.note(origin(key), _GROUPS_GLOBAL)
             elif not _note(b, rest, value, origin(key)):
                 b.note(origin(key), f"ignored: {rest} has no meaning for a flow here")
             continue
@@ -258,6 +319,8 @@ def mm2_translation(path: Path) -> Translation:
             )
         elif key in _CONFIG_SYNC_KEYS:
             config_sync[key] = (value, origin(key))
+        elif key in _GROUP_SYNC_KEYS:
+            group_sync[key] = (value, origin(key))
         elif key.startswith(("consumer.", "producer.", "admin.")):
             role, _, rest = key.partition(".")
             client_property(b, Client(role, everywhere, 0, mm2=True), rest, value, origin(key))
@@ -267,6 +330,7 @@ def mm2_translation(path: Path) -> Translation:
             b.note(origin(key), f"ignored: {key} has no meaning here")
 
     _config_sync(b, config_sync)
+    _group_sync(b, group_sync, label)
     if "enabled" in top:
         b.note(
             top["enabled"][1], "ignored: flows are enabled one by one (<source>-><target>.enabled)"

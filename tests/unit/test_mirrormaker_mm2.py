@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,11 @@ def test_mm2_identity_policy_and_flow_scoped_properties(tmp_path: Path) -> None:
     assert flow.start_from is StartPosition.LATEST
     assert settings.metadata_max_age_ms == 30_000
     notes = notes_by_key(translation)
-    assert "not synced to the target by this version" in notes["sync.group.offsets.enabled"]
+    # MM2's defaults: checkpoints of every group but MM2's excluded ones; offsets synced as asked
+    assert settings.sync_group_offsets and settings.sync_groups is not None
+    assert re.fullmatch(settings.sync_groups, "orders-app")
+    for excluded in ("console-consumer-12", "connect-mm2", "__internal"):
+        assert not re.fullmatch(settings.sync_groups, excluded), excluded
     assert "emit.heartbeats.enabled" not in notes  # false: what happens here anyway
     for key in ("tasks.max", "key.converter", "dedicated.mode.enable.internal.rest"):
         assert key in notes, key
@@ -305,3 +310,26 @@ def test_mm2_topic_config_sync_properties(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         mm2_translation(config)
     assert "sync.topic.configs.enabled" in refused.value.variable
+
+
+def test_mm2_checkpoint_and_group_sync_properties(tmp_path: Path) -> None:
+    translation = mm2(
+        tmp_path,
+        TWO + "A->us_west.enabled=true\n"
+        "groups=app.*, billing\ngroups.exclude=app-test.*\n"
+        "emit.checkpoints.interval.seconds=30\nsync.group.offsets.interval.seconds=10\n"
+        "A->us_west.groups=other\n",
+    )
+    settings = translation.settings()
+    assert settings.sync_groups is not None and not settings.sync_group_offsets
+    assert settings.sync_groups_interval_ms == 10_000  # one interval for both: the shorter
+    for group, synced in (("app-orders", True), ("billing", True), ("app-test-1", False)):
+        assert bool(re.fullmatch(settings.sync_groups, group)) is synced, group
+    notes = notes_by_key(translation)
+    assert "give it without the flow" in notes["A->us_west.groups"]
+    off = mm2(
+        tmp_path,
+        TWO + "A->us_west.enabled=true\nemit.checkpoints.enabled=false\ngroups=app.*\n",
+    )
+    assert off.settings().sync_groups is None
+    assert "checkpoints are off" in notes_by_key(off)["groups"]
