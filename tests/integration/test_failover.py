@@ -258,7 +258,7 @@ def test_a_group_fails_over_from_its_checkpoint_when_its_datacenter_is_lost(
         # its translated positions committed there.
         def checkpointed() -> bool:
             _, status_now = dc1.get("/status")
-            group = (status_now["checkpoints"]["groups"].get("app.orders") or {}).get("dc2")
+            group = (status_now["checkpoints"]["groups"].get("app.orders") or {}).get("dc1->dc2")
             return group is not None and group["age_s"] < time.time() - committed_at - 0.5
 
         wait_until(checkpointed, 30, "a checkpoint of app.orders after its commit", dc1.log)
