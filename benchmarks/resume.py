@@ -67,8 +67,11 @@ async def timed(tail: DestinationTail, origin: str, floor: int | None) -> dict[s
     }
 
 
-async def resume_cost(records: int, marked_records: int = 50_000) -> dict[str, Any]:
-    """Time the tail reads on a partition of ``records`` records (see the module docstring)."""
+async def resume_cost(
+    records: int, marked_records: int = 50_000, fetch_max_bytes: int = 512 * 1024
+) -> dict[str, Any]:
+    """Time the tail reads on a partition of ``records`` records (see the module docstring),
+    with fetch answers bounded as the replicator's readers bound them (``make_reader``)."""
     broker = EmbeddedBroker("resume").start()
     try:
         log_end = await fill(broker.bootstrap_servers, records)
@@ -76,6 +79,8 @@ async def resume_cost(records: int, marked_records: int = 50_000) -> dict[str, A
             bootstrap_servers=broker.bootstrap_servers,
             enable_auto_commit=False,
             fetch_max_wait_ms=10,
+            fetch_max_bytes=fetch_max_bytes,
+            max_partition_fetch_bytes=min(fetch_max_bytes, 512 * 1024),
         )
         await reader.start()
         try:
