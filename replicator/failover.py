@@ -74,6 +74,7 @@ class PartitionMove:
     seconds: float = 0.0
     checkpoint_age_s: float | None = None
     committed_in_target: int | None = None
+    problem: str | None = None  # why the partition could not be translated
 
     def checkpoint(self, group: str, source: str, target: str, at_ms: int) -> Checkpoint | None:
         """This translation as a checkpoint (none without a position)."""
@@ -105,6 +106,7 @@ class PartitionMove:
             "committed_in_target": self.committed_in_target,
             "checkpoint_age_s": self.checkpoint_age_s,
             "records_read": self.scanned,
+            "problem": self.problem,
         }
 
 
@@ -173,6 +175,7 @@ class GroupTranslator:
                 if source is not None:
                     await source.start()
                 await target.start()
+                await target.topics()  # the target's partitions, before any is read
                 while pending:
                     job = pending.pop()
                     moves[job.key] = await asyncio.wait_for(
@@ -194,6 +197,12 @@ class GroupTranslator:
         suffix = self.settings.replica_suffix
         if job.position is None:
             return PartitionMove(job.topic, job.partition, job.target_topic, None, None, 0, None)
+        if job.partition not in (target.partitions_for_topic(job.target_topic) or ()):
+            problem = f"{self.target} has no partition {job.target_topic}/{job.partition}"
+            return PartitionMove(
+                job.topic, job.partition, job.target_topic, job.position, None, 0, None,
+                problem=problem,
+            )  # fmt: skip
         b_ids = identities(self.target, job.target_topic, job.partition, job.topic, suffix)
         tp_b = TopicPartition(job.target_topic, job.partition)
         target_log = KafkaPartitionLog(target, tp_b, b_ids)
@@ -204,7 +213,7 @@ class GroupTranslator:
             a_ids = identities(self.source, job.topic, job.partition, job.target_topic, suffix)
             tp_a = TopicPartition(job.topic, job.partition)
             consumed = ConsumedScan(KafkaPartitionLog(source, tp_a, a_ids), job.position, job.since)
-        result: Translation = await translation.translate(target_log, consumed, job.since)
+        result: Translation = await translation.translate(target_log, consumed)
         age = job.checkpoint.age_s() if job.checkpoint is not None else None
         return PartitionMove(
             job.topic,
@@ -336,6 +345,12 @@ async def plan_failover(
         ]
         plan = FailoverPlan(group, source, target, moves, source_error, members)
         if execute:
+            untranslated = [f"{m.topic}/{m.partition}: {m.problem}" for m in moves if m.problem]
+            if untranslated:
+                raise FailoverRefused(
+                    f"{len(untranslated)} partition(s) cannot be translated, nothing committed: "
+                    + "; ".join(untranslated)
+                )
             if members:
                 raise FailoverRefused(
                     f"group {group} has {members} active member(s) in {target}: stop them "
@@ -452,11 +467,14 @@ def _print(plan: FailoverPlan, seconds: float) -> None:
             _shown(m.committed_in_target),
         )
     console.print(table)
+    for m in plan.moves:
+        if m.problem is not None:
+            console.print(f"[bold]not translated[/]: {m.topic}/{m.partition}: {m.problem}")
     total = sum(m.repeats for m in plan.moves)
     read = sum(m.scanned for m in plan.moves)
     console.print(
         f"{len(plan.moves)} partitions, {total} records will be read again; "
-        f"{read} records read to translate, {seconds:.1f} s"
+        f"{read} records read to translate, {seconds:.2f} s"
     )
     if plan.executed:
         console.print(f"committed in {plan.target}: group {plan.group} continues there")

@@ -137,7 +137,7 @@ class ConsumedScan:
         self._log = log
         self._position = position
         usable = since is not None and since.source_offset <= position
-        self._since = since if usable else None
+        self.since = since if usable else None  # a group moved back makes it meaningless
         self._found: dict[Origin, int] = {}
         self._low = position  # read down to here
         self._bottom: int | None = None  # the lowest position worth reading
@@ -148,12 +148,12 @@ class ConsumedScan:
         """The frontier, with every origin in ``origins`` resolved (found, or known absent)."""
         wanted = set(origins)
         if self._bottom is None:
-            if self._since is not None and self._since.source_offset == self._position:
+            if self.since is not None and self.since.source_offset == self._position:
                 self._bottom = self._position  # the sync point is at the position: no read
             else:
                 assert self._log is not None
                 start, _ = await self._log.bounds()
-                floor = self._since.source_offset if self._since is not None else start
+                floor = self.since.source_offset if self.since is not None else start
                 self._bottom = max(start, floor)
                 await self._read_back()  # one chunk: the origins the group read last
         while self._low > self._bottom and not wanted <= self._found.keys():
@@ -161,7 +161,7 @@ class ConsumedScan:
         return self._current()
 
     def _current(self) -> Frontier:
-        consumed = dict(self._since.frontier.consumed) if self._since is not None else {}
+        consumed = dict(self.since.frontier.consumed) if self.since is not None else {}
         consumed.update(self._found)  # what was read wins over the older sync point
         return Frontier(consumed)
 
@@ -191,14 +191,11 @@ class Translation:
     seconds: float
 
 
-async def translate(
-    target: PartitionLog, consumed: ConsumedScan, since: SyncPoint | None = None
-) -> Translation:
-    """The position in ``target`` (B) matching the group's position that ``consumed`` reads in A.
-
-    ``since``: a sync point in B (checkpoint): records before its target offset were consumed.
-    """
+async def translate(target: PartitionLog, consumed: ConsumedScan) -> Translation:
+    """The position in ``target`` (B) matching the group's position that ``consumed`` reads in A
+    (with its sync point, if any: records of B before its target offset were consumed)."""
     began = time.monotonic()
+    since = consumed.since
     start, end = await target.bounds()
     bottom = min(max(start, since.target_offset) if since is not None else start, end)
     search = _TargetSearch(target, consumed, bottom)

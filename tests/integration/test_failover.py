@@ -244,6 +244,15 @@ def test_a_group_fails_over_from_its_checkpoint_when_its_datacenter_is_lost(
             assert status == 0 and busy["active_members_in_target"] == 1
             assert {p["committed_in_target"] for p in busy["partitions"]} == {None}
 
+        # A topic of dc1 that dc2 lacks: nothing is committed, and the partition is named.
+        create_topics(dc1_broker, solo=1)
+        consume(dc1_broker, "solo", "app.solo")
+        status, partial, _ = failover(
+            cli, "--group", "app.solo", "--from", "dc1", "--to", "dc2", "--topic", "solo",
+            "--execute",
+        )  # fmt: skip
+        assert status == 1 and "dc2 has no partition solo/0" in partial["error"], partial
+
         status, none, _ = failover(cli, "--group", "app.nobody", "--from", "dc1", "--to", "dc2")
         assert status == 0 and none["partitions"] == [] and not none["executed"], none
 
@@ -268,6 +277,13 @@ def test_a_group_fails_over_from_its_checkpoint_when_its_datacenter_is_lost(
         # before dc1's first 100 (all read): those 100 are read again there.
         (zero,) = [p for p in live["partitions"] if p["partition"] == 0]
         assert (zero["target_position"], zero["repeats"]) == (50, 100), zero
+        status, table, err = replicator_cli(
+            cli, "failover", "--group", "app.orders", "--from", "dc1", "--to", "dc2"
+        )
+        assert status == 0, err
+        assert f"{live['repeats']} records will be read again" in table, table
+        assert "dry run: add --execute" in table
+        print(table)
         synced = {
             (p["topic"], p["partition"]): p["committed_in_target"] for p in live["partitions"]
         }
