@@ -180,8 +180,8 @@ class Metrics:
             "Topics of a feed's source cluster at the last listing, by what its topic rules make "
             "of them: replicated, or the reason they are not (not_included, excluded, "
             "not_a_replica_topic, target_is_replica_topic, remote_topic_of_target, "
-            "flow_output, target_name_too_long, internal). feed: replica (the _REPLICA mode) or the "
-            "flow's name.",
+            "flow_output, target_name_too_long, internal). feed: replica (the _REPLICA mode) or "
+            "the flow's name.",
             ["feed", "selection"],
         )
         self.topics_blocked = self._declare(
