@@ -11,7 +11,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -267,14 +268,8 @@ def _signal_at(
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("moment", ["with-a", "mid-rebalance", "after-takeover"])
-def test_sigterm_to_a_replica_while_its_group_rebalances_exits_within_the_grace(
-    replicators: Start, moment: str
-) -> None:
-    """Two replicas of dc1 share the feed's group; replica A is stopped (SIGTERM), which makes
-    the group rebalance onto B, and B gets SIGTERM at ``moment``: before, during or after that
-    rebalance. B must exit 0 within the grace period plus a margin, start nothing after its stop
-    request, and a replicator started afterwards must deliver every record."""
+def _sigterm_while_rebalancing(replicators: Start, moment: str, say: list[str]) -> None:
+    """The scenario of the test below for one ``moment``; what it prints goes to ``say``."""
     with start_clusters("dc1", "dc2") as brokers:
         local = brokers["dc1"]
         create_topics(local, orders_REPLICA=6)
@@ -308,7 +303,7 @@ def test_sigterm_to_a_replica_while_its_group_rebalances_exits_within_the_grace(
             b_status, b_took = _exit_within(b, b_signalled, limit, clock)
             a_status, a_took = _exit_within(a, a_signalled, limit, clock)
         assert not stream.errors, stream.errors
-        print(
+        say.append(
             f"B signalled {moment}, {b_signalled - a_signalled:.1f}s after A; "
             f"A exited {a_status} in {a_took:.1f}s, B exited {b_status} in {b_took:.1f}s"
         )
@@ -331,5 +326,80 @@ def test_sigterm_to_a_replica_while_its_group_rebalances_exits_within_the_grace(
             wait_until(holds_distinct(broker, "orders", total), 60, broker.alias, again.log)
             report = oracle(source, read(broker, "orders"), "dc1")
             assert not report.missing and not report.out_of_order, f"{broker.alias}: {report}"
-            print(f"{broker.alias}: {report}")
+            say.append(f"{broker.alias}: {report}")
         assert again.stop() == 0
+
+
+_MOMENTS = ("with-a", "mid-rebalance", "after-takeover")
+_TEST = "test_sigterm_to_a_replica_while_its_group_rebalances_exits_within_the_grace"
+
+
+def _scenario_in_thread(moment: str, say: list[str]) -> None:
+    """:func:`_sigterm_while_rebalancing` with its own replicators, all killed when it ends
+    (what the ``replicators`` fixture does for a test)."""
+    started: list[ReplicatorProcess] = []
+
+    def start(
+        alias: str, env: dict[str, str], args: tuple[str, ...] = ("run",)
+    ) -> ReplicatorProcess:
+        process = ReplicatorProcess(alias, env, args).start()
+        started.append(process)
+        return process
+
+    try:
+        _sigterm_while_rebalancing(start, moment, say)
+    finally:
+        for process in started:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def rebalance_scenarios(
+    request: pytest.FixtureRequest,
+) -> Iterator[dict[str, tuple[Future[None], list[str]]]]:
+    """The scenario of every selected ``moment``, all started at once, each in its own thread
+    with its own brokers and replicators: the outcome and printed lines of each, by moment.
+
+    A scenario spends most of its 25-30 s waiting for the broker (a stopped member's session to
+    expire, a rebalance, a first join) and little CPU, so side by side the three take about the
+    time of one. Each test waits for its own moment and fails with that scenario's assertion.
+    """
+    moments = sorted(
+        {
+            str(item.callspec.params["moment"])
+            for item in request.session.items
+            if isinstance(item, pytest.Function)
+            and item.originalname == _TEST
+            and item.module is request.module
+        }
+    )
+    with ThreadPoolExecutor(max(1, len(moments))) as pool:
+        scenarios: dict[str, tuple[Future[None], list[str]]] = {}
+        for moment in moments:
+            say: list[str] = []
+            scenarios[moment] = (pool.submit(_scenario_in_thread, moment, say), say)
+        yield scenarios
+
+
+@pytest.mark.parametrize("moment", _MOMENTS)
+def test_sigterm_to_a_replica_while_its_group_rebalances_exits_within_the_grace(
+    rebalance_scenarios: dict[str, tuple[Future[None], list[str]]], moment: str
+) -> None:
+    """Two replicas of dc1 share the feed's group; replica A is stopped (SIGTERM), which makes
+    the group rebalance onto B, and B gets SIGTERM at ``moment``: before, during or after that
+    rebalance. B must exit 0 within the grace period plus a margin, start nothing after its stop
+    request, and a replicator started afterwards must deliver every record.
+
+    The three moments run side by side (see ``rebalance_scenarios``), each on its own clusters."""
+    if moment not in rebalance_scenarios:  # not selected when the fixture started them
+        said: list[str] = []
+        try:
+            _scenario_in_thread(moment, said)
+        finally:
+            print("\n".join(said))
+        return
+    outcome, said = rebalance_scenarios[moment]
+    try:
+        outcome.result()  # raises the scenario's own failure, if it failed
+    finally:
+        print("\n".join(said))
