@@ -89,7 +89,7 @@ async def timed(
     reader = translator.reader("dc1", "bench")
     await reader.start()
     try:
-        jobs = await translator.jobs(reader, GROUP, None, since)
+        jobs, _ = await translator.jobs(reader, GROUP, None, since)
     finally:
         await reader.stop()
     moves = await translator.translate(jobs, live=True)

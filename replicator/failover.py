@@ -27,6 +27,7 @@ from replicator.checkpoints import Checkpoint, CheckpointKey, read_latest
 from replicator.errors import ClusterUnavailable, ReplicatorError
 from replicator.kafka import ClusterClient, GroupOffsets, make_reader, translate
 from replicator.lifecycle import close_quietly
+from replicator.readback import cluster_partitions
 from replicator.settings import Settings
 from replicator.topology import counterpart
 from replicator.translation import (
@@ -139,34 +140,39 @@ class GroupTranslator:
         group: str,
         topics: Iterable[str] | None,
         checkpoints: dict[CheckpointKey, Checkpoint],
-    ) -> list[PartitionJob]:
-        """The group's positions in the source's replicated topics (``topics``: only those)."""
-        existing = await reader.topics()
+    ) -> tuple[list[PartitionJob], list[str]]:
+        """The group's positions in the source's replicated topics (``topics``: only those),
+        and the topics it has positions in that nothing replicates into the target."""
+        existing = await cluster_partitions(reader)
         listed = topics if topics is not None else sorted(existing)
-        partitions: list[tuple[TopicPartition, str]] = []
+        partitions: list[tuple[TopicPartition, str | None]] = []
         for topic in listed:
             if topic.startswith(_INTERNAL_PREFIXES) or topic == self.settings.checkpoints_topic:
                 continue
             other = counterpart(self.settings, topic, self.source, self.target)
-            if other is None:
-                continue
-            for p in sorted(reader.partitions_for_topic(topic) or ()):
+            for p in existing.get(topic, ()):
                 partitions.append((TopicPartition(topic, p), other))
         found = await GroupOffsets(reader._client, group).fetch([tp for tp, _ in partitions])
         jobs = []
+        unmoved: set[str] = set()
         for tp, other in partitions:
             position = found[tp]
+            if other is None:
+                if position is not None:
+                    unmoved.add(tp.topic)
+                continue
             if position is None and topics is None:
                 continue  # the group does not read this topic
             cp = checkpoints.get((tp.topic, tp.partition))
             since = cp.sync_point if cp is not None and cp.target_topic == other else None
             jobs.append(PartitionJob(tp.topic, tp.partition, other, position, since))
-        return jobs
+        return jobs, sorted(unmoved)
 
     async def translate(self, jobs: list[PartitionJob], live: bool) -> list[PartitionMove]:
         """Translate every job; ``live``: the source answers (else checkpoints only)."""
         pending = list(reversed(jobs))
         moves: dict[CheckpointKey, PartitionMove] = {}
+        held: dict[str, list[int]] = {}  # the target's partitions
 
         async def work() -> None:
             source = self.reader(self.source, "source") if live else None
@@ -175,11 +181,11 @@ class GroupTranslator:
                 if source is not None:
                     await source.start()
                 await target.start()
-                await target.topics()  # the target's partitions, before any is read
+                held.update(await cluster_partitions(target))
                 while pending:
                     job = pending.pop()
                     moves[job.key] = await asyncio.wait_for(
-                        self._one(job, source, target), self._timeout * 10
+                        self._one(job, source, target, held), self._timeout * 10
                     )
             finally:
                 for reader in (source, target):
@@ -192,12 +198,16 @@ class GroupTranslator:
         return [moves[job.key] for job in jobs]
 
     async def _one(
-        self, job: PartitionJob, source: AIOKafkaConsumer | None, target: AIOKafkaConsumer
+        self,
+        job: PartitionJob,
+        source: AIOKafkaConsumer | None,
+        target: AIOKafkaConsumer,
+        held: dict[str, list[int]],
     ) -> PartitionMove:
         suffix = self.settings.replica_suffix
         if job.position is None:
             return PartitionMove(job.topic, job.partition, job.target_topic, None, None, 0, None)
-        if job.partition not in (target.partitions_for_topic(job.target_topic) or ()):
+        if job.partition not in held.get(job.target_topic, ()):
             problem = f"{self.target} has no partition {job.target_topic}/{job.partition}"
             return PartitionMove(
                 job.topic, job.partition, job.target_topic, job.position, None, 0, None,
@@ -302,11 +312,12 @@ async def plan_failover(
         await close_quietly(target_reader.stop())
     source_error: str | None = "--from-checkpoint" if from_checkpoint else None
     jobs: list[PartitionJob] = []
+    unmoved: list[str] = []
     if not from_checkpoint:
         reader = translator.reader(source, "positions")
         try:
             await asyncio.wait_for(reader.start(), timeout)
-            jobs = await asyncio.wait_for(
+            jobs, unmoved = await asyncio.wait_for(
                 translator.jobs(reader, group, topics, checkpoints), timeout
             )
         except TimeoutError:
@@ -344,6 +355,12 @@ async def plan_failover(
             for m in moves
         ]
         plan = FailoverPlan(group, source, target, moves, source_error, members)
+        if unmoved:
+            plan.notes.append(
+                f"group {group} also has positions in {', '.join(unmoved)} in {source}, which "
+                f"nothing in this configuration replicates into {target}: not moved (run the "
+                "command with the environment of the replicator that runs those flows)"
+            )
         if execute:
             untranslated = [f"{m.topic}/{m.partition}: {m.problem}" for m in moves if m.problem]
             if untranslated:
@@ -438,6 +455,8 @@ def _print(plan: FailoverPlan, seconds: float) -> None:
             f"in {plan.target}, {min(ages):.0f}-{max(ages):.0f} s old; what the group consumed "
             f"in {plan.source} after them is read again"
         )
+    for note in plan.notes:
+        console.print(f"note: {note}")
     if not plan.moves:
         console.print(
             f"group {plan.group} has no position in {plan.source} in any topic replicated to "

@@ -150,7 +150,7 @@ class GroupSync:
         try:
             for group in groups:
                 latest = await checkpoints.read_latest(previous, topic, group, source, timeout)
-                jobs = await translator.jobs(reader, group, None, latest)
+                jobs, _ = await translator.jobs(reader, group, None, latest)
                 moves = await translator.translate(jobs, live=True)
                 await self._record(pair, group, moves, producer)
         finally:

@@ -32,14 +32,18 @@ class StoredRecord:
         return parse(self.headers)
 
 
+async def cluster_partitions(consumer: AIOKafkaConsumer) -> dict[str, list[int]]:
+    """Every topic of the cluster and its partitions, from one metadata request (asking for
+    every topic: naming a missing one may create it). Read from the answer itself: a consumer's
+    own metadata covers only the topics it is assigned once it is assigned some."""
+    cluster = await consumer._client.fetch_all_metadata()
+    return {topic: sorted(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
+
+
 async def partitions_of(consumer: AIOKafkaConsumer, *topics: str) -> list[TopicPartition]:
     """Every partition of ``topics`` that exist, in order, without creating any: one request."""
-    await consumer.topics()  # metadata of every topic; naming a missing one may create it
-    return [
-        TopicPartition(topic, p)
-        for topic in topics
-        for p in sorted(consumer.partitions_for_topic(topic) or ())
-    ]
+    found = await cluster_partitions(consumer)
+    return [TopicPartition(topic, p) for topic in topics for p in found.get(topic, ())]
 
 
 async def read_topic(

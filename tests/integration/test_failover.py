@@ -320,44 +320,89 @@ def test_a_group_fails_over_from_its_checkpoint_when_its_datacenter_is_lost(
         )
 
 
-def test_same_name_active_active_fails_over_and_back_exactly(replicators: Start) -> None:
-    """Identity flows both ways (applications write ``orders`` itself); the group moves to dc2
-    while dc1 runs, reads on there, and moves back."""
+def only(result: dict[str, Any], topic: str) -> dict[str, Any]:
+    """``result`` (a failover's JSON) for the partitions of one source topic."""
+    partitions = [p for p in result["partitions"] if p["topic"] == topic]
+    return {**result, "partitions": partitions, "repeats": sum(p["repeats"] for p in partitions)}
+
+
+def test_flows_fail_over_and_back_exactly_same_name_and_renamed(replicators: Start) -> None:
+    """Identity flows both ways (applications write ``orders`` itself) and an MM2-named flow
+    (``events`` of dc1 -> ``dc1.events`` in dc2); one group reads both in dc1, moves to dc2 while
+    dc1 runs, reads on there, and moves back."""
     with start_clusters("dc1", "dc2") as brokers:
         dc1_broker, dc2_broker = brokers["dc1"], brokers["dc2"]
-        envs = {}
-        for alias, other in (("dc1", "dc2"), ("dc2", "dc1")):
-            create_topics(brokers[alias], orders=3)
-            envs[alias] = replicator_env(alias, brokers, replica_mode="false") | flow_env(
-                f"{alias}_to_{other}", alias, other
-            )
+        create_topics(dc1_broker, orders=3, events=2)
+        create_topics(dc2_broker, orders=3)
+        envs = {
+            alias: replicator_env(alias, brokers, replica_mode="false")
+            | flow_env(f"{alias}_to_{other}", alias, other, topics_include="orders")
+            for alias, other in (("dc1", "dc2"), ("dc2", "dc1"))
+        }
+        envs["dc1"] |= flow_env(
+            "events", "dc1", "dc2", naming="source-alias", topics_include="events"
+        )
+        # The command runs with an environment that knows every flow involved.
+        every_flow = {**envs["dc1"], **envs["dc2"]}
         for alias in ("dc1", "dc2"):
             replicators(alias, envs[alias]).wait_ready()
         produce(dc1_broker, "orders", 300, partitions=3)
         produce(dc2_broker, "orders", 300, partitions=3)
+        produce(dc1_broker, "events", 200, partitions=2)
         for broker in brokers.values():
             wait_until(holds(broker, "orders", 600), 60, f"orders on {broker.alias}")
+        wait_until(holds(dc2_broker, "dc1.events", 200), 60, "dc1.events on dc2")
 
         first = consume(dc1_broker, "orders", "app", {0: 70, 1: 100, 2: 130})
+        first_events = consume(dc1_broker, "events", "app", {0: 40, 1: 60})
+        # Without the MM2-named flow in its environment, the command says what it leaves.
+        status, partial, _ = failover(envs["dc2"], "--group", "app", "--from", "dc1", "--to", "dc2")
+        assert status == 0 and {p["topic"] for p in partial["partitions"]} == {"orders"}
+        assert "events" in partial["notes"][0] and "not moved" in partial["notes"][0]
         status, over, err = failover(
-            envs["dc2"], "--group", "app", "--from", "dc1", "--to", "dc2", "--execute"
+            every_flow, "--group", "app", "--from", "dc1", "--to", "dc2", "--execute"
         )
-        assert status == 0 and over["executed"], err
-        second = consume(dc2_broker, "orders", "app", {0: 150, 1: 160, 2: 170})
+        assert status == 0 and over["executed"], (over, err)
+        assert {(p["topic"], p["target_topic"]) for p in over["partitions"]} == {
+            ("orders", "orders"),
+            ("events", "dc1.events"),
+        }
+        stops = {"orders": {0: 150, 1: 160, 2: 170}, "dc1.events": {0: 70, 1: 80}}
+        second = consume(dc2_broker, "orders", "app", stops["orders"])
+        second_events = consume(dc2_broker, "dc1.events", "app", stops["dc1.events"])
         status, back, err = failover(
-            envs["dc1"], "--group", "app", "--from", "dc2", "--to", "dc1", "--execute"
+            every_flow, "--group", "app", "--from", "dc2", "--to", "dc1", "--execute"
         )
         assert status == 0 and back["executed"], err
+        assert {(p["topic"], p["target_topic"]) for p in back["partitions"]} == {
+            ("orders", "orders"),
+            ("dc1.events", "events"),
+        }
         third = consume(dc1_broker, "orders", "app")
+        third_events = consume(dc1_broker, "events", "app")
 
-        in_dc1 = read(dc1_broker, "orders")
-        in_dc2 = read(dc2_broker, "orders")
-        assert {identity(r, "dc1") for r in in_dc1} == {identity(r, "dc2") for r in in_dc2}
-        assert_translated({identity(r, "dc1") for r in first}, in_dc2, "dc2", over)
-        # Back: what dc2's positions say the group consumed (its repeats included).
-        stops = {0: 150, 1: 160, 2: 170}
-        consumed_there = [r for r in in_dc2 if r.offset < stops[r.partition]]
-        assert {identity(r, "dc2") for r in second} <= {identity(r, "dc2") for r in consumed_there}
-        assert_translated({identity(r, "dc2") for r in consumed_there}, in_dc1, "dc1", back)
-        assert_exact_move(consumed_there, "dc2", third, "dc1", in_dc1, back["repeats"])
-        assert over["repeats"] > 0 and back["repeats"] > 0, (over["repeats"], back["repeats"])
+        for topic, there, read_first, read_second, read_third in (
+            ("orders", "orders", first, second, third),
+            ("events", "dc1.events", first_events, second_events, third_events),
+        ):
+            in_dc1 = read(dc1_broker, topic)
+            in_dc2 = read(dc2_broker, there)
+            assert {identity(r, "dc1") for r in in_dc1} == {identity(r, "dc2") for r in in_dc2}
+            before = {identity(r, "dc1") for r in read_first}
+            assert_translated(before, in_dc2, "dc2", only(over, topic))
+            # Back: what dc2's positions say the group consumed (its repeats included).
+            consumed_there = [r for r in in_dc2 if r.offset < stops[there][r.partition]]
+            assert {identity(r, "dc2") for r in read_second} <= {
+                identity(r, "dc2") for r in consumed_there
+            }
+            moved_back = only(back, there)
+            assert_translated(
+                {identity(r, "dc2") for r in consumed_there}, in_dc1, "dc1", moved_back
+            )
+            assert_exact_move(
+                consumed_there, "dc2", read_third, "dc1", in_dc1, moved_back["repeats"]
+            )
+        # orders interleaves two origins differently in each cluster: some records are read
+        # again; events has one origin: none.
+        assert only(over, "orders")["repeats"] > 0 and only(back, "orders")["repeats"] > 0
+        assert only(over, "events")["repeats"] == 0 == only(back, "dc1.events")["repeats"]
