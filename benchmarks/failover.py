@@ -5,9 +5,12 @@ the records of two origins (dc1's and dc2's replica topics) interleaved differen
 (one by one in dc1, in runs of 100 in dc2), provenance headers included. A group's positions in
 dc1 are then translated to dc2 by the code ``replicator failover`` runs, timed:
 
-- ``lag 1%``: the group is 1% behind the log end (the usual case);
-- ``half way``: half of each partition is unread (the reads grow with the lag in the target);
-- ``from a checkpoint``: the half-way translation as the sync point, the group 1% further.
+- ``no checkpoint, half way`` and ``no checkpoint, lag 1%``: the first translation of a group
+  reads its consumed part of each partition in dc1 and each partition of dc2 whole;
+- ``from a checkpoint, lag 1%``: the half-way translation as the sync point (as the continuous
+  checkpoints keep it), the group since moved on to 1% behind the log end;
+- ``from a checkpoint a round ago``: the sync point 1% of the records behind the group (about
+  what a checkpoint interval leaves).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from replicator.checkpoints import Checkpoint, CheckpointKey
 from replicator.embedded import EmbeddedBroker
-from replicator.failover import GroupTranslator, PartitionMove
+from replicator.group_translation import GroupTranslator, PartitionMove
 from replicator.kafka import GroupOffsets
 from replicator.provenance import Provenance
 from replicator.settings import load_settings
@@ -130,12 +133,18 @@ async def failover_cost(records: int) -> dict[str, Any]:
             "partitions": PARTITIONS,
             "fill_seconds": round(filled, 1),
         }
-        await commit(dc1, dict.fromkeys(range(PARTITIONS), per_partition * 99 // 100))
-        result["lag 1%"], _ = await timed(translator, {})
-        await commit(dc1, dict.fromkeys(range(PARTITIONS), per_partition // 2))
-        result["half way"], moves = await timed(translator, {})
-        await commit(dc1, dict.fromkeys(range(PARTITIONS), per_partition * 51 // 100))
-        result["from a checkpoint"], _ = await timed(translator, as_checkpoints(moves))
+        half, late = per_partition // 2, per_partition * 99 // 100
+        await commit(dc1, dict.fromkeys(range(PARTITIONS), half))
+        result["no checkpoint, half way"], at_half = await timed(translator, {})
+        await commit(dc1, dict.fromkeys(range(PARTITIONS), late))
+        result["no checkpoint, lag 1%"], _ = await timed(translator, {})
+        result["from a checkpoint, lag 1%"], _ = await timed(translator, as_checkpoints(at_half))
+        await commit(dc1, dict.fromkeys(range(PARTITIONS), late - per_partition // 100))
+        _, a_round_ago = await timed(translator, {})
+        await commit(dc1, dict.fromkeys(range(PARTITIONS), late))
+        result["from a checkpoint a round ago"], _ = await timed(
+            translator, as_checkpoints(a_round_ago)
+        )
         return result
     finally:
         for broker in brokers.values():

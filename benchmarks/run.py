@@ -626,7 +626,12 @@ async def main(args: argparse.Namespace) -> None:
         console.print(f"[bold]failover[/] translating a group over 12 partitions of {records:,}")
         failover = await phase("failover", failover_cost(records), failures)
         if failover:
-            for case in ("lag 1%", "half way", "from a checkpoint"):
+            for case in (
+                "no checkpoint, half way",
+                "no checkpoint, lag 1%",
+                "from a checkpoint, lag 1%",
+                "from a checkpoint a round ago",
+            ):
                 console.print(f"  {case}: {failover[case]}")
     outage = None
     if args.outage_records > 0:

@@ -2,10 +2,12 @@
 
 For each synced group, source cluster, topic and partition, the checkpoints topic of the target
 cluster (``REPLICATOR_CHECKPOINTS_TOPIC``, one partition, compacted, never replicated) holds one
-record, keyed ``[group, source, topic, partition]`` (JSON), whose value says where the group was
-in the source, the translated position in the target, the consumed frontier it was computed from
-and when. It is what ``failover`` uses when the source cluster is gone, and the sync point that
-bounds the next translation's reads (:class:`~replicator.translation.SyncPoint`).
+record, keyed ``[group, source, target, topic, partition]`` (JSON), whose value says where the
+group was in the source, the translated position in the target, the consumed frontier and the
+target's index it was computed from, and when. It is what ``failover`` uses when the source
+cluster is gone, and the sync point that bounds the next translation's reads
+(:class:`~replicator.translation.SyncPoint`). Compaction keeps one record per key; short
+segments let it run often, so the topic stays about as large as its keys.
 """
 
 from __future__ import annotations
@@ -16,12 +18,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from replicator.readback import partitions_of
+from replicator.kafka import client_options
+from replicator.readback import read_topic
+from replicator.settings import Settings
 from replicator.topics import TopicSpec, create_topic, describe_partitions, replication_factor
-from replicator.translation import Frontier, SyncPoint
+from replicator.translation import Frontier, SyncPoint, TargetIndex
+
+TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "segment.ms": str(3_600_000),  # compaction can run on what is an hour old
+    "min.cleanable.dirty.ratio": "0.1",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +48,12 @@ class Checkpoint:
     target_offset: int
     repeats: int
     frontier: Frontier
+    index: TargetIndex
     at_ms: int
 
     @property
     def key(self) -> bytes:
-        return json.dumps([self.group, self.source, self.topic, self.partition]).encode()
+        return key_of(self.group, self.source, self.target, self.topic, self.partition)
 
     def encode(self) -> bytes:
         value: dict[str, Any] = {
@@ -56,6 +67,7 @@ class Checkpoint:
             "target_offset": self.target_offset,
             "repeats": self.repeats,
             "frontier": self.frontier.encode(),
+            "index": self.index.encode(),
             "at_ms": self.at_ms,
         }
         return json.dumps(value, separators=(",", ":")).encode()
@@ -74,30 +86,35 @@ class Checkpoint:
             target_offset=int(value["target_offset"]),
             repeats=int(value["repeats"]),
             frontier=Frontier.decode(value["frontier"]),
+            index=TargetIndex.decode(value["index"]),
             at_ms=int(value["at_ms"]),
         )
 
     @property
     def sync_point(self) -> SyncPoint:
-        return SyncPoint(self.source_offset, self.target_offset, self.frontier)
+        return SyncPoint(self.source_offset, self.target_offset, self.frontier, self.index)
 
     def age_s(self, now_ms: int | None = None) -> float:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         return max(0.0, (now - self.at_ms) / 1000)
 
 
+def key_of(group: str, source: str, target: str, topic: str, partition: int) -> bytes:
+    return json.dumps([group, source, target, topic, partition]).encode()
+
+
 CheckpointKey = tuple[str, int]
 """A checkpoint's topic (in the source) and partition."""
 
+Checkpoints = dict[str, dict[CheckpointKey, Checkpoint]]
+"""The latest checkpoints from one source into one target: by group, then topic and partition."""
+
 
 async def ensure_topic(admin: AIOKafkaAdminClient, topic: str, factor: int | None) -> list[str]:
-    """Create the checkpoints topic (one partition, compacted) unless it exists; the broker's
-    errors, empty on success."""
+    """Create the checkpoints topic unless it exists; the broker's errors, empty on success."""
     if topic in await describe_partitions(admin):
         return []
-    spec = TopicSpec(
-        topic, 1, await replication_factor(admin, factor), {"cleanup.policy": "compact"}
-    )
+    spec = TopicSpec(topic, 1, await replication_factor(admin, factor), dict(TOPIC_CONFIGS))
     return await create_topic(admin, spec, tolerate=(36,))  # 36: already exists
 
 
@@ -112,32 +129,32 @@ async def write(producer: AIOKafkaProducer, topic: str, checkpoints: Iterable[Ch
 
 
 async def read_latest(
-    reader: AIOKafkaConsumer, topic: str, group: str, source: str, timeout: float
-) -> dict[CheckpointKey, Checkpoint]:
-    """The latest checkpoint of ``group`` from ``source`` per topic and partition (the whole
-    topic is read: compacted, it holds one record per key and a few not compacted yet)."""
-    partitions = await partitions_of(reader, topic)
-    if not partitions:
-        return {}
-    tp = partitions[0]
-    reader.assign([tp])
-    start = int((await reader.beginning_offsets([tp]))[tp])
-    reader.seek(tp, start)
-    latest: dict[CheckpointKey, Checkpoint] = {}
-    deadline = time.monotonic() + timeout
-    while True:
-        batches = await reader.getmany(tp, timeout_ms=50)
-        for record in batches.get(tp, ()):
-            if record.value is None:
-                continue
-            try:
-                checkpoint = Checkpoint.decode(record.value)
-            except (ValueError, KeyError, TypeError):
-                continue  # not a checkpoint of this format: never guessed at
-            if checkpoint.group == group and checkpoint.source == source:
-                latest[(checkpoint.topic, checkpoint.partition)] = checkpoint
-        end = reader.highwater(tp)
-        if end is not None and await reader.position(tp) >= end:
-            return latest
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"reading {topic} did not reach its end in {timeout:.0f}s")
+    settings: Settings,
+    source: str,
+    target: str,
+    timeout: float,
+    groups: Iterable[str] | None = None,
+) -> Checkpoints:
+    """The latest checkpoints from ``source`` kept in ``target`` (of ``groups`` only, if
+    given): the whole topic is read once (compacted, it is about as large as its keys); only
+    the matching records' values are decoded."""
+    wanted = set(groups) if groups is not None else None
+    options = client_options(settings.clusters[target], settings)
+    bootstrap = options.pop("bootstrap_servers")
+    records = await read_topic(bootstrap, settings.checkpoints_topic, timeout, **options)
+    latest: Checkpoints = {}
+    for record in records:
+        if record.key is None or record.value is None:
+            continue
+        try:
+            group, from_, into, topic, partition = json.loads(record.key)
+        except (ValueError, TypeError):
+            continue  # not a checkpoint's key: never guessed at
+        if from_ != source or into != target or (wanted is not None and group not in wanted):
+            continue
+        try:
+            checkpoint = Checkpoint.decode(record.value)
+        except (ValueError, KeyError, TypeError, AssertionError):
+            continue  # an older or foreign format: never guessed at
+        latest.setdefault(group, {})[(str(topic), int(partition))] = checkpoint
+    return latest

@@ -90,3 +90,10 @@ class KafkaFailure(ReplicatorError):
     def __init__(self, message: str, *, retriable: bool) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first failure inside (nested) exception groups, as a task group raises them."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

@@ -1,12 +1,13 @@
-"""Moving a consumer group to another cluster: ``replicator failover``, and the translation of a
-whole group that the continuous checkpoints reuse.
+"""``replicator failover``: move a consumer group to another cluster with exact positions.
 
 For each partition of each replicated topic the group has a position in, in the source cluster
-A, the position in the target cluster B comes from :func:`replicator.translation.translate` (exact:
-nothing unconsumed is skipped, the repeats are counted). When A does not answer (or with
+A, the position in the target cluster B comes from
+:class:`~replicator.group_translation.GroupTranslator` (exact: nothing unconsumed is skipped, the
+repeats are counted). When A does not answer (or with
 ``--from-checkpoint``), the latest checkpoints kept in B (:mod:`replicator.checkpoints`) stand in
 for A, and their age is said. ``--execute`` commits the positions in B as a group with no member
-may be committed to, and refuses while the group has active members there.
+may be committed to, and refuses while the group has active members there or while a partition
+cannot be translated.
 """
 
 from __future__ import annotations
@@ -14,230 +15,25 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from replicator import translation
-from replicator.checkpoints import Checkpoint, CheckpointKey, read_latest
-from replicator.errors import ClusterUnavailable, ReplicatorError
-from replicator.kafka import ClusterClient, GroupOffsets, make_reader, translate
-from replicator.lifecycle import close_quietly
-from replicator.readback import cluster_partitions
-from replicator.settings import Settings
-from replicator.topology import counterpart
-from replicator.translation import (
-    ConsumedScan,
-    Frontier,
-    Identities,
-    KafkaPartitionLog,
-    SyncPoint,
-    Translation,
+from replicator.checkpoints import read_latest
+from replicator.errors import ClusterUnavailable, ReplicatorError, first_error
+from replicator.group_translation import (
+    GroupTranslator,
+    PartitionJob,
+    PartitionMove,
+    active_members,
 )
-
-_WORKERS = 4
-_INTERNAL_PREFIXES = ("__",)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionJob:
-    """One partition to translate: its topic in A and in B, and the group's position in A."""
-
-    topic: str
-    partition: int
-    target_topic: str
-    position: int | None
-    since: SyncPoint | None = None
-    checkpoint: Checkpoint | None = None  # standing in for an unreachable source
-
-    @property
-    def key(self) -> CheckpointKey:
-        return (self.topic, self.partition)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionMove:
-    """A partition's translated position (``None``: the group has none in A, so none in B)."""
-
-    topic: str
-    partition: int
-    target_topic: str
-    source_position: int | None
-    target_position: int | None
-    repeats: int
-    target_log_end: int | None
-    frontier: Frontier = field(default_factory=Frontier)
-    scanned: int = 0
-    seconds: float = 0.0
-    checkpoint_age_s: float | None = None
-    committed_in_target: int | None = None
-    problem: str | None = None  # why the partition could not be translated
-
-    def checkpoint(self, group: str, source: str, target: str, at_ms: int) -> Checkpoint | None:
-        """This translation as a checkpoint (none without a position)."""
-        if self.source_position is None or self.target_position is None:
-            return None
-        return Checkpoint(
-            group,
-            source,
-            target,
-            self.topic,
-            self.partition,
-            self.target_topic,
-            self.source_position,
-            self.target_position,
-            self.repeats,
-            self.frontier,
-            at_ms,
-        )
-
-    def shown(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "target_topic": self.target_topic,
-            "source_position": self.source_position,
-            "target_position": self.target_position,
-            "repeats": self.repeats,
-            "target_log_end": self.target_log_end,
-            "committed_in_target": self.committed_in_target,
-            "checkpoint_age_s": self.checkpoint_age_s,
-            "records_read": self.scanned,
-            "problem": self.problem,
-        }
-
-
-def identities(
-    cluster: str, topic: str, partition: int, other_topic: str, suffix: str
-) -> Identities:
-    """How records of ``topic`` in ``cluster`` are identified, against ``other_topic``."""
-    names = frozenset({topic, other_topic, topic + suffix, other_topic + suffix})
-    return Identities(cluster, topic, partition, names)
-
-
-class GroupTranslator:
-    """Translates one group's positions from cluster ``source`` to ``target``: readers of both
-    (the source's may be absent: then only checkpoints translate), a few partitions at a time."""
-
-    def __init__(self, settings: Settings, source: str, target: str) -> None:
-        self.settings = settings
-        self.source = source
-        self.target = target
-        self._timeout = settings.request_timeout_ms / 1000
-
-    def reader(self, alias: str, role: str) -> AIOKafkaConsumer:
-        return make_reader(
-            self.settings.clusters[alias], self.settings, f"replicator-failover-{role}-{alias}"
-        )
-
-    async def jobs(
-        self,
-        reader: AIOKafkaConsumer,
-        group: str,
-        topics: Iterable[str] | None,
-        checkpoints: dict[CheckpointKey, Checkpoint],
-    ) -> tuple[list[PartitionJob], list[str]]:
-        """The group's positions in the source's replicated topics (``topics``: only those),
-        and the topics it has positions in that nothing replicates into the target."""
-        existing = await cluster_partitions(reader)
-        listed = topics if topics is not None else sorted(existing)
-        partitions: list[tuple[TopicPartition, str | None]] = []
-        for topic in listed:
-            if topic.startswith(_INTERNAL_PREFIXES) or topic == self.settings.checkpoints_topic:
-                continue
-            other = counterpart(self.settings, topic, self.source, self.target)
-            for p in existing.get(topic, ()):
-                partitions.append((TopicPartition(topic, p), other))
-        found = await GroupOffsets(reader._client, group).fetch([tp for tp, _ in partitions])
-        jobs = []
-        unmoved: set[str] = set()
-        for tp, other in partitions:
-            position = found[tp]
-            if other is None:
-                if position is not None:
-                    unmoved.add(tp.topic)
-                continue
-            if position is None and topics is None:
-                continue  # the group does not read this topic
-            cp = checkpoints.get((tp.topic, tp.partition))
-            since = cp.sync_point if cp is not None and cp.target_topic == other else None
-            jobs.append(PartitionJob(tp.topic, tp.partition, other, position, since))
-        return jobs, sorted(unmoved)
-
-    async def translate(self, jobs: list[PartitionJob], live: bool) -> list[PartitionMove]:
-        """Translate every job; ``live``: the source answers (else checkpoints only)."""
-        pending = list(reversed(jobs))
-        moves: dict[CheckpointKey, PartitionMove] = {}
-        held: dict[str, list[int]] = {}  # the target's partitions
-
-        async def work() -> None:
-            source = self.reader(self.source, "source") if live else None
-            target = self.reader(self.target, "target")
-            try:
-                if source is not None:
-                    await source.start()
-                await target.start()
-                held.update(await cluster_partitions(target))
-                while pending:
-                    job = pending.pop()
-                    moves[job.key] = await asyncio.wait_for(
-                        self._one(job, source, target, held), self._timeout * 10
-                    )
-            finally:
-                for reader in (source, target):
-                    if reader is not None:
-                        await close_quietly(reader.stop())
-
-        async with asyncio.TaskGroup() as workers:
-            for _ in range(min(_WORKERS, len(jobs))):
-                workers.create_task(work())
-        return [moves[job.key] for job in jobs]
-
-    async def _one(
-        self,
-        job: PartitionJob,
-        source: AIOKafkaConsumer | None,
-        target: AIOKafkaConsumer,
-        held: dict[str, list[int]],
-    ) -> PartitionMove:
-        suffix = self.settings.replica_suffix
-        if job.position is None:
-            return PartitionMove(job.topic, job.partition, job.target_topic, None, None, 0, None)
-        if job.partition not in held.get(job.target_topic, ()):
-            problem = f"{self.target} has no partition {job.target_topic}/{job.partition}"
-            return PartitionMove(
-                job.topic, job.partition, job.target_topic, job.position, None, 0, None,
-                problem=problem,
-            )  # fmt: skip
-        b_ids = identities(self.target, job.target_topic, job.partition, job.topic, suffix)
-        tp_b = TopicPartition(job.target_topic, job.partition)
-        target_log = KafkaPartitionLog(target, tp_b, b_ids)
-        if job.checkpoint is not None:
-            consumed = ConsumedScan(None, job.position, job.since)
-        else:
-            assert source is not None
-            a_ids = identities(self.source, job.topic, job.partition, job.target_topic, suffix)
-            tp_a = TopicPartition(job.topic, job.partition)
-            consumed = ConsumedScan(KafkaPartitionLog(source, tp_a, a_ids), job.position, job.since)
-        result: Translation = await translation.translate(target_log, consumed)
-        age = job.checkpoint.age_s() if job.checkpoint is not None else None
-        return PartitionMove(
-            job.topic,
-            job.partition,
-            job.target_topic,
-            job.position,
-            result.position,
-            result.repeats,
-            result.log_end,
-            result.frontier,
-            result.scanned_source + result.scanned_target,
-            result.seconds,
-            age,
-        )
+from replicator.kafka import ClusterClient, GroupOffsets, translate
+from replicator.lifecycle import close_quietly
+from replicator.settings import Settings
 
 
 @dataclass
@@ -278,19 +74,6 @@ class FailoverRefused(ReplicatorError):
     retriable = False
 
 
-async def active_members(client: ClusterClient, group: str) -> int:
-    """How many members the group has in the cluster right now."""
-    admin = await client.admin()
-    described = await admin.describe_consumer_groups([group])
-    members = 0
-    for response in described:
-        for entry in response.groups:
-            state, found = entry[2], entry[5]
-            if state not in ("Dead", "Empty"):
-                members += len(found)
-    return members
-
-
 async def plan_failover(
     settings: Settings,
     group: str,
@@ -300,16 +83,12 @@ async def plan_failover(
     from_checkpoint: bool,
     execute: bool,
 ) -> FailoverPlan:
+    """The group's positions in ``target``, translated from ``source`` (or from the checkpoints
+    in ``target`` when ``source`` does not answer); committed with ``execute``."""
     translator = GroupTranslator(settings, source, target)
     timeout = settings.request_timeout_ms / 1000
-    target_reader = translator.reader(target, "checkpoints")
-    await target_reader.start()
-    try:
-        checkpoints = await read_latest(
-            target_reader, settings.checkpoints_topic, group, source, timeout * 3
-        )
-    finally:
-        await close_quietly(target_reader.stop())
+    kept = await read_latest(settings, source, target, timeout * 3, [group])
+    checkpoints = kept.get(group, {})
     source_error: str | None = "--from-checkpoint" if from_checkpoint else None
     jobs: list[PartitionJob] = []
     unmoved: list[str] = []
@@ -347,11 +126,17 @@ async def plan_failover(
             )
     moves = await translator.translate(jobs, live=source_error is None)
     client = ClusterClient(target, settings.clusters[target], settings)
+    reader = translator.reader(target, "group")
     try:
+        await reader.start()
         members = await active_members(client, group)
-        committed = await _committed(translator, group, moves)
+        offsets = GroupOffsets(reader._client, group)
+        tps = [TopicPartition(m.target_topic, m.partition) for m in moves]
+        committed = await offsets.fetch(tps) if tps else {}
         moves = [
-            _with_committed(m, committed.get(TopicPartition(m.target_topic, m.partition)))
+            replace(
+                m, committed_in_target=committed.get(TopicPartition(m.target_topic, m.partition))
+            )
             for m in moves
         ]
         plan = FailoverPlan(group, source, target, moves, source_error, members)
@@ -362,54 +147,36 @@ async def plan_failover(
                 "command with the environment of the replicator that runs those flows)"
             )
         if execute:
-            untranslated = [f"{m.topic}/{m.partition}: {m.problem}" for m in moves if m.problem]
-            if untranslated:
-                raise FailoverRefused(
-                    f"{len(untranslated)} partition(s) cannot be translated, nothing committed: "
-                    + "; ".join(untranslated)
-                )
-            if members:
-                raise FailoverRefused(
-                    f"group {group} has {members} active member(s) in {target}: stop them "
-                    "first (a group's position can only be set while nobody consumes)"
-                )
-            await _commit(translator, group, moves)
-            plan.executed = True
+            await _execute(plan, offsets)
         return plan
     finally:
+        await close_quietly(reader.stop())
         await client.close()
 
 
-def _with_committed(move: PartitionMove, committed: int | None) -> PartitionMove:
-    return replace(move, committed_in_target=committed)
-
-
-async def _committed(
-    translator: GroupTranslator, group: str, moves: list[PartitionMove]
-) -> dict[TopicPartition, int | None]:
-    reader = translator.reader(translator.target, "group")
-    await reader.start()
-    try:
-        tps = [TopicPartition(m.target_topic, m.partition) for m in moves]
-        return await GroupOffsets(reader._client, group).fetch(tps) if tps else {}
-    finally:
-        await close_quietly(reader.stop())
-
-
-async def _commit(translator: GroupTranslator, group: str, moves: list[PartitionMove]) -> None:
+async def _execute(plan: FailoverPlan, offsets: GroupOffsets) -> None:
+    """Commit the plan's positions, or refuse (nothing committed)."""
+    untranslated = [f"{m.topic}/{m.partition}: {m.problem}" for m in plan.moves if m.problem]
+    if untranslated:
+        raise FailoverRefused(
+            f"{len(untranslated)} partition(s) cannot be translated, nothing committed: "
+            + "; ".join(untranslated)
+        )
+    if plan.active_members:
+        raise FailoverRefused(
+            f"group {plan.group} has {plan.active_members} active member(s) in {plan.target}: "
+            "stop them first (a group's position can only be set while nobody consumes)"
+        )
     positions = {
         TopicPartition(m.target_topic, m.partition): m.target_position
-        for m in moves
+        for m in plan.moves
         if m.target_position is not None
     }
-    if not positions:
-        return
-    reader = translator.reader(translator.target, "commit")
-    await reader.start()
-    try:
-        await GroupOffsets(reader._client, group).commit(positions)
-    finally:
-        await close_quietly(reader.stop())
+    if positions:
+        await offsets.commit(positions)
+        plan.executed = True
+    else:
+        plan.notes.append("nothing to commit: the group has no position to move")
 
 
 def failover(
@@ -429,7 +196,8 @@ def failover(
         plan = asyncio.run(
             plan_failover(settings, group, source, target, topics, from_checkpoint, execute)
         )
-    except Exception as exc:
+    except Exception as raised:
+        exc = first_error(raised)
         refused = isinstance(exc, FailoverRefused)
         error = exc if isinstance(exc, ReplicatorError) else translate(exc)
         message = f"{'refused' if refused else 'failed'}: {error or type(exc).__name__}"

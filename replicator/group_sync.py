@@ -28,7 +28,8 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from replicator import checkpoints
 from replicator.checkpoints import Checkpoint
-from replicator.failover import GroupTranslator, PartitionMove, active_members
+from replicator.errors import first_error
+from replicator.group_translation import GroupTranslator, PartitionMove, active_members
 from replicator.kafka import ClusterClient, GroupOffsets, translate
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
@@ -83,6 +84,7 @@ class GroupSync:
         self._latest: dict[tuple[str, Pair], GroupCheckpoint] = {}
         self._errors: dict[Pair, str | None] = dict.fromkeys(self._pairs)
         self._topic_ready: set[str] = set()
+        self._kept: dict[Pair, checkpoints.Checkpoints] = {}  # the latest, per pair
 
     def synced(self, group: str) -> bool:
         """Whether ``group`` is one whose positions are kept in the other clusters."""
@@ -94,11 +96,19 @@ class GroupSync:
         interval = self._settings.sync_groups_interval_ms / 1000
         while not stop.is_set():
             began = time.monotonic()
-            await self.sync_round()
+            # A round can take long (many groups, a cluster slow to answer): stop cuts it short.
+            round_ = asyncio.ensure_future(self.sync_round())
+            stopped = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({round_, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (round_, stopped):
+                    task.cancel()
+                await asyncio.gather(round_, stopped, return_exceptions=True)
             await sleep_unless_stopped(stop, max(0.0, interval - (time.monotonic() - began)))
 
     async def sync_round(self) -> None:
-        """One round: every synced group of every pair (a pair failing alone)."""
+        """One round: every synced group of every pair (a pair, or a group, failing alone)."""
         groups: dict[str, list[str] | str] = {}
         for source in dict.fromkeys(source for source, _ in self._pairs):
             try:
@@ -106,34 +116,43 @@ class GroupSync:
                 listed = await admin.list_consumer_groups()
                 groups[source] = sorted(name for name, _ in listed if self.synced(name))
             except Exception as exc:
-                groups[source] = f"listing the groups of {source}: {translate(exc)}"
+                groups[source] = f"listing the groups of {source}: {_said(exc)}"
         for pair in self._pairs:
             found = groups[pair[0]]
             if isinstance(found, str):
                 self._failed(pair, found)
                 continue
             try:
-                await self._sync_pair(pair, found)
+                failures = await self._sync_pair(pair, found)
             except Exception as exc:
-                self._failed(pair, str(translate(exc)) or type(exc).__name__)
-            else:
-                if self._errors[pair] is not None:
-                    log.info("checkpoints recovered", source=pair[0], cluster=pair[1])
-                self._errors[pair] = None
+                self._failed(pair, _said(exc))
+                continue
+            if failures:
+                self._failed(pair, "; ".join(f"{g}: {e}" for g, e in sorted(failures.items())))
+                continue
+            if self._errors[pair] is not None:
+                log.info("checkpoints recovered", source=pair[0], cluster=pair[1])
+            self._errors[pair] = None
 
-    async def _sync_pair(self, pair: Pair, groups: list[str]) -> None:
+    async def _sync_pair(self, pair: Pair, groups: list[str]) -> dict[str, str]:
+        """Checkpoint every group of ``groups`` from the pair's source into its target; the
+        groups that failed, with why (the others are done)."""
         source, target = pair
         settings = self._settings
-        topic = settings.checkpoints_topic
         timeout = settings.request_timeout_ms / 1000
         if target not in self._topic_ready:
             admin = await self._clusters[target].admin()
+            topic = settings.checkpoints_topic
             errors = await checkpoints.ensure_topic(
                 admin, topic, settings.destination_replication_factor
             )
             if errors:
                 raise RuntimeError(f"checkpoints topic {topic} not created: {errors}")
             self._topic_ready.add(target)
+        if pair not in self._kept:
+            # What earlier runs kept (sync points): read once; this object keeps it since.
+            self._kept[pair] = await checkpoints.read_latest(settings, source, target, timeout * 3)
+        kept = self._kept[pair]
         translator = GroupTranslator(settings, source, target)
         # No idempotence needed: a checkpoint written twice is the same key, the newest wins.
         producer = make_producer(
@@ -142,32 +161,36 @@ class GroupSync:
             f"replicator-checkpoints-{target}",
             enable_idempotence=False,
         )
-        await producer.start()
         reader = translator.reader(source, "positions")
-        previous = translator.reader(target, "checkpoints")
-        await reader.start()
-        await previous.start()
+        failures: dict[str, str] = {}
         try:
+            await producer.start()
+            await reader.start()
             for group in groups:
-                latest = await checkpoints.read_latest(previous, topic, group, source, timeout)
-                jobs, _ = await translator.jobs(reader, group, None, latest)
-                moves = await translator.translate(jobs, live=True)
-                await self._record(pair, group, moves, producer)
+                try:
+                    jobs, _ = await translator.jobs(reader, group, None, kept.get(group, {}))
+                    moves = await translator.translate(jobs, live=True)
+                    written = await self._record(pair, group, moves, producer)
+                except Exception as exc:
+                    failures[group] = _said(exc)
+                    continue
+                kept.setdefault(group, {}).update(((c.topic, c.partition), c) for c in written)
         finally:
-            await close_quietly(previous.stop())
             await close_quietly(reader.stop())
             await close_quietly(producer.stop())
+        return failures
 
     async def _record(
         self, pair: Pair, group: str, moves: list[PartitionMove], producer: AIOKafkaProducer
-    ) -> None:
+    ) -> list[Checkpoint]:
+        """Write the group's checkpoints (and sync its offsets, if asked); the checkpoints."""
         source, target = pair
         now = time.time()
         at_ms = int(now * 1000)
         kept = (m.checkpoint(group, source, target, at_ms) for m in moves)
         written = [c for c in kept if c is not None]
         if not written:
-            return
+            return written
         await checkpoints.write(producer, self._settings.checkpoints_topic, written)
         self._metrics.checkpoints_written.labels(group, source, target).inc(len(written))
         repeats = sum(c.repeats for c in written)
@@ -185,6 +208,7 @@ class GroupSync:
                 cluster=target,
                 partitions=len(written),
             )
+        return written
 
     async def _commit_forward(self, pair: Pair, group: str, written: list[Checkpoint]) -> int:
         """Commit the translated positions for a group nobody consumes with in the target, where
@@ -248,3 +272,9 @@ def forward_only(
         if before is None or at > before:
             ahead[tp] = at
     return ahead
+
+
+def _said(exc: BaseException) -> str:
+    """One line for a failure (the first one inside a task group's)."""
+    first = first_error(exc)
+    return str(translate(first) if isinstance(first, Exception) else first) or type(first).__name__

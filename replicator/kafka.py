@@ -333,6 +333,11 @@ class GroupOffsets:
         for tp in partitions:
             by_topic[tp.topic].append(tp.partition)
         response = await self._send(OffsetFetchRequest(self.group, list(by_topic.items())))
+        # v2+: a group-level error (coordinator loading, not authorised) comes with no topics;
+        # read as "no offsets" it would look like a group that never committed.
+        code = getattr(response, "error_code", 0)
+        if code:
+            raise kerr.for_code(code)()
         found: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
         for topic, answers in response.topics:
             for partition, offset, _metadata, code in answers:

@@ -11,23 +11,25 @@ cluster holds that origin's records in origin order (the contract's order point)
 - the translated position in B is the **first record of B beyond its origin's frontier**: every
   record before it was consumed in A, and none the group had not consumed is skipped;
 - the records B holds at or after that position that lie within their origin's frontier are
-  consumed ones the group will read again: the **repeats**, counted exactly (they are the records
-  B holds ahead of its first unconsumed one, in B's order).
+  consumed ones the group will read again: the **repeats**, counted exactly.
 
 A record's identity is its provenance when that names a copy of the translated topic (the replica
 topic it was published to, the same-named topic of another cluster, or the original of a renamed
 copy); any other record, written straight into the topic, is its own origin (cluster alias,
 topic, partition, offset), which is also what the provenance of its copies names.
 
-**Bounded reads.** Nothing reads a whole partition in the usual case. The frontier is read
-backwards from A's position in growing chunks, only until the last consumed record of each origin
-asked for is found (:class:`ConsumedScan`). B is read backwards from its end in growing chunks
-until every origin met (and every origin of the frontier) shows a consumed record: by per-origin
-order everything before is consumed, so the scan covers B's part the group has not caught up with
-plus one chunk. A *sync point* (a checkpoint: an earlier position of A, its frontier and its
-translation) bounds both scans from below: records of B before its translation were consumed then
-and still are. Without one, an origin consumed in A that B holds no record of (its replication to
-B never ran) makes the scan of B read down to B's log start: exact, but a full read.
+**Every origin of B is known.** An origin that wrote to B's partition only long ago can still hold
+records the group never read, so the translation needs, for every origin present in B, its last
+record there: the *index* of B's partition (:class:`TargetIndex`). Without a sync point it is built
+by reading B's partition once, whole; a **sync point** (the previous checkpoint: an earlier
+position in A, its frontier, its translation and B's index at the time) carries it forward, so a
+translation from one reads only what B received since, plus, for each origin whose last record in
+B was not consumed, a binary search for its first unconsumed record (per origin, B's records are
+in origin order, so "every record of the origin before k was consumed" is true up to it and false
+after), plus the records between the translated position and the furthest first unconsumed one
+(the repeats). A is read backwards from the group's position only until the last consumed record
+of each origin of B is found, or down to the sync point (whose frontier stands for what is below
+it), or to A's log start (an origin the group never read there).
 
 Pure logic over the :class:`PartitionLog` protocol; :class:`KafkaPartitionLog` reads a real
 partition. Used by the ``failover`` command and the continuous checkpoints.
@@ -35,49 +37,72 @@ partition. Used by the ``failover`` command and the continuous checkpoints.
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from replicator.errors import ClusterUnavailable, ReplicatorError
 from replicator.provenance import ORIGIN, Header, ProvenanceError, decode
 
 Origin = tuple[str, str, int]
 """An origin partition: cluster alias, topic, partition."""
 
-Entry = tuple[int, Origin, int]
-"""One record of a partition as translation sees it: position, origin, origin offset."""
+
+class Entry(NamedTuple):
+    """One record of a partition as translation sees it."""
+
+    position: int
+    origin: Origin
+    offset: int  # in its origin partition
+
 
 _FIRST_CHUNK = 1_000
 _PROBE_CHUNK = 200
 _MAX_CHUNK = 200_000
+_STALL_S = 10.0
 
 
-@dataclass(frozen=True, slots=True)
 class Identities:
     """How the records of one partition are identified: the cluster and topic they are in, and
-    the topic names whose provenance marks a record as a copy (not new data)."""
+    the topic names whose provenance marks a record as a copy (not new data).
 
-    cluster: str
-    topic: str
-    partition: int
-    copies_of: frozenset[str]
+    Every record of a partition read whole goes through :meth:`of`: a provenance's
+    ``cluster/topic/partition/`` prefix is parsed once and remembered, only the offset per record.
+    """
+
+    __slots__ = ("_copies_of", "_known", "_own")
+
+    def __init__(self, cluster: str, topic: str, partition: int, copies_of: frozenset[str]):
+        self._own: Origin = (cluster, topic, partition)
+        self._copies_of = copies_of
+        self._known: dict[bytes, Origin | None] = {}  # prefix -> origin (None: not a copy)
 
     def of(self, headers: Iterable[Header], offset: int) -> tuple[Origin, int]:
         """The record's origin partition and its offset there."""
         for key, raw in headers:
             if key == ORIGIN and raw is not None:
-                try:
-                    origin = decode(raw)
-                except ProvenanceError:
-                    break
-                if origin.topic in self.copies_of:
-                    return (origin.cluster, origin.topic, origin.partition), origin.offset
+                cut = raw.rfind(b"/")
+                prefix, digits = raw[:cut], raw[cut + 1 :]
+                if prefix in self._known:
+                    origin = self._known[prefix]
+                else:
+                    origin = self._known[prefix] = self._learn(prefix)
+                if origin is not None and digits.isdigit():
+                    return origin, int(digits)
                 break
-        return (self.cluster, self.topic, self.partition), offset
+        return self._own, offset
+
+    def _learn(self, prefix: bytes) -> Origin | None:
+        try:
+            found = decode(prefix + b"/0")
+        except ProvenanceError:
+            return None
+        if found.topic not in self._copies_of:
+            return None
+        return (found.cluster, found.topic, found.partition)
 
 
 class PartitionLog(Protocol):
@@ -104,26 +129,62 @@ class Frontier:
         return last is not None and offset <= last
 
     def encode(self) -> list[list[str | int]]:
+        """As JSON: ``[[cluster, topic, partition, offset], ...]``."""
         return [[c, t, p, o] for (c, t, p), o in sorted(self.consumed.items())]
 
     @classmethod
     def decode(cls, raw: list[list[str | int]]) -> Frontier:
+        """The inverse of :meth:`encode`."""
         return cls({(str(c), str(t), int(p)): int(o) for c, t, p, o in raw})
+
+
+@dataclass(frozen=True, slots=True)
+class TargetIndex:
+    """What B's partition held below ``end``: the last record of every origin present there."""
+
+    end: int
+    last: dict[Origin, Entry] = field(default_factory=dict)
+
+    def encode(self) -> dict[str, object]:
+        """As JSON: ``{"end": n, "last": [[cluster, topic, partition, position, offset]]}``."""
+        rows = [[c, t, p, e.position, e.offset] for (c, t, p), e in sorted(self.last.items())]
+        return {"end": self.end, "last": rows}
+
+    @classmethod
+    def decode(cls, raw: dict[str, object]) -> TargetIndex:
+        """The inverse of :meth:`encode`."""
+        rows = raw["last"]
+        assert isinstance(rows, list)
+        last = {}
+        for c, t, p, at, offset in rows:
+            origin = (str(c), str(t), int(p))
+            last[origin] = Entry(int(at), origin, int(offset))
+        end = raw["end"]
+        assert isinstance(end, int)
+        return cls(end, last)
 
 
 @dataclass(frozen=True, slots=True)
 class SyncPoint:
     """An earlier translation of the same group and partition: at ``source_offset`` in A the
-    group had consumed ``frontier``, translated to ``target_offset`` in B."""
+    group had consumed ``frontier``, translated to ``target_offset`` in B, whose partition then
+    held what ``index`` says."""
 
     source_offset: int
     target_offset: int
     frontier: Frontier
+    index: TargetIndex
+
+
+class StaleSyncPoint(ReplicatorError):
+    """A sync point describes a target partition that was replaced or cut short since."""
+
+    retriable = False
 
 
 class ConsumedScan:
-    """The consumed frontier of a group at ``position`` in a partition of A, read backwards on
-    demand: only as far as the origins asked for need (or down to a sync point).
+    """The consumed frontier of a group at ``position`` in a partition of A: the last record of
+    every origin below the position, read from the sync point (or the log start) up to it.
 
     ``log`` may be ``None`` (the source cannot be read) when ``since`` is at ``position``: the
     sync point's frontier is then the whole answer.
@@ -138,44 +199,42 @@ class ConsumedScan:
         self._position = position
         usable = since is not None and since.source_offset <= position
         self.since = since if usable else None  # a group moved back makes it meaningless
-        self._found: dict[Origin, int] = {}
-        self._low = position  # read down to here
-        self._bottom: int | None = None  # the lowest position worth reading
-        self._chunk = _FIRST_CHUNK
+        self._frontier: Frontier | None = None
         self.scanned = 0
 
-    async def frontier(self, origins: Iterable[Origin] = ()) -> Frontier:
-        """The frontier, with every origin in ``origins`` resolved (found, or known absent)."""
-        wanted = set(origins)
-        if self._bottom is None:
-            if self.since is not None and self.since.source_offset == self._position:
-                self._bottom = self._position  # the sync point is at the position: no read
-            else:
+    def drop_sync_point(self) -> None:
+        """Forget the sync point (the target no longer holds what it describes); only before
+        :meth:`frontier` was first called. :class:`StaleSyncPoint` without the source's log."""
+        assert self._frontier is None
+        if self._log is None:
+            raise StaleSyncPoint(
+                "the target partition was replaced or cut short since the checkpoint"
+            )
+        self.since = None
+
+    async def frontier(self) -> Frontier:
+        if self._frontier is None:
+            since = self.since
+            consumed = dict(since.frontier.consumed) if since is not None else {}
+            if since is None or since.source_offset != self._position:
                 assert self._log is not None
-                start, _ = await self._log.bounds()
-                floor = self.since.source_offset if self.since is not None else start
-                self._bottom = max(start, floor)
-                await self._read_back()  # one chunk: the origins the group read last
-        while self._low > self._bottom and not wanted <= self._found.keys():
-            await self._read_back()
-        return self._current()
+                start, end = await self._log.bounds()
+                # A position past the log end (the log was cut short): nothing there to read.
+                top = min(self._position, end)
+                bottom = max(start, since.source_offset) if since is not None else start
+                for low, high in _chunks(bottom, top):
+                    entries = await self._log.read(low, high)
+                    self.scanned += len(entries)
+                    for entry in entries:
+                        consumed[entry.origin] = entry.offset  # in order: the last one wins
+            self._frontier = Frontier(consumed)
+        return self._frontier
 
-    def _current(self) -> Frontier:
-        consumed = dict(self.since.frontier.consumed) if self.since is not None else {}
-        consumed.update(self._found)  # what was read wins over the older sync point
-        return Frontier(consumed)
 
-    async def _read_back(self) -> None:
-        assert self._bottom is not None
-        if self._low <= self._bottom:
-            return
-        assert self._log is not None
-        begin = max(self._bottom, self._low - self._chunk)
-        entries = await self._log.read(begin, self._low)
-        self.scanned += len(entries)
-        for _, origin, offset in reversed(entries):
-            self._found.setdefault(origin, offset)  # the last one before the position wins
-        self._low, self._chunk = begin, min(self._chunk * 4, _MAX_CHUNK)
+def _chunks(begin: int, end: int) -> Iterator[tuple[int, int]]:
+    """``[begin, end)`` in ranges of at most :data:`_MAX_CHUNK` (bounded memory per read)."""
+    for low in range(begin, end, _MAX_CHUNK):
+        yield low, min(low + _MAX_CHUNK, end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,73 +245,74 @@ class Translation:
     repeats: int
     log_end: int
     frontier: Frontier
+    index: TargetIndex  # B's partition up to its log end: the next sync point's
     scanned_source: int
     scanned_target: int
     seconds: float
+    sync_point_dropped: bool = False  # B no longer holds what the sync point described
 
 
 async def translate(target: PartitionLog, consumed: ConsumedScan) -> Translation:
     """The position in ``target`` (B) matching the group's position that ``consumed`` reads in A
-    (with its sync point, if any: records of B before its target offset were consumed)."""
+    (with its sync point, if any: records of B before its target offset were consumed, and its
+    index says what B held below its end)."""
     began = time.monotonic()
-    since = consumed.since
     start, end = await target.bounds()
-    bottom = min(max(start, since.target_offset) if since is not None else start, end)
-    search = _TargetSearch(target, consumed, bottom)
+    since = consumed.since
+    dropped = since is not None and not _still_describes(since, start, end)
+    if dropped:
+        consumed.drop_sync_point()
+        since = None
+    bottom = max(start, since.target_offset) if since is not None else start
+    search = _TargetSearch(target, bottom)
+    # B's index: every origin present, with its last record (only what B received since the
+    # sync point is read; without one, the whole partition).
+    last = {o: e for o, e in since.index.last.items() if e.position >= start} if since else {}
+    begin = since.index.end if since is not None else start
+    for low, high in _chunks(begin, end):
+        for entry in await search.read(low, high):
+            last[entry.origin] = entry
     frontier = await consumed.frontier()
-    # The tail: back from the end until the last record of every origin met (and of every
-    # origin of the frontier) is known; the first unconsumed record of each is then either in
-    # the tail already, or found by a binary search below it.
-    last: dict[Origin, Entry] = {}
-    tail: list[Entry] = []
-    top, chunk = end, _FIRST_CHUNK
-    while top > bottom and (top == end or not frontier.consumed.keys() <= last.keys()):
-        begin = max(bottom, top - chunk)
-        entries = await search.read(begin, top)
-        for entry in reversed(entries):
-            last.setdefault(entry[1], entry)
-        if not last.keys() <= frontier.consumed.keys():
-            frontier = await consumed.frontier(last.keys())
-        tail[:0] = entries
-        top, chunk = begin, min(chunk * 4, _MAX_CHUNK)
-    unconsumed: dict[Origin, int] = {}  # the first unconsumed record of each origin, if any
-    while True:
-        for origin, entry in last.items():
-            if origin not in unconsumed and not frontier.holds(origin, entry[2]):
-                unconsumed[origin] = await search.first_unconsumed(frontier, tail, entry)
-        position = min(unconsumed.values(), default=end)
-        # Past the position, each origin's consumed records run up to its first unconsumed one
-        # (or its last record): the records read again all lie before that.
-        reach = max(
-            (unconsumed.get(o, e[0] + 1) for o, e in last.items() if e[0] >= position),
-            default=position,
-        )
-        entries = await search.read(position, reach)
-        unknown = {o for _, o, _ in entries if o not in last}
-        if not unknown:
-            break
-        # An origin with no record in the tail: its last record lies below it.
-        frontier = await consumed.frontier(last.keys() | unknown)
-        for origin in unknown:
-            found = await search.last_before(origin, end)
-            assert found is not None
-            last[origin] = found
-    repeats = sum(1 for _, origin, offset in entries if frontier.holds(origin, offset))
+    first_unconsumed: dict[Origin, int] = {}
+    for origin, entry in last.items():
+        if entry.position >= bottom and not frontier.holds(origin, entry.offset):
+            first_unconsumed[origin] = await search.first_unconsumed(frontier, entry)
+    position = min(first_unconsumed.values(), default=end)
+    # At and after the position, each origin's consumed records run up to its first unconsumed
+    # one (or its last record): the records read again all lie before that.
+    reach = max(
+        (
+            first_unconsumed.get(o, e.position + 1)
+            for o, e in last.items()
+            if e.position >= position
+        ),
+        default=position,
+    )
+    again = await search.read(position, reach)
+    repeats = sum(1 for e in again if frontier.holds(e.origin, e.offset))
     return Translation(
         position,
         repeats,
         end,
         frontier,
+        TargetIndex(end, last),
         consumed.scanned,
         search.scanned,
         time.monotonic() - began,
+        dropped,
     )
 
 
-class _TargetSearch:
-    """Reads of the target partition for one translation (counted), above ``bottom``."""
+def _still_describes(since: SyncPoint, start: int, end: int) -> bool:
+    """Whether B's partition still holds what the sync point saw (not replaced or cut short)."""
+    return since.index.end <= end and since.target_offset <= since.index.end
 
-    def __init__(self, target: PartitionLog, consumed: ConsumedScan, bottom: int) -> None:
+
+class _TargetSearch:
+    """Reads of B's partition for one translation (counted), never below ``bottom`` (below it,
+    every record was consumed)."""
+
+    def __init__(self, target: PartitionLog, bottom: int) -> None:
         self._target = target
         self._bottom = bottom
         self.scanned = 0
@@ -262,40 +322,34 @@ class _TargetSearch:
         self.scanned += len(entries)
         return entries
 
-    async def last_before(self, origin: Origin, limit: int) -> Entry | None:
-        """The last record of ``origin`` below ``limit`` (read backwards in growing chunks)."""
+    async def last_before(self, origin: Origin, limit: int, floor: int) -> Entry | None:
+        """The last record of ``origin`` in ``[floor, limit)`` (read backwards in growing
+        chunks), if any."""
         top, chunk = limit, _PROBE_CHUNK
-        while top > self._bottom:
-            begin = max(self._bottom, top - chunk)
+        while top > floor:
+            begin = max(floor, top - chunk)
             for entry in reversed(await self.read(begin, top)):
-                if entry[1] == origin:
+                if entry.origin == origin:
                     return entry
             top, chunk = begin, min(chunk * 4, _MAX_CHUNK)
         return None
 
-    async def first_unconsumed(self, frontier: Frontier, tail: list[Entry], last: Entry) -> int:
+    async def first_unconsumed(self, frontier: Frontier, last: Entry) -> int:
         """The position of the first record of ``last``'s origin the group had not consumed,
-        given that ``last``, its last record, is such a record.
+        given that ``last``, its last record in B, is such a record.
 
-        Within the tail when the tail shows one of its consumed records too; else a binary
-        search below the tail on "every record of the origin before k was consumed", which per
-        origin order is true up to that position and false after it.
+        Binary search on "every record of the origin below k was consumed": true at the bottom,
+        false just past ``last``; the answer is the record where it turns false.
         """
-        origin = last[1]
-        mine = [e for e in tail if e[1] == origin] or [last]
-        for earlier, later in itertools.pairwise(mine):
-            if frontier.holds(origin, earlier[2]) and not frontier.holds(origin, later[2]):
-                return later[0]
-        if frontier.holds(origin, mine[0][2]):  # pragma: no cover - the loop found it
-            raise AssertionError("the origin's records are out of order")
-        low, high = self._bottom, mine[0][0] + 1  # true at low, false at high
+        origin = last.origin
+        low, high = self._bottom, last.position + 1  # true at low, false at high
         while high - low > 1:
             middle = (low + high) // 2
-            found = await self.last_before(origin, middle)
-            if found is None or frontier.holds(origin, found[2]):
-                low = middle
+            found = await self.last_before(origin, middle, low)
+            if found is None or frontier.holds(origin, found.offset):
+                low = middle  # nothing of the origin in [low, middle), or consumed
             else:
-                high = found[0] + 1
+                high = found.position + 1
         return high - 1
 
 
@@ -324,34 +378,49 @@ class KafkaPartitionLog:
             start = int((await consumer.beginning_offsets([tp]))[tp])
             listed = int((await consumer.end_offsets([tp]))[tp])
             consumer.seek(tp, listed)
-            await consumer.getmany(tp, timeout_ms=self._FETCH_WAIT_MS)
-            high = consumer.highwater(tp)
-            self._bounds = (start, max(listed, int(high) if high is not None else listed))
+            high = None
+            deadline = time.monotonic() + _STALL_S
+            while high is None:  # the high watermark of a fetch answer: the true log end
+                await consumer.getmany(tp, timeout_ms=self._FETCH_WAIT_MS, max_records=1)
+                high = consumer.highwater(tp)
+                if high is None and time.monotonic() > deadline:
+                    raise ClusterUnavailable(f"no fetch answer for {tp.topic}/{tp.partition}")
+            consumer.pause(tp)
+            self._bounds = (start, max(listed, int(high)))
         return self._bounds
 
     async def read(self, begin: int, end: int) -> list[Entry]:
+        """The records in ``[begin, end)``; :class:`ClusterUnavailable` when the reads stop
+        progressing below the log end (a partial answer could make a record look absent)."""
         consumer, tp, identify = self._consumer, self._tp, self._identities.of
         entries: list[Entry] = []
         if begin >= end:
             return entries
         consumer.seek(tp, begin)
-        stalled_at = time.monotonic()
-        progress = begin
-        while True:
-            wanted = max(1, end - await consumer.position(tp))
-            batches = await consumer.getmany(
-                tp, timeout_ms=self._FETCH_WAIT_MS, max_records=min(wanted, 50_000)
-            )
-            for record in batches.get(tp, ()):
-                if record.offset >= end:
-                    break
-                origin, offset = identify(record.headers, record.offset)
-                entries.append((record.offset, origin, offset))
-            position = await consumer.position(tp)
-            if position >= end:
-                return entries
-            if position != progress:
-                stalled_at, progress = time.monotonic(), position
-            elif time.monotonic() - stalled_at > 2.0:
-                # Offsets that hold no record up to the end (compacted, or a broker's gap).
-                return entries
+        consumer.resume(tp)
+        try:
+            stalled_at, progress = time.monotonic(), begin
+            while True:
+                wanted = max(1, end - await consumer.position(tp))
+                batches = await consumer.getmany(
+                    tp, timeout_ms=self._FETCH_WAIT_MS, max_records=min(wanted, 50_000)
+                )
+                for record in batches.get(tp, ()):
+                    if record.offset >= end:
+                        break
+                    origin, offset = identify(record.headers, record.offset)
+                    entries.append(Entry(record.offset, origin, offset))
+                position = await consumer.position(tp)
+                high = consumer.highwater(tp)
+                if position >= end or (high is not None and position >= high):
+                    return entries
+                if position != progress:
+                    stalled_at, progress = time.monotonic(), position
+                elif time.monotonic() - stalled_at > _STALL_S:
+                    raise ClusterUnavailable(
+                        f"reading {tp.topic}/{tp.partition} made no progress at {position} "
+                        f"for {_STALL_S:.0f}s"
+                    )
+        finally:
+            # An assigned consumer keeps fetching in the background: nothing between reads.
+            consumer.pause(tp)

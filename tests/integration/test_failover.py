@@ -344,13 +344,14 @@ def test_flows_fail_over_and_back_exactly_same_name_and_renamed(replicators: Sta
         )
         # The command runs with an environment that knows every flow involved.
         every_flow = {**envs["dc1"], **envs["dc2"]}
-        for alias in ("dc1", "dc2"):
-            replicators(alias, envs[alias]).wait_ready()
-        produce(dc1_broker, "orders", 300, partitions=3)
+        # dc2's replicator starts last, so each cluster holds its own records first.
+        replicators("dc1", envs["dc1"]).wait_ready()
         produce(dc2_broker, "orders", 300, partitions=3)
+        produce(dc1_broker, "orders", 300, partitions=3)
         produce(dc1_broker, "events", 200, partitions=2)
-        for broker in brokers.values():
-            wait_until(holds(broker, "orders", 600), 60, f"orders on {broker.alias}")
+        wait_until(holds(dc2_broker, "orders", 600), 60, "orders on dc2")
+        replicators("dc2", envs["dc2"]).wait_ready()
+        wait_until(holds(dc1_broker, "orders", 600), 60, "orders on dc1")
         wait_until(holds(dc2_broker, "dc1.events", 200), 60, "dc1.events on dc2")
 
         first = consume(dc1_broker, "orders", "app", {0: 70, 1: 100, 2: 130})
