@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
@@ -33,6 +33,7 @@ from replicator.group_translation import (
 )
 from replicator.kafka import ClusterClient, GroupOffsets, translate
 from replicator.lifecycle import close_quietly
+from replicator.readback import cluster_partitions
 from replicator.settings import Settings
 
 
@@ -129,6 +130,8 @@ async def plan_failover(
     reader = translator.reader(target, "group")
     try:
         await reader.start()
+        if source_error is not None:
+            moves += await _without_checkpoint(reader, jobs, source)
         members = await active_members(client, group)
         offsets = GroupOffsets(reader._client, group)
         tps = [TopicPartition(m.target_topic, m.partition) for m in moves]
@@ -152,6 +155,25 @@ async def plan_failover(
     finally:
         await close_quietly(reader.stop())
         await client.close()
+
+
+async def _without_checkpoint(
+    reader: AIOKafkaConsumer, jobs: list[PartitionJob], source: str
+) -> list[PartitionMove]:
+    """The target's partitions of the checkpointed topics that have no checkpoint: with the
+    source gone, their position is unknown (committing the others alone would leave them to
+    the group's ``auto.offset.reset``)."""
+    held = await cluster_partitions(reader)
+    have = {(job.target_topic, job.partition) for job in jobs}
+    topics = {job.target_topic: job.topic for job in jobs}
+    unknown = f"no checkpoint of this partition: its position in {source} is unknown"
+    missing = [
+        (topic, p, target_topic)
+        for target_topic, topic in sorted(topics.items())
+        for p in held.get(target_topic, ())
+        if (target_topic, p) not in have
+    ]
+    return [PartitionMove(t, p, tt, None, None, 0, None, problem=unknown) for t, p, tt in missing]
 
 
 async def _execute(plan: FailoverPlan, offsets: GroupOffsets) -> None:

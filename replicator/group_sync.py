@@ -104,7 +104,9 @@ class GroupSync:
             finally:
                 for task in (round_, stopped):
                     task.cancel()
-                await asyncio.gather(round_, stopped, return_exceptions=True)
+                outcomes = await asyncio.gather(round_, stopped, return_exceptions=True)
+            if isinstance(outcomes[0], Exception):  # sync_round catches what it expects
+                log.error("checkpoint round failed", error=_said(outcomes[0]))
             await sleep_unless_stopped(stop, max(0.0, interval - (time.monotonic() - began)))
 
     async def sync_round(self) -> None:
@@ -153,7 +155,8 @@ class GroupSync:
             # What earlier runs kept (sync points): read once; this object keeps it since.
             self._kept[pair] = await checkpoints.read_latest(settings, source, target, timeout * 3)
         kept = self._kept[pair]
-        translator = GroupTranslator(settings, source, target)
+        # One partition at a time: these reads share the event loop with replication.
+        translator = GroupTranslator(settings, source, target, workers=1)
         # No idempotence needed: a checkpoint written twice is the same key, the newest wins.
         producer = make_producer(
             settings.clusters[target],
@@ -174,6 +177,9 @@ class GroupSync:
                 except Exception as exc:
                     failures[group] = _said(exc)
                     continue
+                problems = [f"{m.topic}/{m.partition}: {m.problem}" for m in moves if m.problem]
+                if problems:
+                    failures[group] = "; ".join(problems)
                 kept.setdefault(group, {}).update(((c.topic, c.partition), c) for c in written)
         finally:
             await close_quietly(reader.stop())
@@ -211,9 +217,13 @@ class GroupSync:
         return written
 
     async def _commit_forward(self, pair: Pair, group: str, written: list[Checkpoint]) -> int:
-        """Commit the translated positions for a group nobody consumes with in the target, where
-        they are ahead of what it has there; the partitions committed."""
+        """Commit the translated positions of a group consuming in the source and nowhere in the
+        target, where they are ahead of what it has there; the partitions committed."""
         source, target = pair
+        # Only from where the group consumes, to where it does not: a group stopped in the source
+        # (and perhaps reset there) is not synced back and forth over the operator's reset.
+        if not await active_members(self._clusters[source], group):
+            return 0
         if await active_members(self._clusters[target], group):
             return 0
         translator = GroupTranslator(self._settings, source, target)

@@ -19,10 +19,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from replicator import translation
 from replicator.checkpoints import Checkpoint, CheckpointKey
 from replicator.kafka import ClusterClient, GroupOffsets, broker_error, make_reader
+from replicator.kafka import translate as translate_error
 from replicator.lifecycle import close_quietly
 from replicator.readback import cluster_partitions
 from replicator.settings import Settings
-from replicator.topology import counterpart
+from replicator.topology import Counterpart, counterpart
 from replicator.translation import (
     ConsumedScan,
     Frontier,
@@ -119,11 +120,13 @@ class GroupTranslator:
     """Translates one group's positions from cluster ``source`` to ``target``: readers of both
     (the source's may be absent: then only checkpoints translate), a few partitions at a time."""
 
-    def __init__(self, settings: Settings, source: str, target: str) -> None:
+    def __init__(
+        self, settings: Settings, source: str, target: str, workers: int = _WORKERS
+    ) -> None:
         self.settings = settings
         self.source = source
         self.target = target
-        self._timeout = settings.request_timeout_ms / 1000
+        self._workers = workers
 
     def reader(self, alias: str, role: str) -> AIOKafkaConsumer:
         """A consumer of no group reading ``alias`` (started by the caller)."""
@@ -142,22 +145,24 @@ class GroupTranslator:
         and the topics it has positions in that nothing replicates into the target."""
         existing = await cluster_partitions(reader)
         listed = topics if topics is not None else sorted(existing)
-        partitions: list[tuple[TopicPartition, str | None]] = []
+        partitions: list[tuple[TopicPartition, Counterpart | None]] = []
         for topic in listed:
             if topic.startswith(_INTERNAL_PREFIXES) or topic == self.settings.checkpoints_topic:
                 continue
-            other = counterpart(self.settings, topic, self.source, self.target)
+            where = counterpart(self.settings, topic, self.source, self.target)
             for p in existing.get(topic, ()):
-                partitions.append((TopicPartition(topic, p), other))
+                partitions.append((TopicPartition(topic, p), where))
         found = await GroupOffsets(reader._client, group).fetch([tp for tp, _ in partitions])
         jobs = []
         unmoved: set[str] = set()
-        for tp, other in partitions:
+        for tp, where in partitions:
             position = found[tp]
-            if other is None:
+            if where is None or not where.paired:
                 if position is not None:
-                    unmoved.add(tp.topic)
+                    why = "not replicated" if where is None else "placed by key"
+                    unmoved.add(f"{tp.topic} ({why})")
                 continue
+            other = where.topic
             if position is None and topics is None:
                 continue  # the group does not read this topic
             cp = checkpoints.get((tp.topic, tp.partition))
@@ -181,16 +186,14 @@ class GroupTranslator:
                 held.update(await cluster_partitions(target))
                 while pending:
                     job = pending.pop()
-                    moves[job.key] = await asyncio.wait_for(
-                        self._one(job, source, target, held), self._timeout * 10
-                    )
+                    moves[job.key] = await self._one(job, source, target, held)
             finally:
                 for reader in (source, target):
                     if reader is not None:
                         await close_quietly(reader.stop())
 
         async with asyncio.TaskGroup() as workers:
-            for _ in range(min(_WORKERS, len(jobs))):
+            for _ in range(min(self._workers, len(jobs))):
                 workers.create_task(work())
         return [moves[job.key] for job in jobs]
 
@@ -219,12 +222,16 @@ class GroupTranslator:
             assert source is not None
             a_ids = identities(self.source, job.topic, job.partition, job.target_topic, suffix)
             tp_a = TopicPartition(job.topic, job.partition)
-            consumed = ConsumedScan(KafkaPartitionLog(source, tp_a, a_ids), job.position, job.since)
+            a_log = KafkaPartitionLog(source, tp_a, a_ids)
+            consumed = ConsumedScan(a_log, job.position, job.since, own=a_ids.own)
         age = job.checkpoint.age_s() if job.checkpoint is not None else None
         try:
             result = await translation.translate(target_log, consumed)
-        except translation.StaleSyncPoint as exc:
-            problem = f"{exc}: {self.source} is needed to translate it"
+        except Exception as exc:  # this partition alone: reported, the others go on
+            if isinstance(exc, translation.StaleSyncPoint):
+                problem = f"{exc}: {self.source} is needed to translate it"
+            else:
+                problem = f"not translated: {translate_error(exc) or type(exc).__name__}"
             return PartitionMove(
                 job.topic, job.partition, job.target_topic, job.position, None, 0, None,
                 checkpoint_age_s=age, problem=problem,

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from replicator.settings import FlowSettings, Naming, Settings, StartPosition
 
@@ -337,7 +338,14 @@ def feeds_for(settings: Settings) -> list[FeedPlan]:
     return feeds
 
 
-def counterpart(settings: Settings, topic: str, source: str, target: str) -> str | None:
+class Counterpart(NamedTuple):
+    """Where a topic's records are in another cluster, for moving a consumer group."""
+
+    topic: str
+    paired: bool  # partition numbers kept (false: a flow placing records by key)
+
+
+def counterpart(settings: Settings, topic: str, source: str, target: str) -> Counterpart | None:
     """The topic of cluster ``target`` that holds the records of ``topic`` of cluster ``source``
     (for moving a consumer group between them), or ``None`` when nothing replicates it there.
 
@@ -352,13 +360,13 @@ def counterpart(settings: Settings, topic: str, source: str, target: str) -> str
         if (leg.source, leg.destination) == (source, target):
             named = plan.rules.target(topic)
             if named is not None:
-                return named
+                return Counterpart(named, plan.preserve_partitions)
         if (leg.source, leg.destination) == (target, source):
             original = plan.rules.source(topic)
             if original is not None:
-                return original
+                return Counterpart(original, plan.preserve_partitions)
     if settings.replica_mode:
         rules = TopicRules.from_settings(settings)
         if rules.source(topic) is not None:
-            return topic
+            return Counterpart(topic, True)
     return None

@@ -73,10 +73,10 @@ class Identities:
     ``cluster/topic/partition/`` prefix is parsed once and remembered, only the offset per record.
     """
 
-    __slots__ = ("_copies_of", "_known", "_own")
+    __slots__ = ("_copies_of", "_known", "own")
 
     def __init__(self, cluster: str, topic: str, partition: int, copies_of: frozenset[str]):
-        self._own: Origin = (cluster, topic, partition)
+        self.own: Origin = (cluster, topic, partition)  # data written straight into it
         self._copies_of = copies_of
         self._known: dict[bytes, Origin | None] = {}  # prefix -> origin (None: not a copy)
 
@@ -90,10 +90,10 @@ class Identities:
                     origin = self._known[prefix]
                 else:
                     origin = self._known[prefix] = self._learn(prefix)
-                if origin is not None and digits.isdigit():
+                if origin is not None and _canonical_offset(digits):
                     return origin, int(digits)
                 break
-        return self._own, offset
+        return self.own, offset
 
     def _learn(self, prefix: bytes) -> Origin | None:
         try:
@@ -103,6 +103,14 @@ class Identities:
         if found.topic not in self._copies_of:
             return None
         return (found.cluster, found.topic, found.partition)
+
+
+def _canonical_offset(digits: bytes) -> bool:
+    """What :func:`~replicator.provenance.decode` accepts as an offset: no sign, no leading zero,
+    at most 2**63 - 1."""
+    if not digits.isdigit() or (len(digits) > 1 and digits[0] == 48):  # 48: b"0"
+        return False
+    return len(digits) < 19 or (len(digits) == 19 and int(digits) <= 2**63 - 1)
 
 
 class PartitionLog(Protocol):
@@ -191,7 +199,11 @@ class ConsumedScan:
     """
 
     def __init__(
-        self, log: PartitionLog | None, position: int, since: SyncPoint | None = None
+        self,
+        log: PartitionLog | None,
+        position: int,
+        since: SyncPoint | None = None,
+        own: Origin | None = None,
     ) -> None:
         if log is None and (since is None or since.source_offset != position):
             raise ValueError("without the source's log, a sync point at the position is needed")
@@ -200,6 +212,7 @@ class ConsumedScan:
         usable = since is not None and since.source_offset <= position
         self.since = since if usable else None  # a group moved back makes it meaningless
         self._frontier: Frontier | None = None
+        self._own = own  # A's own origin: its offsets are positions, consumed below the position
         self.scanned = 0
 
     def drop_sync_point(self) -> None:
@@ -227,6 +240,9 @@ class ConsumedScan:
                     self.scanned += len(entries)
                     for entry in entries:
                         consumed[entry.origin] = entry.offset  # in order: the last one wins
+                if self._own is not None and top > 0:
+                    # Exact even where retention removed the records: own offsets are positions.
+                    consumed[self._own] = max(consumed.get(self._own, -1), top - 1)
             self._frontier = Frontier(consumed)
         return self._frontier
 
@@ -259,7 +275,7 @@ async def translate(target: PartitionLog, consumed: ConsumedScan) -> Translation
     began = time.monotonic()
     start, end = await target.bounds()
     since = consumed.since
-    dropped = since is not None and not _still_describes(since, start, end)
+    dropped = since is not None and not await _still_holds(target, since, start, end)
     if dropped:
         consumed.drop_sync_point()
         since = None
@@ -303,9 +319,19 @@ async def translate(target: PartitionLog, consumed: ConsumedScan) -> Translation
     )
 
 
-def _still_describes(since: SyncPoint, start: int, end: int) -> bool:
-    """Whether B's partition still holds what the sync point saw (not replaced or cut short)."""
-    return since.index.end <= end and since.target_offset <= since.index.end
+async def _still_holds(target: PartitionLog, since: SyncPoint, start: int, end: int) -> bool:
+    """Whether B's partition still holds what the sync point saw: not cut short, and the index's
+    highest record is still there, the same (a partition deleted and created again, then grown
+    past the old end, fails this)."""
+    if since.index.end > end or since.target_offset > since.index.end:
+        return False
+    if not since.index.last:
+        return since.index.end <= start
+    anchor = max(since.index.last.values(), key=lambda e: e.position)
+    if anchor.position < start:
+        return True  # retention removed everything the sync point knew of: nothing to trust
+    found = await target.read(anchor.position, anchor.position + 1)
+    return found == [anchor]
 
 
 class _TargetSearch:

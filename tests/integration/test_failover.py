@@ -263,14 +263,20 @@ def test_a_group_fails_over_from_its_checkpoint_when_its_datacenter_is_lost(
         assert len(caught["partitions"]) == 3
         assert all(p["target_position"] == p["target_log_end"] for p in caught["partitions"])
 
-        # The checkpoints follow the group: one taken after its commit, and (no member in dc2)
-        # its translated positions committed there.
+        # The checkpoints follow the group: one taken after its commit, and (a member in dc1,
+        # none in dc2) its translated positions committed there.
         def checkpointed() -> bool:
             _, status_now = dc1.get("/status")
             group = (status_now["checkpoints"]["groups"].get("app.orders") or {}).get("dc1->dc2")
             return group is not None and group["age_s"] < time.time() - committed_at - 0.5
 
+        def offsets_synced() -> bool:
+            return dc1.metric("replicator_group_offsets_synced_total", group="app.orders") >= 3
+
         wait_until(checkpointed, 30, "a checkpoint of app.orders after its commit", dc1.log)
+        assert not offsets_synced(), "offsets synced for a group that consumes nowhere"
+        with active_member(dc1_broker, "orders", "app.orders"):
+            wait_until(offsets_synced, 30, "app.orders' offsets synced into dc2", dc1.log)
         status, live, _ = failover(cli, "--group", "app.orders", "--from", "dc1", "--to", "dc2")
         assert status == 0 and not live["from_checkpoint"], live
         # Partition 0: the group stopped half way through dc2's early records, which dc2 holds

@@ -25,7 +25,7 @@ def settings(replica_mode: bool = True, **flows: dict[str, str]) -> Settings:
 
 def test_the_replica_mode_keeps_real_topic_names_and_nothing_else() -> None:
     s = settings()
-    assert counterpart(s, "orders", "dc1", "dc2") == "orders"
+    assert counterpart(s, "orders", "dc1", "dc2") == ("orders", True)
     assert counterpart(s, "orders_REPLICA", "dc1", "dc2") is None  # what applications write
     assert counterpart(s, "__consumer_offsets", "dc1", "dc2") is None
 
@@ -37,13 +37,17 @@ def test_flows_name_the_copy_and_give_back_the_original() -> None:
         go={"source": "dc3", "target": "dc1", "naming": "prefix", "prefix": "dc3_"},
         same={"source": "dc2", "target": "dc3"},
     )
-    assert counterpart(s, "orders", "dc1", "dc2") == "dc1.orders"
-    assert counterpart(s, "dc1.orders", "dc2", "dc1") == "orders"  # failback
-    assert counterpart(s, "orders", "dc3", "dc1") == "dc3_orders"
-    assert counterpart(s, "dc3_orders", "dc1", "dc3") == "orders"
-    assert counterpart(s, "orders", "dc2", "dc3") == "orders"
-    assert counterpart(s, "orders", "dc3", "dc2") == "orders"
+    assert counterpart(s, "orders", "dc1", "dc2") == ("dc1.orders", True)
+    assert counterpart(s, "dc1.orders", "dc2", "dc1") == ("orders", True)  # failback
+    assert counterpart(s, "orders", "dc3", "dc1") == ("dc3_orders", True)
+    assert counterpart(s, "dc3_orders", "dc1", "dc3") == ("orders", True)
+    assert counterpart(s, "orders", "dc2", "dc3") == ("orders", True)
+    assert counterpart(s, "orders", "dc3", "dc2") == ("orders", True)
     assert counterpart(s, "orders", "dc2", "dc1") is None  # nothing replicates it there
+    placed = settings(
+        replica_mode=False, keyed={"source": "dc1", "target": "dc2", "preserve_partitions": "false"}
+    )
+    assert counterpart(placed, "orders", "dc1", "dc2") == ("orders", False)
     assert counterpart(s, "replicator-checkpoints", "dc1", "dc2") is None
 
 

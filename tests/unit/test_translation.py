@@ -5,10 +5,12 @@ translated position, for any interleaving of origins in either cluster."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +21,7 @@ from replicator.translation import (
     Entry,
     Identities,
     Origin,
+    StaleSyncPoint,
     SyncPoint,
     Translation,
     translate,
@@ -224,3 +227,74 @@ def test_an_origin_seen_only_between_the_searched_positions_is_searched_too() ->
     result = run(a, 4000, b)
     check_exact(a, 4000, b, result)
     assert (result.position, result.repeats) == (3990, 10)  # at dc3's first; dc1 1990..1999
+
+
+def test_a_target_recreated_and_grown_past_the_checkpoint_is_not_trusted() -> None:
+    a = MemoryLog([(DC1, i) for i in range(10)])
+    old = run(a, 10, MemoryLog([(DC1, i) for i in range(10)]))
+    point = sync_point(old, 10)
+    recreated = MemoryLog([(DC3, i) for i in range(5)] + [(DC1, i) for i in range(10)])
+    result = run(a, 10, recreated, point)
+    assert result.sync_point_dropped
+    assert (result.position, result.repeats) == (0, 10)
+    with pytest.raises(StaleSyncPoint):  # and without the source, it cannot be translated
+        asyncio.run(translate(recreated, ConsumedScan(None, 10, point)))
+
+
+def test_the_sources_own_records_count_as_consumed_even_once_retention_removed_them() -> None:
+    own: Origin = ("dc1", "orders", 0)
+    # A holds its own records (offsets are positions) from 500 on; the group is at 900.
+    a = MemoryLog([(own, i) for i in range(500, 1000)], start=500)
+    b = MemoryLog([(own, i) for i in range(1000)])
+    result = asyncio.run(translate(b, ConsumedScan(a, 900, own=own)))
+    assert (result.position, result.repeats) == (900, 0)
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_checkpoint_chains_with_retention_on_either_side(seed: int) -> None:
+    """Checkpoints taken one after another while both sides grow (A's group moving on, or back),
+    B's log start moving up; nothing unconsumed is ever skipped, and while A has lost nothing to
+    retention the answer is exact. The same from each checkpoint alone against a later B."""
+    rnd = random.Random(seed)
+    origins = [DC1, DC2, DC3, ("dc4", "orders_REPLICA", 0)][: rnd.randint(1, 4)]
+    full = {o: rnd.randint(0, 25) for o in origins}
+    a_all = interleave({o: max(0, n - rnd.randint(0, 8)) for o, n in full.items()}, _picks(rnd))
+    b_all = interleave({o: max(0, n - rnd.randint(0, 8)) for o, n in full.items()}, _picks(rnd))
+    steps = rnd.randint(1, 4)
+    lengths = sorted(rnd.randint(0, len(b_all)) for _ in range(steps))
+    since: SyncPoint | None = None
+    a_start = b_start = 0
+    with tiny_chunks():
+        for step in range(steps):
+            position = rnd.randint(0, len(a_all) + 3)
+            if rnd.random() < 0.3:
+                b_start = rnd.randint(b_start, lengths[step])
+            if rnd.random() < 0.2:
+                a_start = rnd.randint(a_start, max(a_start, min(position, len(a_all))))
+            a = MemoryLog(a_all[a_start:], a_start)
+            b = MemoryLog(b_all[b_start : lengths[step]], b_start)
+            result = run(a, position, b, since)
+            _check_against(a_all, position, b, result, exact=a_start == 0)
+            point = sync_point(result, position)
+            if step + 1 < steps:
+                later = MemoryLog(b_all[b_start : lengths[step + 1]], b_start)
+                alone = asyncio.run(translate(later, ConsumedScan(None, position, point)))
+                _check_against(a_all, position, later, alone, exact=a_start == 0)
+            since = point
+
+
+def _picks(rnd: random.Random) -> list[int]:
+    return [rnd.randint(0, 5) for _ in range(200)]
+
+
+def _check_against(
+    a_all: list[tuple[Origin, int]], position: int, b: MemoryLog, result: Translation, exact: bool
+) -> None:
+    """Like :func:`check_exact`, with what the group consumed taken from A's whole history."""
+    consumed = set(a_all[:position])
+    at = result.position - b.start
+    assert all(r in consumed for r in b.records[:at]), "a record the group had not consumed"
+    if exact:
+        first = next((i for i, r in enumerate(b.records) if r not in consumed), len(b.records))
+        assert at == first, (at, first)
+        assert result.repeats == sum(1 for r in b.records[at:] if r in consumed)
