@@ -254,6 +254,7 @@ def failover(
     refused (the group has active members in --to, or --from is gone and no checkpoint exists);
     2 on invalid configuration.
     """
+    from replicator.failover import FailoverRequest
     from replicator.failover import failover as move
 
     settings = _settings()
@@ -264,9 +265,8 @@ def failover(
             "--to: the group is already in that cluster (--from and --to are the same)", err=True
         )
         raise typer.Exit(EXIT_CONFIG)
-    raise typer.Exit(
-        move(settings, group, source, to, topic, from_checkpoint, execute, json_output)
-    )
+    request = FailoverRequest(group, source, to, topic, from_checkpoint, execute)
+    raise typer.Exit(move(settings, request, json_output))
 
 
 topics_app = typer.Typer(help="Manage the X_REPLICA and X topic pairs.", no_args_is_help=True)

@@ -75,17 +75,23 @@ class FailoverRefused(ReplicatorError):
     retriable = False
 
 
-async def plan_failover(
-    settings: Settings,
-    group: str,
-    source: str,
-    target: str,
-    topics: list[str] | None,
-    from_checkpoint: bool,
-    execute: bool,
-) -> FailoverPlan:
-    """The group's positions in ``target``, translated from ``source`` (or from the checkpoints
-    in ``target`` when ``source`` does not answer); committed with ``execute``."""
+@dataclass(frozen=True)
+class FailoverRequest:
+    """What ``replicator failover`` was asked: move ``group`` from ``source`` to ``target``."""
+
+    group: str
+    source: str
+    target: str
+    topics: list[str] | None = None  # topics of the source; None: every one it reads
+    from_checkpoint: bool = False  # even if the source answers
+    execute: bool = False  # commit (else a dry run)
+
+
+async def plan_failover(settings: Settings, request: FailoverRequest) -> FailoverPlan:
+    """The group's positions in the target, translated from the source (or from the checkpoints
+    in the target when the source does not answer); committed when the request says so."""
+    group, source, target = request.group, request.source, request.target
+    topics, from_checkpoint, execute = request.topics, request.from_checkpoint, request.execute
     translator = GroupTranslator(settings, source, target)
     timeout = settings.request_timeout_ms / 1000
     kept = await read_latest(settings, source, target, timeout * 3, [group])
@@ -203,21 +209,15 @@ async def _execute(plan: FailoverPlan, offsets: GroupOffsets) -> None:
 
 def failover(
     settings: Settings,
-    group: str,
-    source: str,
-    target: str,
-    topics: list[str] | None,
-    from_checkpoint: bool,
-    execute: bool,
+    request: FailoverRequest,
     as_json: bool,
     echo: Callable[[str], None] = print,
 ) -> int:
-    """Print (and with ``execute`` commit) the group's translated positions; the exit status."""
+    """Print (and if asked commit) the group's translated positions; the exit status."""
     began = time.monotonic()
+    group = request.group
     try:
-        plan = asyncio.run(
-            plan_failover(settings, group, source, target, topics, from_checkpoint, execute)
-        )
+        plan = asyncio.run(plan_failover(settings, request))
     except Exception as raised:
         exc = first_error(raised)
         refused = isinstance(exc, FailoverRefused)

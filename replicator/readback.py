@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from replicator.provenance import Provenance, parse
 
@@ -30,6 +30,19 @@ class StoredRecord:
     @property
     def provenance(self) -> Provenance | None:
         return parse(self.headers)
+
+    @classmethod
+    def of(cls, record: ConsumerRecord[bytes, bytes]) -> StoredRecord:
+        """The record a consumer returned, as stored."""
+        return cls(
+            record.topic,
+            record.partition,
+            record.offset,
+            record.key,
+            record.value,
+            tuple(record.headers),
+            record.timestamp,
+        )
 
 
 async def cluster_partitions(consumer: AIOKafkaConsumer) -> dict[str, list[int]]:
@@ -79,18 +92,7 @@ async def read_topic(
                 )
             fetched = await consumer.getmany(timeout_ms=200)
             for tp, batch in fetched.items():
-                records[tp].extend(
-                    StoredRecord(
-                        r.topic,
-                        r.partition,
-                        r.offset,
-                        r.key,
-                        r.value,
-                        tuple(r.headers),
-                        r.timestamp,
-                    )
-                    for r in batch
-                )
+                records[tp].extend(StoredRecord.of(r) for r in batch)
             for tp in partitions:
                 end = consumer.highwater(tp)
                 if end is not None and await consumer.position(tp) >= end:

@@ -78,17 +78,7 @@ async def _consume(
                 for r in batch:
                     if upto is not None and r.offset >= upto[tp.partition]:
                         break
-                    records.append(
-                        StoredRecord(
-                            r.topic,
-                            r.partition,
-                            r.offset,
-                            r.key,
-                            r.value,
-                            tuple(r.headers),
-                            r.timestamp,
-                        )
-                    )
+                    records.append(StoredRecord.of(r))
             for tp in tps:
                 stop = upto[tp.partition] if upto is not None else consumer.highwater(tp)
                 if stop is None:
