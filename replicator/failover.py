@@ -94,7 +94,10 @@ async def plan_failover(settings: Settings, request: FailoverRequest) -> Failove
     topics, from_checkpoint, execute = request.topics, request.from_checkpoint, request.execute
     translator = GroupTranslator(settings, source, target)
     timeout = settings.request_timeout_ms / 1000
-    kept = await read_latest(settings, source, target, timeout * 3, [group])
+    try:
+        kept = await read_latest(settings, source, target, timeout * 3, [group])
+    except Exception as exc:  # the first contact with the target: say which cluster
+        raise _unreachable(exc, settings, target) from exc
     checkpoints = kept.get(group, {})
     source_error: str | None = "--from-checkpoint" if from_checkpoint else None
     jobs: list[PartitionJob] = []
@@ -158,9 +161,23 @@ async def plan_failover(settings: Settings, request: FailoverRequest) -> Failove
         if execute:
             await _execute(plan, offsets)
         return plan
+    except FailoverRefused:
+        raise
+    except Exception as exc:
+        raise _unreachable(exc, settings, target) from exc
     finally:
         await close_quietly(reader.stop())
         await client.close()
+
+
+def _unreachable(exc: Exception, settings: Settings, cluster: str) -> ReplicatorError:
+    """``exc`` as the error tree has it, naming ``cluster`` and its address when it did not
+    answer (the address holds no secret)."""
+    error = exc if isinstance(exc, ReplicatorError) else translate(first_error(exc))
+    if isinstance(error, ClusterUnavailable):
+        where = settings.clusters[cluster].bootstrap_servers
+        return ClusterUnavailable(f"{cluster} does not answer at {where}: {error}")
+    return error
 
 
 async def _without_checkpoint(

@@ -69,8 +69,8 @@ async def read_topic(
         auto_offset_reset="earliest",
         **client_options,
     )
-    await consumer.start()
     try:
+        await consumer.start()
         partitions = await partitions_of(consumer, topic)
         if not partitions:
             return []

@@ -293,6 +293,8 @@ def test_a_group_fails_over_from_its_checkpoint_when_its_datacenter_is_lost(
         dc1_broker.stop()
         wait_until(holds(dc2_broker, "orders", 1290), 60, "dc2's own records after the loss")
 
+        status, unknown, _ = failover(cli, "--group", "app.nobody", "--from", "dc1", "--to", "dc2")
+        assert status == 1 and "holds no checkpoint of group app.nobody" in unknown["error"]
         status, dry, err = failover(cli, "--group", "app.orders", "--from", "dc1", "--to", "dc2")
         assert status == 0, err
         assert dry["from_checkpoint"] and dry["source_unreachable"], dry

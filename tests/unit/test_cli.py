@@ -90,3 +90,16 @@ def test_topics_ensure_refuses_bad_names_before_touching_a_cluster(
     result = CliRunner().invoke(app, args, env=UNREACHABLE)
     assert result.exit_code == 2, result.output
     assert "--topic" in result.stderr and expected in result.stderr
+
+
+def test_failover_names_the_cluster_that_does_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in os.environ if k.startswith("REPLICATOR_")]:
+        monkeypatch.delenv(key)
+    args = ["failover", "--group", "g", "--from", "dc1", "--to", "dc2", "--json"]
+    result = CliRunner().invoke(app, args, env=UNREACHABLE)
+    assert result.exit_code == 1, result.output
+    last = result.stdout.strip().splitlines()[-1]
+    assert '"executed": false' in last and "dc2 does not answer at 127.0.0.1:10" in last, last
+    for wrong in (["--to", "dc3"], ["--to", "dc1"]):
+        result = CliRunner().invoke(app, [*args[:5], *wrong], env=UNREACHABLE)
+        assert result.exit_code == 2 and "--to" in result.stderr, result.output
