@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from benchmarks.resume import TOPIC, fill
 from replicator.checkpoints import Checkpoint, CheckpointKey
 from replicator.embedded import EmbeddedBroker
 from replicator.group_translation import GroupTranslator, PartitionMove
@@ -29,7 +30,6 @@ from replicator.kafka import GroupOffsets
 from replicator.provenance import Provenance
 from replicator.settings import load_settings
 
-TOPIC = "orders"
 PARTITIONS = 12
 GROUP = "bench.app"
 
@@ -43,35 +43,6 @@ def origin_at(cluster: str, i: int, partition: int) -> Provenance:
         source = "dc2" if within < 100 else "dc1"
         offset = run * 100 + within % 100
     return Provenance(source, "orders_REPLICA", partition, offset)
-
-
-async def fill(bootstrap: str, cluster: str, per_partition: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
-    finally:
-        await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=512 * 1024)
-    await producer.start()
-    try:
-        pending = []
-        now, per_batch = int(time.time() * 1000), 2_000
-        for partition in range(PARTITIONS):
-            for start in range(0, per_partition, per_batch):
-                batch = producer.create_batch()
-                for i in range(start, min(start + per_batch, per_partition)):
-                    origin = origin_at(cluster, i, partition)
-                    batch.append(
-                        timestamp=now, key=None, value=b"v" * 100, headers=origin.headers()
-                    )
-                pending.append(await producer.send_batch(batch, TOPIC, partition=partition))
-                if len(pending) > 32:
-                    await asyncio.gather(*pending)
-                    pending.clear()
-        await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
 
 
 async def commit(bootstrap: str, positions: dict[int, int]) -> None:
@@ -117,7 +88,10 @@ async def failover_cost(records: int) -> dict[str, Any]:
     try:
         began = time.monotonic()
         await asyncio.gather(
-            *(fill(b.bootstrap_servers, alias, per_partition) for alias, b in brokers.items())
+            *(
+                fill(b.bootstrap_servers, per_partition, PARTITIONS, partial(origin_at, alias))
+                for alias, b in brokers.items()
+            )
         )
         filled = time.monotonic() - began
         env = {"REPLICATOR_LOCAL_CLUSTER": "dc2"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -27,12 +28,24 @@ from replicator.resume import DestinationTail
 TOPIC = "orders"
 
 
-async def fill(bootstrap: str, records: int) -> int:
-    """Write ``records`` records of dc1 and dc2 alternately; the log end."""
+OriginAt = Callable[[int, int], Provenance]
+"""The origin of the ``i``-th record of a partition (index, partition)."""
+
+
+def alternating(i: int, partition: int) -> Provenance:
+    """dc1 and dc2 one record each, in turn."""
+    return Provenance("dc1" if i % 2 else "dc2", "orders_REPLICA", partition, i // 2)
+
+
+async def fill(
+    bootstrap: str, per_partition: int, partitions: int = 1, origin_at: OriginAt = alternating
+) -> int:
+    """Create ``orders`` with ``partitions`` partitions and write ``per_partition`` 100-byte
+    records into each, with the provenance ``origin_at`` gives; the records per partition."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(TOPIC, 1, 1)])
+        await admin.create_topics([NewTopic(TOPIC, partitions, 1)])
     finally:
         await admin.close()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=512 * 1024)
@@ -40,19 +53,20 @@ async def fill(bootstrap: str, records: int) -> int:
     try:
         pending = []
         now, per_batch = int(time.time() * 1000), 2_000
-        for start in range(0, records, per_batch):
-            batch = producer.create_batch()
-            for i in range(start, min(start + per_batch, records)):
-                origin = Provenance("dc1" if i % 2 else "dc2", "orders_REPLICA", 0, i // 2)
-                batch.append(timestamp=now, key=None, value=b"v" * 100, headers=origin.headers())
-            pending.append(await producer.send_batch(batch, TOPIC, partition=0))
-            if len(pending) > 32:
-                await asyncio.gather(*pending)
-                pending.clear()
+        for partition in range(partitions):
+            for start in range(0, per_partition, per_batch):
+                batch = producer.create_batch()
+                for i in range(start, min(start + per_batch, per_partition)):
+                    headers = origin_at(i, partition).headers()
+                    batch.append(timestamp=now, key=None, value=b"v" * 100, headers=headers)
+                pending.append(await producer.send_batch(batch, TOPIC, partition=partition))
+                if len(pending) > 32:
+                    await asyncio.gather(*pending)
+                    pending.clear()
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
-    return records
+    return per_partition
 
 
 async def timed(tail: DestinationTail, origin: str, floor: int | None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from replicator.kafka import client_options
 from replicator.readback import read_topic
 from replicator.settings import Settings
-from replicator.topics import TopicSpec, create_topic, describe_partitions, replication_factor
+from replicator.topics import ensure_single_partition
 from replicator.translation import Frontier, SyncPoint, TargetIndex
 
 TOPIC_CONFIGS = {
@@ -112,10 +112,7 @@ Checkpoints = dict[str, dict[CheckpointKey, Checkpoint]]
 
 async def ensure_topic(admin: AIOKafkaAdminClient, topic: str, factor: int | None) -> list[str]:
     """Create the checkpoints topic unless it exists; the broker's errors, empty on success."""
-    if topic in await describe_partitions(admin):
-        return []
-    spec = TopicSpec(topic, 1, await replication_factor(admin, factor), dict(TOPIC_CONFIGS))
-    return await create_topic(admin, spec, tolerate=(36,))  # 36: already exists
+    return await ensure_single_partition(admin, topic, factor, TOPIC_CONFIGS) or []
 
 
 async def write(producer: AIOKafkaProducer, topic: str, checkpoints: Iterable[Checkpoint]) -> int:

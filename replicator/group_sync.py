@@ -4,10 +4,11 @@ Every ``REPLICATOR_SYNC_GROUPS_INTERVAL_MS`` the replicator lists the consumer g
 source it syncs from (:func:`sync_pairs`: its local cluster into every other in the ``_REPLICA``
 mode, each flow's source into its target, as MirrorMaker 2's checkpoints go), and for each group
 matching the regex (never its own groups) translates its positions into the target
-(:class:`~replicator.failover.GroupTranslator`, each partition from its previous checkpoint as the
-sync point, so a round reads little more than what the group consumed since) and appends the
-checkpoints to the target's checkpoints topic. With ``REPLICATOR_SYNC_GROUP_OFFSETS=true`` it also
-commits the translated positions there for groups with no active member, and only forward
+(:class:`~replicator.group_translation.GroupTranslator`, each partition from its previous
+checkpoint as the sync point, so a round reads only what the group consumed and the target
+received since) and appends the checkpoints to the target's checkpoints topic. With
+``REPLICATOR_SYNC_GROUP_OFFSETS=true`` it also commits the translated positions there for groups
+with active members in the source and none in the target, and only forward
 (:func:`forward_only`): an active group is never touched, a group is never moved back.
 
 Per group and pair: the age of the newest checkpoint and its repeats (metrics and ``/status``
@@ -226,10 +227,9 @@ class GroupSync:
             return 0
         if await active_members(self._clusters[target], group):
             return 0
-        translator = GroupTranslator(self._settings, source, target)
-        reader = translator.reader(target, "sync")
-        await reader.start()
+        reader = GroupTranslator(self._settings, source, target).reader(target, "sync")
         try:
+            await reader.start()
             offsets = GroupOffsets(reader._client, group)
             tps = {TopicPartition(c.target_topic, c.partition): c.target_offset for c in written}
             committed = await offsets.fetch(list(tps))

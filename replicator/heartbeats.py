@@ -36,7 +36,7 @@ from replicator.metrics import Metrics
 from replicator.producer import idempotence_refused, make_producer
 from replicator.retry import Backoff
 from replicator.settings import Settings
-from replicator.topics import TopicSpec, create_topic, describe_partitions, replication_factor
+from replicator.topics import describe_partitions, ensure_single_partition
 from replicator.topology import FeedPlan
 
 log = structlog.get_logger(__name__)
@@ -128,11 +128,12 @@ class FlowHeartbeat:
         Called before the flow's feed first lists its topics: a topic appearing later changes
         the feed's subscription, which costs a rebalance."""
         admin = await self._source.admin()
-        if self.topic in await describe_partitions(admin):
+        compacted = {"cleanup.policy": "compact"}
+        errors = await ensure_single_partition(
+            admin, self.topic, self.plan.replication_factor, compacted
+        )
+        if errors is None:
             return
-        factor = await replication_factor(admin, self.plan.replication_factor)
-        spec = TopicSpec(self.topic, 1, factor, {"cleanup.policy": "compact"})
-        errors = await create_topic(admin, spec, tolerate=(36,))  # 36: already exists
         if errors:
             self._log.warning("heartbeat topic not created", topic=self.topic, errors=errors)
         else:

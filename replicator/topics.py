@@ -156,6 +156,17 @@ async def create_topic(
     return describe_errors(await _request_creation(admin, spec, tolerate))
 
 
+async def ensure_single_partition(
+    admin: AIOKafkaAdminClient, name: str, factor: int | None, configs: dict[str, str]
+) -> list[str] | None:
+    """Create the one-partition topic ``name`` (the replicator's heartbeats, checkpoints) unless
+    it exists: ``None`` when it existed, else the broker's errors (empty: created)."""
+    if name in await describe_partitions(admin):
+        return None
+    spec = TopicSpec(name, 1, await replication_factor(admin, factor), dict(configs))
+    return await create_topic(admin, spec, tolerate=(36,))  # 36: already exists
+
+
 async def _config_entries(admin: AIOKafkaAdminClient, topic: str) -> list[Any]:
     return (await _config_entries_of(admin, [topic])).get(topic, [])
 

@@ -27,9 +27,8 @@ translation from one reads only what B received since, plus, for each origin who
 B was not consumed, a binary search for its first unconsumed record (per origin, B's records are
 in origin order, so "every record of the origin before k was consumed" is true up to it and false
 after), plus the records between the translated position and the furthest first unconsumed one
-(the repeats). A is read backwards from the group's position only until the last consumed record
-of each origin of B is found, or down to the sync point (whose frontier stands for what is below
-it), or to A's log start (an origin the group never read there).
+(the repeats). A is read from the sync point (whose frontier stands for what is below it), or
+from its log start, up to the group's position: the frontier of every origin the group read.
 
 Pure logic over the :class:`PartitionLog` protocol; :class:`KafkaPartitionLog` reads a real
 partition. Used by the ``failover`` command and the continuous checkpoints.
@@ -59,7 +58,6 @@ class Entry(NamedTuple):
     offset: int  # in its origin partition
 
 
-_FIRST_CHUNK = 1_000
 _PROBE_CHUNK = 200
 _MAX_CHUNK = 200_000
 _STALL_S = 10.0

@@ -83,7 +83,7 @@ def check_exact(a: MemoryLog, position: int, b: MemoryLog, result: Translation) 
 @contextmanager
 def tiny_chunks() -> Iterator[None]:
     """Reads of a few records at a time, so that small partitions exercise every bound."""
-    with mock.patch.multiple(translation, _FIRST_CHUNK=3, _PROBE_CHUNK=2, _MAX_CHUNK=8):
+    with mock.patch.multiple(translation, _PROBE_CHUNK=2, _MAX_CHUNK=8):
         yield
 
 
