@@ -31,7 +31,7 @@ from replicator.group_translation import (
     PartitionMove,
     active_members,
 )
-from replicator.kafka import ClusterClient, GroupOffsets, translate
+from replicator.kafka import ClusterClient, GroupOffsets, said, translate
 from replicator.lifecycle import close_quietly
 from replicator.readback import cluster_partitions
 from replicator.settings import Settings
@@ -236,10 +236,8 @@ def failover(
     try:
         plan = asyncio.run(plan_failover(settings, request))
     except Exception as raised:
-        exc = first_error(raised)
-        refused = isinstance(exc, FailoverRefused)
-        error = exc if isinstance(exc, ReplicatorError) else translate(exc)
-        message = f"{'refused' if refused else 'failed'}: {error or type(exc).__name__}"
+        refused = isinstance(first_error(raised), FailoverRefused)
+        message = f"{'refused' if refused else 'failed'}: {said(raised)}"
         if as_json:
             print(json.dumps({"group": group, "error": message, "executed": False}))
         else:

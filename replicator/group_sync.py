@@ -29,9 +29,8 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from replicator import checkpoints
 from replicator.checkpoints import Checkpoint
-from replicator.errors import first_error
 from replicator.group_translation import GroupTranslator, PartitionMove, active_members
-from replicator.kafka import ClusterClient, GroupOffsets, translate
+from replicator.kafka import ClusterClient, GroupOffsets, said
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.producer import make_producer
@@ -107,7 +106,7 @@ class GroupSync:
                     task.cancel()
                 outcomes = await asyncio.gather(round_, stopped, return_exceptions=True)
             if isinstance(outcomes[0], Exception):  # sync_round catches what it expects
-                log.error("checkpoint round failed", error=_said(outcomes[0]))
+                log.error("checkpoint round failed", error=said(outcomes[0]))
             await sleep_unless_stopped(stop, max(0.0, interval - (time.monotonic() - began)))
 
     async def sync_round(self) -> None:
@@ -119,7 +118,7 @@ class GroupSync:
                 listed = await admin.list_consumer_groups()
                 groups[source] = sorted(name for name, _ in listed if self.synced(name))
             except Exception as exc:
-                groups[source] = f"listing the groups of {source}: {_said(exc)}"
+                groups[source] = f"listing the groups of {source}: {said(exc)}"
         for pair in self._pairs:
             found = groups[pair[0]]
             if isinstance(found, str):
@@ -128,7 +127,7 @@ class GroupSync:
             try:
                 failures = await self._sync_pair(pair, found)
             except Exception as exc:
-                self._failed(pair, _said(exc))
+                self._failed(pair, said(exc))
                 continue
             if failures:
                 self._failed(pair, "; ".join(f"{g}: {e}" for g, e in sorted(failures.items())))
@@ -176,7 +175,7 @@ class GroupSync:
                     moves = await translator.translate(jobs, live=True)
                     written = await self._record(pair, group, moves, producer)
                 except Exception as exc:
-                    failures[group] = _said(exc)
+                    failures[group] = said(exc)
                     continue
                 problems = [f"{m.topic}/{m.partition}: {m.problem}" for m in moves if m.problem]
                 if problems:
@@ -282,9 +281,3 @@ def forward_only(
         if before is None or at > before:
             ahead[tp] = at
     return ahead
-
-
-def _said(exc: BaseException) -> str:
-    """One line for a failure (the first one inside a task group's)."""
-    first = first_error(exc)
-    return str(translate(first) if isinstance(first, Exception) else first) or type(first).__name__

@@ -18,8 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator import translation
 from replicator.checkpoints import Checkpoint, CheckpointKey
-from replicator.kafka import ClusterClient, GroupOffsets, broker_error, make_reader
-from replicator.kafka import translate as translate_error
+from replicator.kafka import ClusterClient, GroupOffsets, broker_error, make_reader, said
 from replicator.lifecycle import close_quietly
 from replicator.readback import cluster_partitions
 from replicator.settings import Settings
@@ -231,7 +230,7 @@ class GroupTranslator:
             if isinstance(exc, translation.StaleSyncPoint):
                 problem = f"{exc}: {self.source} is needed to translate it"
             else:
-                problem = f"not translated: {translate_error(exc) or type(exc).__name__}"
+                problem = f"not translated: {said(exc)}"
             return PartitionMove(
                 job.topic, job.partition, job.target_topic, job.position, None, 0, None,
                 checkpoint_age_s=age, problem=problem,

@@ -26,6 +26,7 @@ from replicator.errors import (
     KafkaFailure,
     RecordRefused,
     ReplicatorError,
+    first_error,
 )
 from replicator.lifecycle import close_quietly
 from replicator.offsets import OutOfRange, out_of_range
@@ -102,6 +103,14 @@ def translate(exc: BaseException) -> ReplicatorError:
     if isinstance(exc, kerr.KafkaError):
         return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))
     return KafkaFailure(name, retriable=False)
+
+
+def said(exc: BaseException) -> str:
+    """A failure in one line, as the error tree names it (the first one inside task groups)."""
+    first = first_error(exc)
+    if not isinstance(first, Exception):
+        return str(first) or type(first).__name__
+    return str(translate(first)) or type(first).__name__
 
 
 def broker_error(code: int) -> ReplicatorError:

@@ -46,7 +46,7 @@ from replicator.errors import (
     TopicMissing,
     TopicRefused,
 )
-from replicator.kafka import ClusterClient, broker_error, error_name, translate
+from replicator.kafka import ClusterClient, broker_error, error_name, said, translate
 
 log = structlog.get_logger(__name__)
 
@@ -359,7 +359,7 @@ class TopicProvisioner:
                     )
                 self._seen[target_topic] = source
         except Exception as exc:
-            error = str(translate(exc)) or type(exc).__name__
+            error = said(exc)
             if self.sync_error is None:
                 log.warning(
                     "topic config sync failed: destination topics keep the configs they have",
