@@ -350,7 +350,10 @@ def backfill(
         "instead of X_REPLICA.",
     ),
     max_offsets_per_task: int = typer.Option(
-        0, min=0, help="Split each partition's range into Spark tasks of this many offsets."
+        0,
+        min=0,
+        help="Split each partition's range into Spark tasks of this many offsets "
+        "(default: about two tasks per core, none under 50,000 offsets).",
     ),
 ) -> None:
     """Copy a bounded history of X_REPLICA (up to a snapshot of its end) to X on other clusters."""
@@ -396,6 +399,12 @@ def audit(
     allow_lag: bool = typer.Option(
         False, help="Records not yet replicated at the snapshot's tail do not fail the audit."
     ),
+    max_offsets_per_task: int = typer.Option(
+        0,
+        min=0,
+        help="Split each partition's range into Spark tasks of this many offsets "
+        "(default: about two tasks per core, none under 50,000 offsets).",
+    ),
 ) -> None:
     """Prove that clusters hold the same data: missing, duplicated, reordered, altered, looped.
 
@@ -404,7 +413,11 @@ def audit(
     settings = _settings()
     jobs = _spark_jobs()
     clusters = _known(settings, cluster or sorted(settings.clusters), "--cluster")
-    raise typer.Exit(jobs.audit(settings, clusters, topic or [], master, json_path, allow_lag))
+    raise typer.Exit(
+        jobs.audit(
+            settings, clusters, topic or [], master, json_path, allow_lag, max_offsets_per_task
+        )
+    )
 
 
 def main() -> None:

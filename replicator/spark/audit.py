@@ -33,10 +33,12 @@ Everything is computed in Spark; only the per-partition report reaches the drive
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, SparkSession, Window
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
 from replicator.provenance import HEADER_NAMES, Marking
@@ -87,6 +89,8 @@ class PartitionReport:
 class AuditReport:
     partitions: list[PartitionReport]
     snapshot: dict[str, dict[str, dict[str, list[int]]]]
+    # where the time went, in seconds: "spark start", "snapshot", "read", "compare"
+    timings: dict[str, float] = field(default_factory=dict)
 
     def totals(self) -> dict[str, int]:
         return {name: sum(getattr(p, name) for p in self.partitions) for name in COUNTS}
@@ -102,65 +106,134 @@ class AuditReport:
             "totals": self.totals(),
             "partitions": [asdict(p) for p in self.partitions],
             "snapshot": self.snapshot,
+            "timings": self.timings,
         }
 
 
 def _digest() -> Column:
-    """Key, value and the application's headers (provenance excluded), nulls kept distinct."""
+    """Key, value and the application's headers (provenance excluded), nulls kept distinct:
+    SHA-256, as 32 bytes."""
     own = sf.filter("headers", lambda h: ~h["key"].isin(*HEADER_NAMES))
-    return sf.sha2(
-        sf.to_json(
-            sf.struct(
-                sf.base64("key").alias("k"),
-                sf.base64("value").alias("v"),
-                sf.transform(own, lambda h: sf.struct(h["key"], sf.base64(h["value"]))).alias("h"),
-            )
-        ),
-        256,
+    return sf.unhex(
+        sf.sha2(
+            sf.to_json(
+                sf.struct(
+                    sf.base64("key").alias("k"),
+                    sf.base64("value").alias("v"),
+                    sf.transform(own, lambda h: sf.struct(h["key"], sf.base64(h["value"]))).alias(
+                        "h"
+                    ),
+                )
+            ),
+            256,
+        )
+    )
+
+
+def _scan(spark: SparkSession, fmt: str, clusters: list[ClusterInput], suffix: str) -> DataFrame:
+    """Every record of every cluster's snapshot, read once, narrowed to what the audit compares.
+
+    Per record: where it is (``cluster``, ``topic``, ``partition``, ``offset``), ``real`` (the
+    real topic it belongs to), ``replica`` (read from ``X_REPLICA``), ``mark`` (the loop rule, for
+    replica records), its provenance (``o_*``) and the ``digest`` of its payload.
+    """
+    frame: DataFrame | None = None
+    for cluster in clusters:
+        read = read_snapshot(spark, fmt, cluster).withColumn("cluster", sf.lit(cluster.alias))
+        frame = read if frame is None else frame.unionByName(read)
+    assert frame is not None
+    replica = sf.col("topic").endswith(suffix)
+    return frame.select(
+        "cluster",
+        "topic",
+        "partition",
+        "offset",
+        sf.when(replica, real_topic(suffix)).otherwise(sf.col("topic")).alias("real"),
+        replica.alias("replica"),
+        marking().alias("mark"),
+        *origin_columns(),
+        _digest().alias("digest"),
     )
 
 
 def run_audit(
     spark: SparkSession, fmt: str, clusters: list[ClusterInput], topics: list[str], suffix: str
 ) -> AuditReport:
-    """Audit ``topics`` (real topic names) across ``clusters`` (each with its snapshot)."""
-    replica_topics = [t + suffix for t in topics]
-    sources = None
-    holdings = None
-    for cluster in clusters:
-        s = read_snapshot(spark, fmt, cluster, replica_topics).withColumn(
-            "cluster", sf.lit(cluster.alias)
-        )
-        h = read_snapshot(spark, fmt, cluster, topics).withColumn("cluster", sf.lit(cluster.alias))
-        sources = s if sources is None else sources.unionByName(s)
-        holdings = h if holdings is None else holdings.unionByName(h)
-    assert sources is not None and holdings is not None
-    aliases = spark.createDataFrame([(c.alias,) for c in clusters], "dest string")
+    """Audit ``topics`` (real topic names) across ``clusters`` (each with its snapshot).
 
-    sources = sources.withColumn("mark", marking()).withColumn("digest", _digest())
+    Each cluster's snapshot is read once, in one job, into a narrow cached frame (``read``);
+    everything else is computed from it (``compare``).
+    """
+    began = time.monotonic()
+    wanted = {t + suffix for t in topics} | set(topics)
+    inputs = [
+        ClusterInput(
+            c.alias, c.options, {tp: r for tp, r in c.snapshot.items() if tp.topic in wanted}
+        )
+        for c in clusters
+    ]
+    scanned = _scan(spark, fmt, inputs, suffix).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        scanned.count()
+        read_s = time.monotonic() - began
+        rows = _compare(spark, scanned, [c.alias for c in clusters], suffix)
+    finally:
+        scanned.unpersist()
+    snapshot: dict[str, dict[str, dict[str, list[int]]]] = {}
+    for c in clusters:
+        for tp, (start, end) in sorted(c.snapshot.items()):
+            snapshot.setdefault(c.alias, {}).setdefault(tp.topic, {})[str(tp.partition)] = [
+                start,
+                end,
+            ]
+    compare_s = time.monotonic() - began - read_s
+    return AuditReport(rows, snapshot, {"read": round(read_s, 2), "compare": round(compare_s, 2)})
+
+
+def _compare(
+    spark: SparkSession, scanned: DataFrame, aliases: list[str], suffix: str
+) -> list[PartitionReport]:
+    """The per-partition report from the scanned records (Spark columns and joins only).
+
+    Per destination, topic, origin and partition: ``expected`` counts the source records;
+    each source record's copies are matched by provenance and aggregated (how many, how many
+    altered, the first one's place); ``missing`` is what was expected and not delivered, ``lag``
+    the source records past the last one delivered, ``out_of_order`` the first copies placed
+    after a copy of a later source record.
+    """
+    sources = scanned.filter("replica")
     refused = (
         sources.filter(sf.col("mark").isin(Marking.LOOP.value, Marking.MALFORMED.value))
-        .groupBy(sf.col("cluster"), real_topic(suffix).alias("topic"), "partition")
+        .groupBy("cluster", sf.col("real").alias("topic"), "partition")
         .agg(
             sf.count(sf.when(sf.col("mark") == Marking.LOOP.value, 1)).alias("loops"),
             sf.count(sf.when(sf.col("mark") == Marking.MALFORMED.value, 1)).alias("malformed"),
         )
         .withColumn("origin", sf.lit(""))
     )
+    # What every cluster should hold: the source records the replicator replicates, each with
+    # its rank in its partition (how many of them up to it), which turns the last delivered
+    # record into how many were delivered or skipped before it.
     source = sources.filter(sf.col("mark").isin(*REPLICATED)).select(
         sf.col("cluster").alias("origin"),
-        real_topic(suffix).alias("topic"),
+        sf.col("real").alias("topic"),
         "partition",
         sf.col("offset").alias("origin_offset"),
         sf.col("digest").alias("source_digest"),
+        sf.row_number()
+        .over(Window.partitionBy("cluster", "real", "partition").orderBy("offset"))
+        .alias("rank"),
     )
-    expected = source.crossJoin(aliases)
+    dests = spark.createDataFrame([(a,) for a in aliases], "dest string")
+    expected = (
+        source.groupBy("origin", "topic", "partition")
+        .agg(sf.count("*").alias("expected"))
+        .crossJoin(dests)
+    )
 
-    held = holdings.select("*", *origin_columns()).withColumn("digest", _digest())
+    held = scanned.filter(~sf.col("replica"))
     # A copy names its source X_REPLICA: anything else in X is no copy of it (counted untagged).
-    copy = sf.coalesce(
-        sf.col("o_topic") == sf.concat(sf.col("topic"), sf.lit(suffix)), sf.lit(False)
-    )
+    copy = sf.coalesce(sf.col("o_topic") == sf.concat("topic", sf.lit(suffix)), sf.lit(False))
     untagged = (
         held.filter(~copy)
         .groupBy("cluster", "topic", "partition")
@@ -169,62 +242,52 @@ def run_audit(
     )
     copies = held.filter(copy).select(
         sf.col("cluster").alias("dest"),
-        sf.col("topic"),
-        sf.col("partition").alias("dest_partition"),
-        sf.col("offset").alias("dest_offset"),
+        "topic",
         sf.col("o_cluster").alias("origin"),
         sf.col("o_partition").alias("partition"),
         sf.col("o_offset").alias("origin_offset"),
-        sf.col("digest"),
+        sf.struct(sf.col("partition").alias("p"), sf.col("offset").alias("o")).alias("at"),
+        "digest",
     )
-    key = ["dest", "topic", "origin", "partition", "origin_offset"]
-    matched = copies.join(
-        source.select("origin", "topic", "partition", "origin_offset", "source_digest"),
-        ["origin", "topic", "partition", "origin_offset"],
+    # Each delivered source record, once per destination: its copies, altered ones, first place.
+    delivered_records = (
+        copies.join(source, ["origin", "topic", "partition", "origin_offset"])
+        .groupBy("dest", "topic", "origin", "partition", "origin_offset")
+        .agg(
+            sf.count("*").alias("copies"),
+            sf.count(sf.when(sf.col("digest") != sf.col("source_digest"), 1)).alias("mismatched"),
+            sf.min("at").alias("first"),
+            sf.first("rank").alias("rank"),
+        )
     )
-    first_copy = Window.partitionBy(*key).orderBy("dest_partition", "dest_offset")
-    firsts = matched.withColumn("n", sf.row_number().over(first_copy)).filter("n = 1")
     before = (
-        Window.partitionBy("dest", "topic", "dest_partition", "origin", "partition")
-        .orderBy("dest_offset")
+        Window.partitionBy("dest", "topic", "first.p", "origin", "partition")
+        .orderBy("first.o")
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    firsts = firsts.withColumn("seen_max", sf.max("origin_offset").over(before))
-    delivered = firsts.groupBy("dest", "topic", "origin", "partition").agg(
-        sf.count("*").alias("delivered"),
-        sf.sum(sf.when(sf.col("seen_max") > sf.col("origin_offset"), 1).otherwise(0)).alias(
-            "out_of_order"
-        ),
-        sf.max("origin_offset").alias("last_delivered"),
-    )
-    copies_per_group = matched.groupBy("dest", "topic", "origin", "partition").agg(
-        sf.count("*").alias("copies"),
-        sf.sum(sf.when(sf.col("digest") != sf.col("source_digest"), 1).otherwise(0)).alias(
-            "mismatched"
-        ),
-    )
-    missing = expected.join(matched.select(*key).distinct(), key, "left_anti").join(
-        delivered.select("dest", "topic", "origin", "partition", "last_delivered"),
-        ["dest", "topic", "origin", "partition"],
-        "left",
-    )
-    missing_counts = missing.groupBy("dest", "topic", "origin", "partition").agg(
-        sf.count("*").alias("missing"),
-        sf.sum(
-            sf.when(
-                sf.col("last_delivered").isNull()
-                | (sf.col("origin_offset") > sf.col("last_delivered")),
-                1,
-            ).otherwise(0)
-        ).alias("lag"),
-    )
-    expected_counts = expected.groupBy("dest", "topic", "origin", "partition").agg(
-        sf.count("*").alias("expected")
+    group = ["dest", "topic", "origin", "partition"]
+    delivered = (
+        delivered_records.withColumn("seen_max", sf.max("origin_offset").over(before))
+        .groupBy(*group)
+        .agg(
+            sf.count("*").alias("delivered"),
+            sf.count(sf.when(sf.col("seen_max") > sf.col("origin_offset"), 1)).alias(
+                "out_of_order"
+            ),
+            sf.max("rank").alias("last_rank"),
+            sf.sum("copies").alias("copies"),
+            sf.sum("mismatched").alias("mismatched"),
+        )
     )
     per_origin = (
-        expected_counts.join(delivered, ["dest", "topic", "origin", "partition"], "full")
-        .join(copies_per_group, ["dest", "topic", "origin", "partition"], "full")
-        .join(missing_counts, ["dest", "topic", "origin", "partition"], "full")
+        expected.join(delivered, group, "full")
+        # Not delivered and past the last delivered: the tail not replicated yet.
+        .withColumn("lag", sf.col("expected") - sf.coalesce(sf.col("last_rank"), sf.lit(0)))
+        .withColumn(
+            "missing",
+            sf.coalesce(sf.col("expected"), sf.lit(0))
+            - sf.coalesce(sf.col("delivered"), sf.lit(0)),
+        )
         .withColumn("duplicates", sf.col("copies") - sf.col("delivered"))
         .withColumnRenamed("dest", "cluster")
     )
@@ -235,7 +298,7 @@ def run_audit(
         .agg(*(sf.sum(sf.coalesce(sf.col(c), sf.lit(0))).alias(c) for c in COUNTS))
         .orderBy("cluster", "topic", "partition", "origin")
     )
-    rows = [
+    return [
         PartitionReport(
             cluster=r["cluster"],
             topic=r["topic"],
@@ -245,11 +308,3 @@ def run_audit(
         )
         for r in report.collect()
     ]
-    snapshot: dict[str, dict[str, dict[str, list[int]]]] = {}
-    for c in clusters:
-        for tp, (start, end) in sorted(c.snapshot.items()):
-            snapshot.setdefault(c.alias, {}).setdefault(tp.topic, {})[str(tp.partition)] = [
-                start,
-                end,
-            ]
-    return AuditReport(rows, snapshot)

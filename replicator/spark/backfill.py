@@ -36,6 +36,7 @@ from replicator.spark.frames import (
     origin_columns,
     read_snapshot,
     real_topic,
+    task_size,
     with_provenance,
 )
 
@@ -56,6 +57,8 @@ class BackfillResult:
     untagged: int = 0  # real-topic records without (readable) provenance: not copied
     handed_over: dict[str, dict[str, int]] = field(default_factory=dict)
     seconds: float = 0.0
+    # where the time went: "read" (the source read and classified), "write <destination>"
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def run_backfill(
@@ -107,12 +110,15 @@ def run_backfill(
     result.loops = kinds.get(Marking.LOOP.value, 0)
     result.malformed = kinds.get(Marking.MALFORMED.value, 0)
     result.untagged = kinds.get(_WITHOUT, 0)
+    result.timings["read"] = round(time.monotonic() - started, 2)
     records = marked.filter(sf.col("kind").isin(*copied)).select(
         "target", *columns, "headers", *origin[1:]
     )
     partitions = max(1, len(source.snapshot))
+    step = task_size(spark, source)
+    split = any(end - start > step for start, end in source.snapshot.values())
     for destination in destinations:
-        out = records
+        writing = time.monotonic()
         if any(end > start for start, end in destination.snapshot.values()):
             existing = (
                 read_snapshot(spark, fmt, destination)
@@ -121,14 +127,21 @@ def run_backfill(
                 .distinct()
             )
             out = records.join(existing, origin, "left_anti")
-        # One writer per Kafka partition's rows, in source order.
-        ordered = (
-            out.repartition(partitions, "target", "partition")
-            .sortWithinPartitions("target", "partition", "offset")
-            .cache()
-        )
-        written = ordered.count()
-        held = result.records - written
+            # One writer per Kafka partition's rows, in source order.
+            ordered = (
+                out.repartition(partitions, "target", "partition")
+                .sortWithinPartitions("target", "partition", "offset")
+                .cache()
+            )
+            written = ordered.count()
+        elif split:
+            ordered = records.repartition(partitions, "target", "partition").sortWithinPartitions(
+                "target", "partition", "offset"
+            )
+            written = result.records
+        else:
+            # Each Spark partition already holds one Kafka partition's range, in source order.
+            ordered, written = records, result.records
         (
             ordered.select(
                 sf.col("target").alias("topic"),
@@ -145,7 +158,8 @@ def run_backfill(
         )
         ordered.unpersist()
         result.written[destination.alias] = written
-        result.already_there[destination.alias] = held
+        result.already_there[destination.alias] = result.records - written
+        result.timings[f"write {destination.alias}"] = round(time.monotonic() - writing, 2)
     marked.unpersist()
     result.seconds = time.monotonic() - started
     return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -85,10 +86,12 @@ def backfill(
     chosen = real_topics(settings, source, topics)
     options = {alias: spark_options(c) for alias, c in settings.clusters.items()}
     read = chosen if copy_real_topics else [t + suffix for t in chosen]
-    reading = dict(options[source])
-    if max_offsets_per_task:
-        reading["maxOffsetsPerTask"] = str(max_offsets_per_task)
-    origin = ClusterInput(source, reading, snapshot.take(_client(settings, source), read, since_ms))
+    origin = ClusterInput(
+        source,
+        options[source],
+        snapshot.take(_client(settings, source), read, since_ms),
+        max_offsets_per_task,
+    )
     targets = [
         ClusterInput(d, options[d], snapshot.take(_client(settings, d), chosen))
         for d in destinations
@@ -157,21 +160,31 @@ def audit(
     master: str,
     json_path: str | None,
     allow_lag: bool,
+    max_offsets_per_task: int = 0,
 ) -> int:
     suffix = settings.replica_suffix
     chosen = real_topics(settings, settings.local_cluster, topics)
     wanted = [t + suffix for t in chosen] + chosen
+    began = time.monotonic()
     inputs = []
     for alias in clusters:
         options = spark_options(settings.clusters[alias])
-        inputs.append(ClusterInput(alias, options, snapshot.take(_client(settings, alias), wanted)))
+        taken = snapshot.take(_client(settings, alias), wanted)
+        inputs.append(ClusterInput(alias, options, taken, max_offsets_per_task))
     err.print(f"audit of {chosen} on {', '.join(clusters)}")
+    snapshot_s = time.monotonic() - began
     spark = spark_session(master, "replicator-audit")
     try:
+        start_s = time.monotonic() - began - snapshot_s
         with spark_progress(spark, "audit"):
             report = run_audit(spark, kafka_format(spark), inputs, chosen, suffix)
     finally:
         spark.stop()
+    report.timings = {
+        "snapshot": round(snapshot_s, 2),
+        "spark start": round(start_s, 2),
+        **report.timings,
+    }
     document = report.as_json(allow_lag)
     if json_path == "-":
         print(json.dumps(document))

@@ -7,6 +7,7 @@ tests/unit/test_spark_provenance.py checks them against that module, case by cas
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,22 +24,50 @@ _EMPTY = (
 )
 
 
+MIN_OFFSETS_PER_TASK = 50_000
+"""Below this, a range is not split: a task's own cost (a client, a Spark task) would show."""
+
+
 @dataclass
 class ClusterInput:
-    """One cluster a job reads or writes: its Spark Kafka options and its snapshot."""
+    """One cluster a job reads or writes: its Spark Kafka options and its snapshot.
+
+    ``offsets_per_task`` splits each partition's range into Spark tasks of at most that many
+    offsets; 0 chooses from the snapshot and the executors' cores (:func:`offsets_per_task`).
+    """
 
     alias: str
     options: dict[str, str]
     snapshot: dict[Any, Range] = field(default_factory=dict)
+    offsets_per_task: int = 0
+
+
+def offsets_per_task(ranges: Iterable[Range], cores: int) -> int:
+    """About two tasks per core over all ``ranges`` (so uneven partitions even out), but never
+    tasks smaller than :data:`MIN_OFFSETS_PER_TASK`."""
+    total = sum(end - start for start, end in ranges)
+    return max(MIN_OFFSETS_PER_TASK, -(-total // (2 * max(1, cores))))
+
+
+def task_size(spark: SparkSession, cluster: ClusterInput) -> int:
+    """The offsets per task a read of ``cluster``'s snapshot uses."""
+    cores = spark.sparkContext.defaultParallelism
+    return cluster.offsets_per_task or offsets_per_task(cluster.snapshot.values(), cores)
 
 
 def read_snapshot(
     spark: SparkSession, fmt: str, cluster: ClusterInput, topics: list[str] | None = None
 ) -> DataFrame:
-    """The records of ``cluster``'s snapshot (of ``topics`` only, if given), with headers."""
+    """The records of ``cluster``'s snapshot (of ``topics`` only, if given), with headers.
+
+    One Spark partition per offset range (ranges longer than :func:`task_size` split), each in
+    offset order.
+    """
     ranges = {tp: r for tp, r in cluster.snapshot.items() if topics is None or tp.topic in topics}
     if not any(end > start for start, end in ranges.values()):
         return spark.createDataFrame([], _EMPTY)
+    step = task_size(spark, cluster)
+    tasks = sum(-(-(end - start) // step) for start, end in ranges.values())
     frame = (
         spark.read.format(fmt)
         .options(**cluster.options)
@@ -46,6 +75,8 @@ def read_snapshot(
         .option("startingOffsets", offsets_json({tp: r[0] for tp, r in ranges.items()}))
         .option("endingOffsets", offsets_json({tp: r[1] for tp, r in ranges.items()}))
         .option("includeHeaders", "true")
+        .option("maxOffsetsPerTask", str(step))
+        .option("minPartitions", str(tasks))  # the standard connector's way to split
         .load()
     )
     return frame.select("key", "value", "topic", "partition", "offset", "timestamp", "headers")
@@ -68,8 +99,10 @@ def _origin() -> tuple[Column, Column, Column, Column, Column, Column]:
     raw = sf.when(count == 1, sf.try_element_at(values, sf.lit(1))["value"].cast("string"))
     found = sf.coalesce(raw.rlike(_VALUE), sf.lit(False))
 
+    parts = sf.split(raw, "/")  # the grammar's four fields hold no "/"
+
     def group(index: int) -> Column:
-        return sf.when(found, sf.regexp_extract(raw, _VALUE, index))
+        return sf.when(found, parts[index - 1])
 
     partition = group(3).try_cast("int")  # null beyond 2**31 - 1, as decode refuses
     offset = group(4).try_cast("long")  # null beyond 2**63 - 1

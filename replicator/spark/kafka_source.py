@@ -25,27 +25,53 @@ import re
 import ssl
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from itertools import accumulate
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+import pyarrow as pa
+import pyarrow.compute as pc
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.helpers import create_ssl_context
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.types import Row, StructType
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from replicator.settings import ClusterSettings
 
 FORMAT = "replicator-kafka"
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+            ),
+        ),
+    ]
 )
+"""The standard connector's read schema (with headers)."""
 # JAAS quoted strings escape '"' and '\' with a backslash, as Kafka's parser reads them.
 _QUOTED = r'"((?:[^"\\]|\\.)*)"'
 _JAAS = re.compile(rf"username={_QUOTED}\s+password={_QUOTED}")
@@ -148,21 +174,22 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkaReader(dict(self.options))
+        return KafkaReader(dict(self.options), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return KafkaWriter(dict(self.options))
 
 
 class KafkaReader(DataSourceReader):
     """Reads explicit offset ranges (JSON ``startingOffsets`` and ``endingOffsets``)."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = {k.lower(): v for k, v in options.items()}
+        self.schema = schema
 
     def partitions(self) -> list[OffsetRange]:
         starts = self.options.get("startingoffsets", "")
@@ -183,27 +210,65 @@ class KafkaReader(DataSourceReader):
                 cut = upper
         return ranges
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):
             return  # no ranges: Spark reads one placeholder partition
         loop = asyncio.new_event_loop()
-        chunks = _read_range(self.options, partition)
+        chunks = _read_range(self.options, partition, arrow_schema(self.schema))
         try:
             while True:
                 try:
-                    rows = loop.run_until_complete(anext(chunks))
+                    yield loop.run_until_complete(anext(chunks))
                 except StopAsyncIteration:
                     return
-                yield from rows
         finally:
             loop.run_until_complete(chunks.aclose())
             loop.close()
 
 
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow form of a Spark schema, exactly as Spark checks the batches a reader yields."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def record_batch(records: list[ConsumerRecord[Any, Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """Records of one partition as one Arrow batch of the read schema, column by column."""
+    count = len(records)
+    headers = [r.headers for r in records]
+    flat = [h for hs in headers for h in hs]
+    ends = list(accumulate((len(hs) for hs in headers), initial=0))
+    header_type = schema.field("headers").type
+    timestamps = pa.array([r.timestamp for r in records], pa.int64())
+    first = records[0]
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
+            pa.repeat(pa.scalar(first.topic, pa.string()), count),
+            pa.repeat(pa.scalar(first.partition, pa.int32()), count),
+            pa.array([r.offset for r in records], pa.int64()),
+            pc.multiply(timestamps, 1000).cast(schema.field("timestamp").type),
+            pa.array([r.timestamp_type for r in records], pa.int32()),
+            pa.ListArray.from_arrays(
+                pa.array(ends, pa.int32()),
+                pa.StructArray.from_arrays(
+                    [
+                        pa.array([k for k, _ in flat], pa.string()),
+                        pa.array([v for _, v in flat], pa.binary()),
+                    ],
+                    fields=list(header_type.value_type),
+                ),
+                type=header_type,
+            ),
+        ],
+        schema=schema,
+    )
+
+
 async def _read_range(
-    options: dict[str, str], partition: OffsetRange
-) -> AsyncGenerator[list[tuple[Any, ...]], None]:
-    """The records of one offset range, a fetch at a time."""
+    options: dict[str, str], partition: OffsetRange, schema: pa.Schema
+) -> AsyncGenerator[pa.RecordBatch, None]:
+    """The records of one offset range, an Arrow batch per fetch."""
     consumer = AIOKafkaConsumer(
         **client_options(options), enable_auto_commit=False, auto_offset_reset="none"
     )
@@ -215,26 +280,15 @@ async def _read_range(
         position = partition.start
         while position < partition.end:
             fetched = await consumer.getmany(tp, timeout_ms=_POLL_MS)
-            rows = []
-            for record in fetched.get(tp, []):
-                if record.offset >= partition.end:
+            records = fetched.get(tp, [])
+            if records:
+                if records[-1].offset >= partition.end:
+                    records = [r for r in records if r.offset < partition.end]
                     position = partition.end
-                    break
-                position = record.offset + 1
-                rows.append(
-                    (
-                        record.key,
-                        record.value,
-                        record.topic,
-                        record.partition,
-                        record.offset,
-                        datetime.fromtimestamp(record.timestamp / 1000, tz=UTC),
-                        record.timestamp_type,
-                        [(k, v) for k, v in record.headers],
-                    )
-                )
-            if rows:
-                yield rows
+                else:
+                    position = records[-1].offset + 1
+            if records:
+                yield record_batch(records, schema)
             end = consumer.highwater(tp)
             if end is not None and end <= position:
                 return  # the range ends past the log end (records compacted away)
@@ -247,22 +301,81 @@ class Written(WriterCommitMessage):
     records: int
 
 
-class KafkaWriter(DataSourceWriter):
+class KafkaWriter(DataSourceArrowWriter):
     """Writes rows in order with ``acks=all``; a task succeeds once all were acknowledged."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = {k.lower(): v for k, v in options.items()}
 
-    def write(self, iterator: Iterator[Row]) -> Written:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         loop = asyncio.new_event_loop()
         try:
-            return Written(loop.run_until_complete(_write_rows(self.options, iterator)))
+            return Written(loop.run_until_complete(_write_batches(self.options, iterator)))
         finally:
             loop.close()
 
 
-async def _write_rows(options: dict[str, str], rows: Iterator[Row]) -> int:
-    """Write ``rows`` in order; return once every one was acknowledged.
+@dataclass
+class _Columns:
+    """One Arrow batch of rows to write, as Python lists (one conversion per column)."""
+
+    topics: list[str | None]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    partitions: list[int | None]
+    timestamps: list[int | None]
+    header_ends: list[int]
+    header_keys: list[str]
+    header_values: list[bytes | None]
+
+    @classmethod
+    def of(cls, batch: pa.RecordBatch, default_topic: str | None) -> _Columns:
+        count = batch.num_rows
+        names = set(batch.schema.names)
+
+        def column(name: str) -> list[Any]:
+            return batch.column(name).to_pylist() if name in names else [None] * count
+
+        topics = column("topic")
+        if default_topic is not None:
+            topics = [t or default_topic for t in topics]
+        if None in topics or "" in topics:
+            raise ValueError("rows need a topic column, or the topic option")
+        timestamps: list[int | None] = [None] * count
+        if "timestamp" in names:
+            stamps = batch.column("timestamp")
+            if pa.types.is_timestamp(stamps.type):  # Spark's timestamps: microseconds
+                stamps = pc.divide(stamps.cast(pa.int64()), 10 ** _to_micros(stamps.type))
+            timestamps = stamps.cast(pa.int64()).to_pylist()
+        ends, keys, values = [0] * (count + 1), [], []
+        if "headers" in names:
+            headers = batch.column("headers")
+            ends = headers.offsets.to_pylist()
+            keys = headers.values.field("key").to_pylist()
+            values = headers.values.field("value").to_pylist()
+        return cls(
+            topics,
+            column("key"),
+            column("value"),
+            column("partition"),
+            timestamps,
+            ends,
+            keys,
+            values,
+        )
+
+    def headers(self, row: int) -> list[tuple[str, bytes | None]]:
+        first, last = self.header_ends[row], self.header_ends[row + 1]
+        return list(zip(self.header_keys[first:last], self.header_values[first:last], strict=True))
+
+
+def _to_micros(unit: pa.DataType) -> int:
+    """The power of ten that takes an Arrow timestamp's unit to milliseconds."""
+    return {"s": -3, "ms": 0, "us": 3, "ns": 6}[unit.unit]
+
+
+async def _write_batches(options: dict[str, str], batches: Iterator[pa.RecordBatch]) -> int:
+    """Write the rows of ``batches`` in order; return once every one was acknowledged.
 
     Rows with a partition are packed into batches per partition (one ``send_batch`` per full
     batch, in order, as the replicator does); rows without one go through the partitioner.
@@ -286,32 +399,29 @@ async def _write_rows(options: dict[str, str], rows: Iterator[Row]) -> int:
         pending.append(await producer.send_batch(batch, where[0], partition=where[1]))
 
     try:
-        for row in rows:
-            fields = row.asDict()
-            topic = fields.get("topic") or default_topic
-            if not topic:
-                raise ValueError("rows need a topic column, or the topic option")
-            timestamp = fields.get("timestamp")
-            if isinstance(timestamp, datetime):
-                timestamp = round(timestamp.timestamp() * 1000)
-            headers = [(h["key"], h["value"]) for h in fields.get("headers") or []]
-            key, value, partition = fields.get("key"), fields.get("value"), fields.get("partition")
-            written += 1
-            if partition is None:
-                pending.append(
-                    await producer.send(
-                        topic, key=key, value=value, timestamp_ms=timestamp, headers=headers
+        for arrow in batches:
+            rows = _Columns.of(arrow, default_topic)
+            for i in range(arrow.num_rows):
+                topic, partition = rows.topics[i], rows.partitions[i]
+                key, value, timestamp = rows.keys[i], rows.values[i], rows.timestamps[i]
+                headers = rows.headers(i)
+                assert topic is not None  # _Columns.of refuses rows without one
+                written += 1
+                if partition is None:
+                    pending.append(
+                        await producer.send(
+                            topic, key=key, value=value, timestamp_ms=timestamp, headers=headers
+                        )
                     )
-                )
-                continue
-            where = (topic, partition)
-            batch = open_batches.get(where)
-            if batch is None:
-                batch = open_batches[where] = producer.create_batch()
-            if batch.append(key=key, value=value, timestamp=timestamp, headers=headers) is None:
-                await flush(where)
-                batch = open_batches[where] = producer.create_batch()
-                batch.append(key=key, value=value, timestamp=timestamp, headers=headers)
+                    continue
+                where = (topic, partition)
+                batch = open_batches.get(where)
+                if batch is None:
+                    batch = open_batches[where] = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=timestamp, headers=headers) is None:
+                    await flush(where)
+                    batch = open_batches[where] = producer.create_batch()
+                    batch.append(key=key, value=value, timestamp=timestamp, headers=headers)
             if len(pending) >= 1000:
                 await asyncio.gather(*pending)
                 pending.clear()

@@ -31,6 +31,8 @@ def spark_session(master: str, app_name: str) -> SparkSession:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    # A few shuffle partitions per core (Spark's 200 are tiny tasks on a small machine).
+    spark.conf.set("spark.sql.shuffle.partitions", str(4 * spark.sparkContext.defaultParallelism))
     spark.dataSource.register(KafkaDataSource)
     return spark
 

@@ -1,0 +1,189 @@
+"""The bulk jobs' speed: a warm backfill and a whole audit, on two embedded clusters.
+
+For each Spark master given (``local[1]``, ``local[2]`` by default), on fresh clusters dc1 and
+dc2: dc1's ``orders_REPLICA`` holds ``records`` records of 100 bytes (a key and a header each,
+as an application writes them) in ``partitions`` partitions, and ``warmup_REPLICA`` a tenth of
+that. Then, timed:
+
+- ``spark start``: the session the jobs run in;
+- ``backfill cold`` (``warmup`` into dc1 and dc2: starts Spark's Python workers) and
+  ``backfill warm`` (``orders`` into dc1 and dc2 in the same session), each split into snapshot,
+  read (the source read and classified once) and write (per destination); the rate is records
+  of source data per second, each written to both clusters;
+- ``audit``: ``replicator audit --topic orders`` as an operator runs it (its own process, Spark
+  start-up included) over both clusters (the replica topic and dc1's and dc2's ``orders``:
+  ``records`` per cluster and topic), its split as the command reports it, and its verdict
+  (every record expected, delivered, nothing missing: the benchmark fails otherwise).
+
+``python -m benchmarks.spark [--records N] [--partitions P] [--masters local[1],local[2]]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from replicator import snapshot
+from replicator.embedded import EmbeddedBroker, embedded_clusters, free_port, replicator_environment
+from replicator.settings import load_settings
+from replicator.spark.backfill import BackfillResult, run_backfill
+from replicator.spark.frames import ClusterInput
+from replicator.spark.kafka_source import spark_options
+from replicator.spark.session import kafka_format, spark_session
+
+SUFFIX = "_REPLICA"
+
+
+async def history(broker: EmbeddedBroker, topic: str, records: int, partitions: int) -> None:
+    """``records`` records of 100 bytes in ``topic``, spread evenly over its partitions."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    await admin.start()
+    try:
+        real = topic.removesuffix(SUFFIX)
+        await admin.create_topics([NewTopic(t, partitions, 1) for t in (topic, real)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(
+        bootstrap_servers=broker.bootstrap_servers, acks="all", max_batch_size=512 * 1024
+    )
+    await producer.start()
+    try:
+        now, per_batch, pending = int(time.time() * 1000), 2_000, []
+        per_partition = records // partitions
+        for partition in range(partitions):
+            for start in range(0, per_partition, per_batch):
+                batch = producer.create_batch()
+                for i in range(start, min(start + per_batch, per_partition)):
+                    value = f'{{"order": {i}, "partition": {partition}}}'.encode().ljust(100)
+                    batch.append(
+                        timestamp=now,
+                        key=f"customer-{i % 97}".encode(),
+                        value=value,
+                        headers=[("trace-id", f"t{i}".encode())],
+                    )
+                pending.append(await producer.send_batch(batch, topic, partition=partition))
+                if len(pending) > 32:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
+async def create(broker: EmbeddedBroker, topic: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+def backfill(
+    brokers: dict[str, EmbeddedBroker], spark: Any, topic: str, records: int
+) -> dict[str, Any]:
+    """Backfill dc1's ``<topic>_REPLICA`` into ``topic`` on dc1 and dc2, timed."""
+    began = time.monotonic()
+    clients = {a: {"bootstrap_servers": b.bootstrap_servers} for a, b in brokers.items()}
+    settings = load_settings(replicator_environment("dc1", brokers, free_port()))
+    options = {a: spark_options(c) for a, c in settings.clusters.items()}
+    source = ClusterInput("dc1", options["dc1"], snapshot.take(clients["dc1"], [topic + SUFFIX]))
+    targets = [ClusterInput(a, options[a], snapshot.take(clients[a], [topic])) for a in brokers]
+    snapshot_s = time.monotonic() - began
+    result: BackfillResult = run_backfill(spark, kafka_format(spark), source, targets, SUFFIX)
+    took = time.monotonic() - began
+    if result.records != records or any(w != records for w in result.written.values()):
+        raise SystemExit(f"backfill of {topic}: {result}")
+    return {
+        "records": records,
+        "seconds": round(took, 2),
+        "records_per_s": round(records / took),
+        "split_s": {"snapshot": round(snapshot_s, 2), **result.timings},
+    }
+
+
+def audit(brokers: dict[str, EmbeddedBroker], master: str, records: int) -> dict[str, Any]:
+    """``replicator audit --topic orders`` in its own process, timed from its start."""
+    env = {**os.environ, **replicator_environment("dc1", brokers, free_port())}
+    command = [sys.executable, "-m", "replicator.cli", "audit", "--topic", "orders"]
+    began = time.monotonic()
+    done = subprocess.run(
+        [*command, "--master", master, "--json", "-"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    took = time.monotonic() - began
+    if done.returncode != 0:
+        raise SystemExit(f"audit exited {done.returncode}: {done.stderr[-2000:]}")
+    report = json.loads(done.stdout)
+    totals = report["totals"]
+    clean = totals["expected"] == totals["delivered"] == 2 * records and totals["missing"] == 0
+    if not clean:
+        raise SystemExit(f"audit totals: {totals}")
+    read = 3 * records  # the replica topic and both clusters' copies
+    return {
+        "records_read": read,
+        "seconds": round(took, 2),
+        "records_per_s": round(read / took),
+        "split_s": report["timings"],
+    }
+
+
+def measure(master: str, records: int, partitions: int) -> dict[str, Any]:
+    warmup = max(records // 10, partitions)
+    with embedded_clusters("dc1", "dc2") as brokers:
+        asyncio.run(history(brokers["dc1"], "warmup" + SUFFIX, warmup, partitions))
+        asyncio.run(history(brokers["dc1"], "orders" + SUFFIX, records, partitions))
+        for topic in ("warmup", "orders"):
+            asyncio.run(create(brokers["dc2"], topic, partitions))
+        began = time.monotonic()
+        spark = spark_session(master, "replicator-benchmark")
+        started = time.monotonic() - began
+        try:
+            cold = backfill(brokers, spark, "warmup", warmup - warmup % partitions)
+            warm = backfill(brokers, spark, "orders", records - records % partitions)
+        finally:
+            spark.stop()
+        checked = audit(brokers, master, records - records % partitions)
+    return {
+        "master": master,
+        "spark_start_s": round(started, 2),
+        "backfill_cold": cold,
+        "backfill_warm": warm,
+        "audit": checked,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Spark jobs benchmark")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--masters", default="local[1],local[2]")
+    args = parser.parse_args()
+    runs = [measure(m, args.records, args.partitions) for m in args.masters.split(",")]
+    for run in runs:
+        warm, checked = run["backfill_warm"], run["audit"]
+        print(
+            f"{run['master']}: spark start {run['spark_start_s']} s; backfill (warm) "
+            f"{warm['records']} records to 2 clusters in {warm['seconds']} s = "
+            f"{warm['records_per_s']}/s {warm['split_s']}; audit {checked['records_read']} "
+            f"records in {checked['seconds']} s = {checked['records_per_s']}/s "
+            f"{checked['split_s']}",
+            file=sys.stderr,
+        )
+    print(json.dumps({"spark": runs}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
