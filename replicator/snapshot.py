@@ -41,7 +41,10 @@ async def snapshot(
     timeout: float = 30.0,
 ) -> dict[TopicPartition, Range]:
     """``{partition: (start, end)}`` for every partition of ``topics`` that exist."""
-    consumer = AIOKafkaConsumer(**client, enable_auto_commit=False, auto_offset_reset="none")
+    # An empty partition's fetch is held for fetch_max_wait_ms: the log end is all it brings.
+    consumer = AIOKafkaConsumer(
+        **client, enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=20
+    )
     await consumer.start()
     try:
         partitions = await partitions_of(consumer, *topics)

@@ -25,7 +25,7 @@ import re
 import ssl
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any
 
 import pyarrow as pa
@@ -81,6 +81,7 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
 _POLL_MS = 500
+_BATCH_BYTES = 512 * 1024  # a Kafka record batch the writer fills per partition
 
 
 def spark_options(cluster: ClusterSettings) -> dict[str, str]:
@@ -319,14 +320,12 @@ class KafkaWriter(DataSourceArrowWriter):
 class _Columns:
     """One Arrow batch of rows to write, as Python lists (one conversion per column)."""
 
-    topics: list[str | None]
+    topics: list[str]
     keys: list[bytes | None]
     values: list[bytes | None]
     partitions: list[int | None]
-    timestamps: list[int | None]
-    header_ends: list[int]
-    header_keys: list[str]
-    header_values: list[bytes | None]
+    timestamps: list[int | None]  # milliseconds
+    headers: list[list[tuple[str, bytes | None]]]
 
     @classmethod
     def of(cls, batch: pa.RecordBatch, default_topic: str | None) -> _Columns:
@@ -344,34 +343,22 @@ class _Columns:
         timestamps: list[int | None] = [None] * count
         if "timestamp" in names:
             stamps = batch.column("timestamp")
-            if pa.types.is_timestamp(stamps.type):  # Spark's timestamps: microseconds
-                stamps = pc.divide(stamps.cast(pa.int64()), 10 ** _to_micros(stamps.type))
+            if pa.types.is_timestamp(stamps.type):  # Spark's own: microseconds, truncated
+                stamps = stamps.cast(pa.timestamp("ms", tz=stamps.type.tz), safe=False)
             timestamps = stamps.cast(pa.int64()).to_pylist()
-        ends, keys, values = [0] * (count + 1), [], []
+        headers: list[list[tuple[str, bytes | None]]] = [[] for _ in range(count)]
         if "headers" in names:
-            headers = batch.column("headers")
-            ends = headers.offsets.to_pylist()
-            keys = headers.values.field("key").to_pylist()
-            values = headers.values.field("value").to_pylist()
-        return cls(
-            topics,
-            column("key"),
-            column("value"),
-            column("partition"),
-            timestamps,
-            ends,
-            keys,
-            values,
-        )
-
-    def headers(self, row: int) -> list[tuple[str, bytes | None]]:
-        first, last = self.header_ends[row], self.header_ends[row + 1]
-        return list(zip(self.header_keys[first:last], self.header_values[first:last], strict=True))
-
-
-def _to_micros(unit: pa.DataType) -> int:
-    """The power of ten that takes an Arrow timestamp's unit to milliseconds."""
-    return {"s": -3, "ms": 0, "us": 3, "ns": 6}[unit.unit]
+            column_of_lists = batch.column("headers")
+            entries = column_of_lists.values  # not sliced: the offsets index into it as they are
+            pairs = list(
+                zip(
+                    entries.field("key").to_pylist(),
+                    entries.field("value").to_pylist(),
+                    strict=True,
+                )
+            )
+            headers = [pairs[a:b] for a, b in pairwise(column_of_lists.offsets.to_pylist())]
+        return cls(topics, column("key"), column("value"), column("partition"), timestamps, headers)
 
 
 async def _write_batches(options: dict[str, str], batches: Iterator[pa.RecordBatch]) -> int:
@@ -385,6 +372,7 @@ async def _write_batches(options: dict[str, str], batches: Iterator[pa.RecordBat
         acks="all",
         enable_idempotence=False,
         linger_ms=5,
+        max_batch_size=_BATCH_BYTES,
         max_request_size=16 * 1024 * 1024,
     )
     await producer.start()
@@ -401,12 +389,16 @@ async def _write_batches(options: dict[str, str], batches: Iterator[pa.RecordBat
     try:
         for arrow in batches:
             rows = _Columns.of(arrow, default_topic)
-            for i in range(arrow.num_rows):
-                topic, partition = rows.topics[i], rows.partitions[i]
-                key, value, timestamp = rows.keys[i], rows.values[i], rows.timestamps[i]
-                headers = rows.headers(i)
-                assert topic is not None  # _Columns.of refuses rows without one
-                written += 1
+            written += arrow.num_rows
+            for topic, partition, key, value, timestamp, headers in zip(
+                rows.topics,
+                rows.partitions,
+                rows.keys,
+                rows.values,
+                rows.timestamps,
+                rows.headers,
+                strict=True,
+            ):
                 if partition is None:
                     pending.append(
                         await producer.send(
