@@ -37,7 +37,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
@@ -47,9 +46,11 @@ from replicator.spark.frames import (
     ClusterInput,
     marking,
     origin_columns,
+    parsed,
     read_snapshot,
     real_topic,
 )
+from replicator.spark.metrics import stage_times
 
 COUNTS = (
     "expected",
@@ -130,12 +131,24 @@ def _digest() -> Column:
     )
 
 
-def _scan(spark: SparkSession, fmt: str, clusters: list[ClusterInput], suffix: str) -> DataFrame:
-    """Every record of every cluster's snapshot, read once, narrowed to what the audit compares.
+_SOURCE, _COPY, _REFUSED, _UNTAGGED = "source", "copy", "refused", "untagged"
+_JOBS = "replicator-audit"  # the Spark job group of an audit
+_AT = ["g_origin", "g_topic", "g_partition"]  # the source partition a record is about
 
-    Per record: where it is (``cluster``, ``topic``, ``partition``, ``offset``), ``real`` (the
-    real topic it belongs to), ``replica`` (read from ``X_REPLICA``), ``mark`` (the loop rule, for
-    replica records), its provenance (``o_*``) and the ``digest`` of its payload.
+
+def _scan(
+    spark: SparkSession, fmt: str, clusters: list[ClusterInput], suffix: str, tasks: int
+) -> DataFrame:
+    """Every record of every cluster's snapshot, narrowed to what the audit compares and
+    gathered by the source partition it is about: one scan of each range, one shuffle.
+
+    Per record: ``kind`` (``source``: a replica record the replicator replicates; ``copy``: a
+    record of ``X`` whose provenance names ``X_REPLICA``; ``refused``: a replica record that is a
+    loop or has malformed provenance, with ``mark`` saying which; ``untagged``: anything else in
+    ``X``), the source record it is about (``g_origin``, ``g_topic``, ``g_partition``,
+    ``g_offset``: its own place for a source, its provenance for a copy, its own place for the
+    others), where it is (``cluster``, ``partition``, ``offset``) and the ``digest`` of its
+    payload.
     """
     frame: DataFrame | None = None
     for cluster in clusters:
@@ -143,17 +156,37 @@ def _scan(spark: SparkSession, fmt: str, clusters: list[ClusterInput], suffix: s
         frame = read if frame is None else frame.unionByName(read)
     assert frame is not None
     replica = sf.col("topic").endswith(suffix)
-    return frame.select(
+    # A copy names its source X_REPLICA: anything else in X is no copy of it (counted untagged).
+    copy = sf.coalesce(sf.col("o_topic") == sf.concat("topic", sf.lit(suffix)), sf.lit(False))
+    marked = parsed(frame).select(
         "cluster",
-        "topic",
         "partition",
         "offset",
-        sf.when(replica, real_topic(suffix)).otherwise(sf.col("topic")).alias("real"),
+        sf.when(replica, real_topic(suffix)).otherwise(sf.col("topic")).alias("g_topic"),
         replica.alias("replica"),
-        marking().alias("mark"),
+        sf.when(replica, marking()).alias("mark"),
+        (~replica & copy).alias("copy"),
         *origin_columns(),
         _digest().alias("digest"),
     )
+    copied = sf.col("copy")
+    narrow = marked.select(
+        "cluster",
+        "partition",
+        "offset",
+        "g_topic",
+        "mark",
+        sf.when(sf.col("replica") & sf.col("mark").isin(*REPLICATED), sf.lit(_SOURCE))
+        .when(sf.col("replica"), sf.lit(_REFUSED))
+        .when(copied, sf.lit(_COPY))
+        .otherwise(sf.lit(_UNTAGGED))
+        .alias("kind"),
+        sf.when(copied, sf.col("o_cluster")).otherwise(sf.col("cluster")).alias("g_origin"),
+        sf.when(copied, sf.col("o_partition")).otherwise(sf.col("partition")).alias("g_partition"),
+        sf.when(copied, sf.col("o_offset")).otherwise(sf.col("offset")).alias("g_offset"),
+        "digest",
+    )
+    return narrow.repartition(tasks, *_AT)
 
 
 def run_audit(
@@ -161,24 +194,30 @@ def run_audit(
 ) -> AuditReport:
     """Audit ``topics`` (real topic names) across ``clusters`` (each with its snapshot).
 
-    Each cluster's snapshot is read once, in one job, into a narrow cached frame (``read``);
-    everything else is computed from it (``compare``).
+    One Spark job: each range is read once, its records narrowed and shuffled once (by the
+    source partition they are about); every count is computed from that, and only the
+    per-partition report reaches the driver. ``timings``: ``read`` is the job's first stages
+    (reading, narrowing and shuffling), ``compare`` the rest.
     """
     began = time.monotonic()
     wanted = {t + suffix for t in topics} | set(topics)
     inputs = [
         ClusterInput(
-            c.alias, c.options, {tp: r for tp, r in c.snapshot.items() if tp.topic in wanted}
+            c.alias,
+            c.options,
+            {tp: r for tp, r in c.snapshot.items() if tp.topic in wanted},
+            c.offsets_per_task,
         )
         for c in clusters
     ]
-    scanned = _scan(spark, fmt, inputs, suffix).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        scanned.count()
-        read_s = time.monotonic() - began
-        rows = _compare(spark, scanned, [c.alias for c in clusters], suffix)
-    finally:
-        scanned.unpersist()
+    tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "8")
+    scanned = _scan(spark, fmt, inputs, suffix, tasks)
+    spark.sparkContext.setJobGroup(_JOBS, "audit")
+    rows = _compare(spark, scanned, [c.alias for c in clusters])
+    took = time.monotonic() - began
+    # The stage that read every range and shuffled its records wrote the most of them.
+    reading = max(stage_times(spark, _JOBS), key=lambda s: s.shuffle_records, default=None)
+    read_s = reading.seconds if reading is not None else 0.0
     snapshot: dict[str, dict[str, dict[str, list[int]]]] = {}
     for c in clusters:
         for tp, (start, end) in sorted(c.snapshot.items()):
@@ -186,94 +225,58 @@ def run_audit(
                 start,
                 end,
             ]
-    compare_s = time.monotonic() - began - read_s
-    return AuditReport(rows, snapshot, {"read": round(read_s, 2), "compare": round(compare_s, 2)})
+    timings = {"read": round(read_s, 2), "compare": round(took - read_s, 2)}
+    return AuditReport(rows, snapshot, timings)
 
 
-def _compare(
-    spark: SparkSession, scanned: DataFrame, aliases: list[str], suffix: str
-) -> list[PartitionReport]:
-    """The per-partition report from the scanned records (Spark columns and joins only).
+def _compare(spark: SparkSession, scanned: DataFrame, aliases: list[str]) -> list[PartitionReport]:
+    """The per-partition report from the scanned records (Spark columns only).
 
-    Per destination, topic, origin and partition: ``expected`` counts the source records;
-    each source record's copies are matched by provenance and aggregated (how many, how many
-    altered, the first one's place); ``missing`` is what was expected and not delivered, ``lag``
-    the source records past the last one delivered, ``out_of_order`` the first copies placed
-    after a copy of a later source record.
+    Everything below is partitioned as ``scanned`` is (by source partition), so it needs no
+    other shuffle of records: per source record, its digest and rank (how many source records
+    of its partition up to it); per destination and source record, its copies, altered ones and
+    the first one's place; per destination partition, first copies placed after a copy of a
+    later source record (``out_of_order``). ``missing`` is what was expected and not delivered,
+    ``lag`` the source records past the last one delivered.
     """
-    sources = scanned.filter("replica")
-    refused = (
-        sources.filter(sf.col("mark").isin(Marking.LOOP.value, Marking.MALFORMED.value))
-        .groupBy("cluster", sf.col("real").alias("topic"), "partition")
-        .agg(
-            sf.count(sf.when(sf.col("mark") == Marking.LOOP.value, 1)).alias("loops"),
-            sf.count(sf.when(sf.col("mark") == Marking.MALFORMED.value, 1)).alias("malformed"),
-        )
-        .withColumn("origin", sf.lit(""))
+    key = Window.partitionBy(*_AT, "g_offset")
+    source = sf.col("kind") == _SOURCE
+    ranked = scanned.select(
+        "*",
+        sf.max(sf.when(source, sf.col("digest"))).over(key).alias("source_digest"),
+        sf.max(source.cast("int")).over(key).alias("has_source"),
+        sf.sum(source.cast("int")).over(Window.partitionBy(*_AT).orderBy("g_offset")).alias("rank"),
     )
-    # What every cluster should hold: the source records the replicator replicates, each with
-    # its rank in its partition (how many of them up to it), which turns the last delivered
-    # record into how many were delivered or skipped before it.
-    source = sources.filter(sf.col("mark").isin(*REPLICATED)).select(
-        sf.col("cluster").alias("origin"),
-        sf.col("real").alias("topic"),
-        "partition",
-        sf.col("offset").alias("origin_offset"),
-        sf.col("digest").alias("source_digest"),
-        sf.row_number()
-        .over(Window.partitionBy("cluster", "real", "partition").orderBy("offset"))
-        .alias("rank"),
-    )
-    dests = spark.createDataFrame([(a,) for a in aliases], "dest string")
     expected = (
-        source.groupBy("origin", "topic", "partition")
+        ranked.filter(source)
+        .groupBy(*_AT)
         .agg(sf.count("*").alias("expected"))
-        .crossJoin(dests)
+        .crossJoin(spark.createDataFrame([(a,) for a in aliases], "dest string"))
     )
-
-    held = scanned.filter(~sf.col("replica"))
-    # A copy names its source X_REPLICA: anything else in X is no copy of it (counted untagged).
-    copy = sf.coalesce(sf.col("o_topic") == sf.concat("topic", sf.lit(suffix)), sf.lit(False))
-    untagged = (
-        held.filter(~copy)
-        .groupBy("cluster", "topic", "partition")
-        .agg(sf.count("*").alias("untagged"))
-        .withColumn("origin", sf.lit(""))
-    )
-    copies = held.filter(copy).select(
-        sf.col("cluster").alias("dest"),
-        "topic",
-        sf.col("o_cluster").alias("origin"),
-        sf.col("o_partition").alias("partition"),
-        sf.col("o_offset").alias("origin_offset"),
-        sf.struct(sf.col("partition").alias("p"), sf.col("offset").alias("o")).alias("at"),
-        "digest",
-    )
-    # Each delivered source record, once per destination: its copies, altered ones, first place.
-    delivered_records = (
-        copies.join(source, ["origin", "topic", "partition", "origin_offset"])
-        .groupBy("dest", "topic", "origin", "partition", "origin_offset")
+    firsts = (
+        ranked.filter((sf.col("kind") == _COPY) & (sf.col("has_source") == 1))
+        .groupBy(sf.col("cluster").alias("dest"), *_AT, "g_offset")
         .agg(
             sf.count("*").alias("copies"),
             sf.count(sf.when(sf.col("digest") != sf.col("source_digest"), 1)).alias("mismatched"),
-            sf.min("at").alias("first"),
-            sf.first("rank").alias("rank"),
+            sf.min(sf.struct(sf.col("partition").alias("p"), sf.col("offset").alias("o"))).alias(
+                "first"
+            ),
+            sf.max("rank").alias("rank"),
         )
     )
     before = (
-        Window.partitionBy("dest", "topic", "first.p", "origin", "partition")
+        Window.partitionBy("dest", *_AT, "first.p")
         .orderBy("first.o")
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    group = ["dest", "topic", "origin", "partition"]
+    group = ["dest", *_AT]
     delivered = (
-        delivered_records.withColumn("seen_max", sf.max("origin_offset").over(before))
+        firsts.withColumn("seen_max", sf.max("g_offset").over(before))
         .groupBy(*group)
         .agg(
             sf.count("*").alias("delivered"),
-            sf.count(sf.when(sf.col("seen_max") > sf.col("origin_offset"), 1)).alias(
-                "out_of_order"
-            ),
+            sf.count(sf.when(sf.col("seen_max") > sf.col("g_offset"), 1)).alias("out_of_order"),
             sf.max("rank").alias("last_rank"),
             sf.sum("copies").alias("copies"),
             sf.sum("mismatched").alias("mismatched"),
@@ -289,11 +292,27 @@ def _compare(
             - sf.coalesce(sf.col("delivered"), sf.lit(0)),
         )
         .withColumn("duplicates", sf.col("copies") - sf.col("delivered"))
-        .withColumnRenamed("dest", "cluster")
+        .select(
+            sf.col("dest").alias("cluster"),
+            sf.col("g_topic").alias("topic"),
+            sf.col("g_partition").alias("partition"),
+            sf.col("g_origin").alias("origin"),
+            *COUNTS[:7],
+        )
+    )
+    # Untagged records and refused ones (loops, malformed), where they are.
+    others = (
+        scanned.filter(sf.col("kind").isin(_UNTAGGED, _REFUSED))
+        .groupBy(sf.col("cluster"), sf.col("g_topic").alias("topic"), "partition")
+        .agg(
+            sf.count(sf.when(sf.col("kind") == _UNTAGGED, 1)).alias("untagged"),
+            sf.count(sf.when(sf.col("mark") == Marking.LOOP.value, 1)).alias("loops"),
+            sf.count(sf.when(sf.col("mark") == Marking.MALFORMED.value, 1)).alias("malformed"),
+        )
+        .withColumn("origin", sf.lit(""))
     )
     report = (
-        per_origin.unionByName(untagged, allowMissingColumns=True)
-        .unionByName(refused, allowMissingColumns=True)
+        per_origin.unionByName(others, allowMissingColumns=True)
         .groupBy("cluster", "topic", "partition", "origin")
         .agg(*(sf.sum(sf.coalesce(sf.col(c), sf.lit(0))).alias(c) for c in COUNTS))
         .orderBy("cluster", "topic", "partition", "origin")

@@ -34,6 +34,7 @@ from replicator.spark.frames import (
     ClusterInput,
     marking,
     origin_columns,
+    parsed,
     read_snapshot,
     real_topic,
     task_size,
@@ -82,7 +83,7 @@ def run_backfill(
     if not any(end > start for start, end in source.snapshot.values()):
         result.seconds = time.monotonic() - started
         return result
-    frame = read_snapshot(spark, fmt, source)
+    frame = parsed(read_snapshot(spark, fmt, source))
     columns = ["key", "value", "partition", "offset", "timestamp"]
     origin = ["target", "o_cluster", "o_topic", "o_partition", "o_offset"]
     if real_topics:
@@ -121,7 +122,7 @@ def run_backfill(
         writing = time.monotonic()
         if any(end > start for start, end in destination.snapshot.values()):
             existing = (
-                read_snapshot(spark, fmt, destination)
+                parsed(read_snapshot(spark, fmt, destination))
                 .select(sf.col("topic").alias("target"), *origin_columns())
                 .select(*origin)
                 .distinct()

@@ -91,63 +91,79 @@ def tagged() -> Column:
 _VALUE = rf"\A(?:{VALUE_PATTERN})\z"
 
 
-def _origin() -> tuple[Column, Column, Column, Column, Column, Column]:
-    """How many ``replicator`` headers a record has, whether there is exactly one that
-    :func:`replicator.provenance.decode` accepts, and its four fields (nulls unless it does)."""
-    values = sf.filter("headers", lambda h: h["key"] == sf.lit(ORIGIN))
-    count = sf.size(values)
-    raw = sf.when(count == 1, sf.try_element_at(values, sf.lit(1))["value"].cast("string"))
-    found = sf.coalesce(raw.rlike(_VALUE), sf.lit(False))
+_STAGES = ("p_values", "p_raw", "p_parts")  # intermediate columns of :func:`parsed`
 
-    parts = sf.split(raw, "/")  # the grammar's four fields hold no "/"
 
-    def group(index: int) -> Column:
-        return sf.when(found, parts[index - 1])
+def parsed(frame: DataFrame) -> DataFrame:
+    """``frame`` (with ``headers``) and its provenance, read once per record.
 
-    partition = group(3).try_cast("int")  # null beyond 2**31 - 1, as decode refuses
-    offset = group(4).try_cast("long")  # null beyond 2**63 - 1
-    valid = found & partition.isNotNull() & offset.isNotNull()
-    return (
-        count,
-        valid,
-        sf.when(valid, group(1)),
-        sf.when(valid, group(2)),
-        sf.when(valid, partition),
-        sf.when(valid, offset),
+    Adds ``p_count`` (how many ``replicator`` headers), ``p_tagged`` (any provenance header,
+    ``replicator`` or ``replicator-upstream``), ``p_valid`` (exactly one ``replicator`` header,
+    which :func:`replicator.provenance.decode` accepts) and its fields ``o_cluster``,
+    ``o_topic``, ``o_partition``, ``o_offset``: all four null unless valid (no such header, a
+    value that does not parse or whose partition or offset is out of range, or more than one),
+    as :func:`replicator.provenance.parse` decides. Each step is its own projection, so Spark
+    evaluates the header search and the pattern once per record, not once per use.
+    """
+    values = frame.withColumns(
+        {
+            "p_values": sf.filter("headers", lambda h: h["key"] == sf.lit(ORIGIN)),
+            "p_tagged": tagged(),
+        }
     )
+    counted = values.withColumn("p_count", sf.size("p_values")).withColumn(
+        "p_raw",
+        sf.when(
+            sf.col("p_count") == 1,
+            sf.try_element_at("p_values", sf.lit(1))["value"].cast("string"),
+        ),
+    )
+    # The grammar's four fields hold no "/": once the whole value matched, split finds them.
+    split = counted.withColumn(
+        "p_parts",
+        sf.when(sf.coalesce(sf.col("p_raw").rlike(_VALUE), sf.lit(False)), sf.split("p_raw", "/")),
+    )
+    fields = split.withColumns(
+        {
+            "o_partition": sf.col("p_parts")[2].try_cast("int"),  # null beyond 2**31 - 1
+            "o_offset": sf.col("p_parts")[3].try_cast("long"),  # null beyond 2**63 - 1
+        }
+    )
+    valid = fields.withColumn(
+        "p_valid", sf.col("o_partition").isNotNull() & sf.col("o_offset").isNotNull()
+    )
+    return valid.withColumns(
+        {
+            "o_cluster": sf.when(sf.col("p_valid"), sf.col("p_parts")[0]),
+            "o_topic": sf.when(sf.col("p_valid"), sf.col("p_parts")[1]),
+            "o_partition": sf.when(sf.col("p_valid"), sf.col("o_partition")),
+            "o_offset": sf.when(sf.col("p_valid"), sf.col("o_offset")),
+        }
+    ).drop(*_STAGES)
 
 
 def origin_columns() -> list[Column]:
-    """``o_cluster``, ``o_topic``, ``o_partition``, ``o_offset``: the ``replicator`` header.
-
-    All four are null when the record has no such header, when its value does not parse (or its
-    partition or offset is out of range), and when it appears more than once: a record has one
-    provenance or none readable, as :func:`replicator.provenance.parse` decides.
-    """
-    _, _, cluster, topic, partition, offset = _origin()
-    return [
-        cluster.alias("o_cluster"),
-        topic.alias("o_topic"),
-        partition.alias("o_partition"),
-        offset.alias("o_offset"),
-    ]
+    """``o_cluster``, ``o_topic``, ``o_partition``, ``o_offset`` of a :func:`parsed` frame."""
+    return [sf.col(c) for c in ("o_cluster", "o_topic", "o_partition", "o_offset")]
 
 
 def marking(topic: str = "topic") -> Column:
-    """The loop rule (:func:`replicator.provenance.marking`) for a record read from ``topic``.
+    """The loop rule (:func:`replicator.provenance.marking`) for a record read from ``topic``,
+    over a :func:`parsed` frame.
 
     A :class:`~replicator.provenance.Marking` value: ``untagged`` (no provenance header),
     ``derived`` (provenance naming another topic, or only ``replicator-upstream``), ``loop``
     (provenance naming ``topic`` itself, of any cluster) or ``malformed_provenance``.
     """
-    count, valid, _, origin_topic, _, _ = _origin()
     return (
         sf.when(
-            count == 0,
-            sf.when(tagged(), sf.lit(Marking.DERIVED.value)).otherwise(Marking.UNTAGGED.value),
+            sf.col("p_count") == 0,
+            sf.when(sf.col("p_tagged"), sf.lit(Marking.DERIVED.value)).otherwise(
+                Marking.UNTAGGED.value
+            ),
         )
-        .when(~valid, sf.lit(Marking.MALFORMED.value))
-        .when(origin_topic == sf.col(topic), sf.lit(Marking.LOOP.value))
+        .when(~sf.col("p_valid"), sf.lit(Marking.MALFORMED.value))
+        .when(sf.col("o_topic") == sf.col(topic), sf.lit(Marking.LOOP.value))
         .otherwise(sf.lit(Marking.DERIVED.value))
     )
 

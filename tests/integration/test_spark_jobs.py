@@ -5,7 +5,8 @@ a derived record copied with fresh provenance and its upstream, a loop and a mal
 counted and not copied, a re-run that adds nothing, and the hand-over to a live replicator with
 no gap and no duplicate. Audit: clean clusters (a derived record among the expected ones) report
 nothing; injected faults (a missing, a duplicated, a reordered, an altered, a looped, a malformed
-and an untagged record) are reported exactly.
+and an untagged record) are reported exactly, and the same when every partition's range is read
+by several tasks.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ def _copy(source: list[Sent], topic: str) -> list[Sent]:
     return copies
 
 
-def _audit(env: dict[str, str], topic: str) -> tuple[int, dict[str, Any]]:
-    status, out, err = replicator_cli(env, "audit", "--topic", topic, "--json", "-")
+def _audit(env: dict[str, str], topic: str, *more: str) -> tuple[int, dict[str, Any]]:
+    status, out, err = replicator_cli(env, "audit", "--topic", topic, "--json", "-", *more)
     assert status in (0, 1), err
     assert out.strip(), err
     return status, json.loads(out.strip().splitlines()[-1])
@@ -235,6 +236,14 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
             ("dc2", 2, "malformed"),
         }, flagged
         print(f"audit of injected faults: {found['totals']}")
+
+        # Each partition's range split into tasks of 7 offsets (15 per partition, a fault's
+        # neighbours in other tasks than it, copies read apart from their sources): the same
+        # report, partition by partition.
+        status, split = _audit(env, "payments", "--max-offsets-per-task", "7")
+        assert status == 1, split
+        assert split["partitions"] == found["partitions"]
+        assert split["totals"] == found["totals"]
 
 
 def _inject_faults(copies: list[Sent], source: list[Sent]) -> list[Sent]:

@@ -22,6 +22,7 @@ from replicator.spark.frames import (  # noqa: E402
     REPLICATED,
     marking,
     origin_columns,
+    parsed,
     with_provenance,
 )
 
@@ -97,12 +98,14 @@ def test_columns_agree_with_the_provenance_module(spark: SparkSession) -> None:
     )
     rows = {
         r["name"]: r
-        for r in frame.select(
+        for r in parsed(frame)
+        .select(
             "name",
             *origin_columns(),
             marking().alias("marking"),
             with_provenance("dc1").alias("written"),
-        ).collect()
+        )
+        .collect()
     }
     tagger = Tagger("dc1", TOPIC, PARTITION)
     marks = set()

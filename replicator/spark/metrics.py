@@ -1,0 +1,50 @@
+"""Where a Spark job's time went, from Spark's own records of its stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class StageTime:
+    stage: int
+    tasks: int
+    seconds: float
+    shuffle_records: int  # records the stage wrote to a shuffle
+
+
+def stage_times(spark: SparkSession, group: str) -> list[StageTime]:
+    """The completed stages of the jobs run under job group ``group`` (``setJobGroup``)."""
+    context = spark.sparkContext
+    tracker = context.statusTracker()
+    wanted = set()
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        if info is not None:
+            wanted.update(info.stageIds)
+    jvm, gateway = context._jvm, context._gateway
+    assert jvm is not None and gateway is not None
+    stages = (
+        context._jsc.sc()
+        .statusStore()
+        .stageList(
+            jvm.java.util.ArrayList(),  # every status
+            False,
+            False,
+            gateway.new_array(jvm.double, 0),
+            jvm.java.util.ArrayList(),
+        )
+    )
+    found = []
+    each = stages.iterator()
+    while each.hasNext():
+        stage = each.next()
+        began, ended = stage.submissionTime(), stage.completionTime()
+        if stage.stageId() in wanted and began.isDefined() and ended.isDefined():
+            seconds = (ended.get().getTime() - began.get().getTime()) / 1000
+            found.append(
+                StageTime(stage.stageId(), stage.numTasks(), seconds, stage.shuffleWriteRecords())
+            )
+    return sorted(found, key=lambda s: s.stage)
