@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo jobs-demo test bench bench-quick lint unit integration clean
+.PHONY: install demo jobs-demo test bench bench-quick bench-spark lint unit integration clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m benchmarks.run --quick
+
+bench-spark: $(STAMP)
+	$(BIN)/python -m benchmarks.spark
 
 lint: $(STAMP)
 	$(BIN)/ruff check replicator tests benchmarks examples

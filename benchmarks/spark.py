@@ -171,7 +171,16 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--masters", default="local[1],local[2]")
     args = parser.parse_args()
-    runs = [measure(m, args.records, args.partitions) for m in args.masters.split(",")]
+    masters = args.masters.split(",")
+    if len(masters) == 1:
+        runs = [measure(masters[0], args.records, args.partitions)]
+    else:  # each master in a process of its own: Spark's start is then always a cold one
+        runs = []
+        for master in masters:
+            sizes = ["--records", str(args.records), "--partitions", str(args.partitions)]
+            one = [sys.executable, "-m", "benchmarks.spark", *sizes, "--masters", master]
+            done = subprocess.run(one, stdout=subprocess.PIPE, check=True, text=True)
+            runs.extend(json.loads(done.stdout)["spark"])
     for run in runs:
         warm, checked = run["backfill_warm"], run["audit"]
         print(

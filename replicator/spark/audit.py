@@ -50,7 +50,7 @@ from replicator.spark.frames import (
     read_snapshot,
     real_topic,
 )
-from replicator.spark.metrics import stage_times
+from replicator.spark.metrics import reading_seconds, stage_times
 
 COUNTS = (
     "expected",
@@ -196,8 +196,8 @@ def run_audit(
 
     One Spark job: each range is read once, its records narrowed and shuffled once (by the
     source partition they are about); every count is computed from that, and only the
-    per-partition report reaches the driver. ``timings``: ``read`` is the job's first stages
-    (reading, narrowing and shuffling), ``compare`` the rest.
+    per-partition report reaches the driver. ``timings``: ``read`` spans the stages that read
+    Kafka (reading, narrowing and shuffling the records), ``compare`` the rest.
     """
     began = time.monotonic()
     wanted = {t + suffix for t in topics} | set(topics)
@@ -215,9 +215,7 @@ def run_audit(
     spark.sparkContext.setJobGroup(_JOBS, "audit")
     rows = _compare(spark, scanned, [c.alias for c in clusters])
     took = time.monotonic() - began
-    # The stage that read every range and shuffled its records wrote the most of them.
-    reading = max(stage_times(spark, _JOBS), key=lambda s: s.shuffle_records, default=None)
-    read_s = reading.seconds if reading is not None else 0.0
+    read_s = reading_seconds(stage_times(spark, _JOBS))
     snapshot: dict[str, dict[str, dict[str, list[int]]]] = {}
     for c in clusters:
         for tp, (start, end) in sorted(c.snapshot.items()):

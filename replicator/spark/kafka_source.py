@@ -13,8 +13,11 @@ the standard connector's contract, so the jobs are written once against either:
 
 Each Kafka partition's offset range is one input partition (split further with
 ``maxOffsetsPerTask``); an executor reads it with its own client, so options (credentials
-included) travel to the executors with the plan. Writes are acknowledged by every in-sync
-replica (``acks=all``) before the task reports success; a task writes its rows in order.
+included) travel to the executors with the plan. Columnar both ways: a read yields one Arrow
+record batch per fetch (built column by column, in exactly the Arrow schema Spark checks), a
+write takes Arrow batches (``DataSourceArrowWriter``), turns each column into a Python list once
+and packs the rows into Kafka record batches per partition. Writes are acknowledged by every
+in-sync replica (``acks=all``) before the task reports success; a task writes its rows in order.
 """
 
 from __future__ import annotations

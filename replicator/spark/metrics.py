@@ -11,8 +11,13 @@ from pyspark.sql import SparkSession
 class StageTime:
     stage: int
     tasks: int
-    seconds: float
-    shuffle_records: int  # records the stage wrote to a shuffle
+    input_records: int  # records its tasks read from a data source
+    began: float  # epoch seconds
+    ended: float
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.began
 
 
 def stage_times(spark: SparkSession, group: str) -> list[StageTime]:
@@ -43,8 +48,16 @@ def stage_times(spark: SparkSession, group: str) -> list[StageTime]:
         stage = each.next()
         began, ended = stage.submissionTime(), stage.completionTime()
         if stage.stageId() in wanted and began.isDefined() and ended.isDefined():
-            seconds = (ended.get().getTime() - began.get().getTime()) / 1000
+            start, end = began.get().getTime() / 1000, ended.get().getTime() / 1000
             found.append(
-                StageTime(stage.stageId(), stage.numTasks(), seconds, stage.shuffleWriteRecords())
+                StageTime(stage.stageId(), stage.numTasks(), stage.inputRecords(), start, end)
             )
     return sorted(found, key=lambda s: s.stage)
+
+
+def reading_seconds(stages: list[StageTime]) -> float:
+    """From the first stage that read a data source starting to the last one ending."""
+    reading = [s for s in stages if s.input_records > 0]
+    if not reading:
+        return 0.0
+    return max(s.ended for s in reading) - min(s.began for s in reading)
