@@ -37,6 +37,44 @@ def alternating(i: int, partition: int) -> Provenance:
     return Provenance("dc1" if i % 2 else "dc2", "orders_REPLICA", partition, i // 2)
 
 
+async def create_topics(broker: EmbeddedBroker, partitions: int, *names: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    finally:
+        await admin.close()
+
+
+Record = Callable[[int, int], tuple[bytes | None, bytes, list[tuple[str, bytes]]]]
+"""The key, value and headers of the ``i``-th record of a partition."""
+
+
+async def produce_batches(
+    bootstrap: str, topic: str, per_partition: int, partitions: int, record: Record
+) -> None:
+    """Write ``per_partition`` records (as ``record`` makes them) into each partition of
+    ``topic``, in batches of 2,000, acknowledged by all replicas."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=512 * 1024)
+    await producer.start()
+    try:
+        pending = []
+        now, per_batch = int(time.time() * 1000), 2_000
+        for partition in range(partitions):
+            for start in range(0, per_partition, per_batch):
+                batch = producer.create_batch()
+                for i in range(start, min(start + per_batch, per_partition)):
+                    key, value, headers = record(i, partition)
+                    batch.append(timestamp=now, key=key, value=value, headers=headers)
+                pending.append(await producer.send_batch(batch, topic, partition=partition))
+                if len(pending) > 32:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
 async def fill(
     bootstrap: str, per_partition: int, partitions: int = 1, origin_at: OriginAt = alternating
 ) -> int:
@@ -48,24 +86,11 @@ async def fill(
         await admin.create_topics([NewTopic(TOPIC, partitions, 1)])
     finally:
         await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=512 * 1024)
-    await producer.start()
-    try:
-        pending = []
-        now, per_batch = int(time.time() * 1000), 2_000
-        for partition in range(partitions):
-            for start in range(0, per_partition, per_batch):
-                batch = producer.create_batch()
-                for i in range(start, min(start + per_batch, per_partition)):
-                    headers = origin_at(i, partition).headers()
-                    batch.append(timestamp=now, key=None, value=b"v" * 100, headers=headers)
-                pending.append(await producer.send_batch(batch, TOPIC, partition=partition))
-                if len(pending) > 32:
-                    await asyncio.gather(*pending)
-                    pending.clear()
-        await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
+
+    def record(i: int, partition: int) -> tuple[None, bytes, list[tuple[str, bytes]]]:
+        return None, b"v" * 100, origin_at(i, partition).headers()
+
+    await produce_batches(bootstrap, TOPIC, per_partition, partitions, record)
     return per_partition
 
 

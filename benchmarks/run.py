@@ -38,12 +38,11 @@ from typing import Any, TypeVar
 import aiohttp
 import uvloop
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.failover import failover_cost
-from benchmarks.resume import resume_cost
+from benchmarks.resume import create_topics, resume_cost
 from replicator.embedded import (
     EmbeddedBroker,
     embedded_clusters,
@@ -174,15 +173,6 @@ def start_contender(name: str, brokers: dict[str, EmbeddedBroker], workload: Wor
 
 
 # -- data ---------------------------------------------------------------------------------------
-
-
-async def create_topics(broker: EmbeddedBroker, partitions: int, *names: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    finally:
-        await admin.close()
 
 
 def value_of(i: int, size: int) -> bytes:

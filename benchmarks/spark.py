@@ -29,9 +29,7 @@ import sys
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
+from benchmarks.resume import create_topics, produce_batches
 from replicator import snapshot
 from replicator.embedded import EmbeddedBroker, embedded_clusters, free_port, replicator_environment
 from replicator.settings import load_settings
@@ -44,48 +42,17 @@ SUFFIX = "_REPLICA"
 
 
 async def history(broker: EmbeddedBroker, topic: str, records: int, partitions: int) -> None:
-    """``records`` records of 100 bytes in ``topic``, spread evenly over its partitions."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
-    await admin.start()
-    try:
-        real = topic.removesuffix(SUFFIX)
-        await admin.create_topics([NewTopic(t, partitions, 1) for t in (topic, real)])
-    finally:
-        await admin.close()
-    producer = AIOKafkaProducer(
-        bootstrap_servers=broker.bootstrap_servers, acks="all", max_batch_size=512 * 1024
+    """``records`` records of 100 bytes in ``topic`` (created, with its real topic), spread
+    evenly over its partitions, as an application writes them: a key and a header each."""
+    await create_topics(broker, partitions, topic, topic.removesuffix(SUFFIX))
+
+    def record(i: int, partition: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+        value = f'{{"order": {i}, "partition": {partition}}}'.encode().ljust(100)
+        return f"customer-{i % 97}".encode(), value, [("trace-id", f"t{i}".encode())]
+
+    await produce_batches(
+        broker.bootstrap_servers, topic, records // partitions, partitions, record
     )
-    await producer.start()
-    try:
-        now, per_batch, pending = int(time.time() * 1000), 2_000, []
-        per_partition = records // partitions
-        for partition in range(partitions):
-            for start in range(0, per_partition, per_batch):
-                batch = producer.create_batch()
-                for i in range(start, min(start + per_batch, per_partition)):
-                    value = f'{{"order": {i}, "partition": {partition}}}'.encode().ljust(100)
-                    batch.append(
-                        timestamp=now,
-                        key=f"customer-{i % 97}".encode(),
-                        value=value,
-                        headers=[("trace-id", f"t{i}".encode())],
-                    )
-                pending.append(await producer.send_batch(batch, topic, partition=partition))
-                if len(pending) > 32:
-                    await asyncio.gather(*pending)
-                    pending.clear()
-        await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
-
-
-async def create(broker: EmbeddedBroker, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
 
 
 def backfill(
@@ -146,7 +113,7 @@ def measure(master: str, records: int, partitions: int) -> dict[str, Any]:
         asyncio.run(history(brokers["dc1"], "warmup" + SUFFIX, warmup, partitions))
         asyncio.run(history(brokers["dc1"], "orders" + SUFFIX, records, partitions))
         for topic in ("warmup", "orders"):
-            asyncio.run(create(brokers["dc2"], topic, partitions))
+            asyncio.run(create_topics(brokers["dc2"], partitions, topic))
         began = time.monotonic()
         spark = spark_session(master, "replicator-benchmark")
         started = time.monotonic() - began

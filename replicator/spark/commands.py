@@ -13,13 +13,18 @@ import sys
 import time
 from dataclasses import asdict
 from datetime import datetime
+from functools import partial
 from typing import Any
 
+import structlog
 from rich.console import Console
 from rich.table import Table
 
 from replicator import snapshot
-from replicator.kafka import client_options
+from replicator.errors import ReplicatorError, TopicMissing
+from replicator.kafka import ClusterClient, client_options
+from replicator.logs import configure_logging
+from replicator.retry import retrying
 from replicator.settings import Settings
 from replicator.spark.audit import COUNTS, AuditReport, run_audit
 from replicator.spark.backfill import BackfillResult, hand_over, run_backfill
@@ -27,9 +32,12 @@ from replicator.spark.frames import ClusterInput
 from replicator.spark.kafka_source import spark_options
 from replicator.spark.progress import spark_progress
 from replicator.spark.session import kafka_format, spark_session
+from replicator.topics import TopicProvisioner
 from replicator.topology import Leg, TopicRules
 
 err = Console(stderr=True)
+_log = structlog.get_logger("replicator.backfill")
+_PREPARE_S = 60.0  # how long the backfill waits for its destination topics
 _SHORT = {
     "expected": "expected",
     "delivered": "delivered",
@@ -82,6 +90,7 @@ def backfill(
     copy_real_topics: bool = False,
     max_offsets_per_task: int = 0,
 ) -> int:
+    configure_logging(settings.log_level, settings.log_format)  # to stderr: stdout is the result
     suffix = settings.replica_suffix
     chosen = real_topics(settings, source, topics)
     options = {alias: spark_options(c) for alias, c in settings.clusters.items()}
@@ -92,12 +101,20 @@ def backfill(
         snapshot.take(_client(settings, source), read, since_ms),
         max_offsets_per_task,
     )
+    total = sum(end - start for start, end in origin.snapshot.values())
+    err.print(f"backfill {source} -> {', '.join(destinations)}: {read}, {total} offsets")
+    present = {tp.topic for tp in origin.snapshot}
+    pairs = [(r, c) for r, c in zip(read, chosen, strict=True) if r in present]
+    try:
+        asyncio.run(_prepare_topics(settings, source, destinations, pairs))
+    except ReplicatorError as exc:
+        err.print(f"backfill: {exc}")
+        return 1
+    # The destinations' snapshots, taken once their topics exist.
     targets = [
         ClusterInput(d, options[d], snapshot.take(_client(settings, d), chosen))
         for d in destinations
     ]
-    total = sum(end - start for start, end in origin.snapshot.values())
-    err.print(f"backfill {source} -> {', '.join(destinations)}: {read}, {total} offsets")
     spark = spark_session(master, "replicator-backfill")
     try:
         fmt = kafka_format(spark)
@@ -118,6 +135,37 @@ def backfill(
             result.handed_over[group] = hand_over(_client(settings, source), origin, group)
     _print_backfill(result, as_json)
     return 0
+
+
+async def _prepare_topics(
+    settings: Settings, source: str, destinations: list[str], pairs: list[tuple[str, str]]
+) -> None:
+    """Create or check each destination's real topic for each (read, real) topic pair, as the
+    sidecar does (the source's partition count and configs; too few partitions grown, or refused
+    with the reason), before Spark writes into them. Waits out a topic that is created but not yet
+    in the metadata for up to a minute; anything else raises."""
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(_PREPARE_S, stop.set)
+    origin = ClusterClient(source, settings.clusters[source], settings)
+    try:
+        for alias in destinations:
+            destination = ClusterClient(alias, settings.clusters[alias], settings)
+            topics = TopicProvisioner(origin, destination, settings.destination_replication_factor)
+            try:
+                for read, real in pairs:
+                    ready = await retrying(
+                        partial(topics.ensure, read, real),
+                        stop=stop,
+                        what=f"prepare {real} on {alias}",
+                        log=_log,
+                        persistent=False,
+                    )
+                    if ready is None:
+                        raise TopicMissing(f"{real} on {alias}: not ready after {_PREPARE_S:.0f} s")
+            finally:
+                await destination.close()
+    finally:
+        await origin.close()
 
 
 def _print_backfill(result: BackfillResult, as_json: bool) -> None:

@@ -7,6 +7,7 @@ values holding credentials (``kafka.sasl.jaas.config``) are redacted from Spark'
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -19,6 +20,7 @@ _REDACT = r"(?i)secret|password|token|access[.]?key|jaas"
 
 
 def spark_session(master: str, app_name: str) -> SparkSession:
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its connection chatter, at INFO
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     spark = (

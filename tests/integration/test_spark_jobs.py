@@ -263,12 +263,13 @@ def test_backfill_of_real_topics_copies_every_origin_with_its_provenance(
     replicators: Start,
 ) -> None:
     """Seeding dc3 from dc1's ``orders``, which holds dc1's and dc2's records: copied as they are
-    (provenance kept, partition and order too), split into several Spark tasks per partition;
-    a record without provenance is not copied and is counted."""
+    (provenance kept, partition and order too), split into several Spark tasks per partition,
+    into a topic the backfill creates with the source's 4 partitions; a record without
+    provenance is not copied and is counted."""
     with start_clusters("dc1", "dc3") as brokers:
         local, new = brokers["dc1"], brokers["dc3"]
-        create_topics(local, orders_REPLICA=3, orders=3)
-        source = produce(local, "orders_REPLICA", 300, partitions=3)
+        create_topics(local, orders_REPLICA=4, orders=4)
+        source = produce(local, "orders_REPLICA", 300, partitions=4)
         ours = _copy(source, "orders")
         theirs = [  # as if replicated from dc2
             replace(
@@ -290,7 +291,7 @@ def test_backfill_of_real_topics_copies_every_origin_with_its_provenance(
         assert (result["records"], result["written"], result["untagged"]) == (450, {"dc3": 450}, 1)
         held = [r for r in read(local, "orders") if r.provenance is not None]
         copied = read(new, "orders")
-        for partition in range(3):
+        for partition in range(4):
             assert [
                 (r.key, r.value, r.headers, r.timestamp) for r in copied if r.partition == partition
             ] == [
@@ -300,3 +301,14 @@ def test_backfill_of_real_topics_copies_every_origin_with_its_provenance(
         assert status == 0, err
         assert json.loads(out)["written"] == {"dc3": 0}
         assert len(read(new, "orders")) == 450
+
+        # A destination topic with fewer partitions than its source, which this broker cannot
+        # grow: refused before Spark starts, naming the topic and why; nothing written.
+        create_topics(local, payments=4)
+        produce(local, "payments", 8, partitions=4)
+        create_topics(new, payments=1)
+        refused = ("backfill", "--to", "dc3", "--real-topics", "--topic", "payments", "--json")
+        status, out, err = replicator_cli(env, *refused)
+        assert status == 1, (out, err)
+        assert "payments" in err and "partition" in err, err
+        assert read(new, "payments") == []
