@@ -137,7 +137,12 @@ _AT = ["g_origin", "g_topic", "g_partition"]  # the source partition a record is
 
 
 def _scan(
-    spark: SparkSession, fmt: str, clusters: list[ClusterInput], suffix: str, tasks: int
+    spark: SparkSession,
+    fmt: str,
+    clusters: list[ClusterInput],
+    topics: list[str],
+    suffix: str,
+    tasks: int,
 ) -> DataFrame:
     """Every record of every cluster's snapshot, narrowed to what the audit compares and
     gathered by the source partition it is about: one scan of each range, one shuffle.
@@ -155,7 +160,15 @@ def _scan(
         read = read_snapshot(spark, fmt, cluster).withColumn("cluster", sf.lit(cluster.alias))
         frame = read if frame is None else frame.unionByName(read)
     assert frame is not None
-    replica = sf.col("topic").endswith(suffix)
+    return narrowed(frame, topics, suffix, tasks)
+
+
+def narrowed(frame: DataFrame, topics: list[str], suffix: str, tasks: int) -> DataFrame:
+    """The records of ``frame`` (Kafka records with headers and a ``cluster`` column) as
+    :func:`_scan` describes them, in ``tasks`` partitions by the source partition they are
+    about."""
+    # The audited replica topics by name (a real topic may itself end with the suffix).
+    replica = sf.col("topic").isin(*(t + suffix for t in topics))
     # A copy names its source X_REPLICA: anything else in X is no copy of it (counted untagged).
     copy = sf.coalesce(sf.col("o_topic") == sf.concat("topic", sf.lit(suffix)), sf.lit(False))
     marked = parsed(frame).select(
@@ -211,11 +224,15 @@ def run_audit(
         for c in clusters
     ]
     tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "8")
-    scanned = _scan(spark, fmt, inputs, suffix, tasks)
-    spark.sparkContext.setJobGroup(_JOBS, "audit")
-    rows = _compare(spark, scanned, [c.alias for c in clusters])
-    took = time.monotonic() - began
-    read_s = reading_seconds(stage_times(spark, _JOBS))
+    scanned = _scan(spark, fmt, inputs, topics, suffix, tasks)
+    context = spark.sparkContext
+    context.setJobGroup(_JOBS, "audit")
+    try:
+        rows = compare(spark, scanned, [c.alias for c in clusters])
+        took = time.monotonic() - began
+        read_s = reading_seconds(stage_times(spark, _JOBS))
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     snapshot: dict[str, dict[str, dict[str, list[int]]]] = {}
     for c in clusters:
         for tp, (start, end) in sorted(c.snapshot.items()):
@@ -227,7 +244,7 @@ def run_audit(
     return AuditReport(rows, snapshot, timings)
 
 
-def _compare(spark: SparkSession, scanned: DataFrame, aliases: list[str]) -> list[PartitionReport]:
+def compare(spark: SparkSession, scanned: DataFrame, aliases: list[str]) -> list[PartitionReport]:
     """The per-partition report from the scanned records (Spark columns only).
 
     Everything below is partitioned as ``scanned`` is (by source partition), so it needs no

@@ -146,6 +146,7 @@ async def _prepare_topics(
     in the metadata for up to a minute; anything else raises."""
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(_PREPARE_S, stop.set)
+    failures: list[ReplicatorError] = []
     origin = ClusterClient(source, settings.clusters[source], settings)
     try:
         for alias in destinations:
@@ -158,10 +159,14 @@ async def _prepare_topics(
                         stop=stop,
                         what=f"prepare {real} on {alias}",
                         log=_log,
+                        on_error=failures.append,
                         persistent=False,
                     )
                     if ready is None:
-                        raise TopicMissing(f"{real} on {alias}: not ready after {_PREPARE_S:.0f} s")
+                        last = f" (last: {failures[-1]})" if failures else ""
+                        raise TopicMissing(
+                            f"{real} on {alias}: not ready after {_PREPARE_S:.0f} s{last}"
+                        )
             finally:
                 await destination.close()
     finally:

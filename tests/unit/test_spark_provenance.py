@@ -1,4 +1,5 @@
-"""The Spark provenance columns agree with replicator.provenance, record by record.
+"""The Spark provenance columns agree with replicator.provenance, record by record, and the
+audit's comparison works on records in memory.
 
 One local Spark session (no Kafka): each case is a source record's headers; the columns
 (``origin_columns``, ``marking``, ``with_provenance``) must give what ``provenance.parse``,
@@ -18,6 +19,7 @@ pyspark = pytest.importorskip("pyspark")
 
 from pyspark.sql import Row, SparkSession  # noqa: E402
 
+from replicator.spark.audit import COUNTS, compare, narrowed  # noqa: E402
 from replicator.spark.frames import (  # noqa: E402
     REPLICATED,
     marking,
@@ -133,3 +135,42 @@ def test_an_untagged_record_gets_exactly_the_live_replicators_headers(spark: Spa
     written = _headers(row["h"])
     assert written == Tagger("dc1", TOPIC, 0).tag(headers, 1042)
     assert written[-1] == (ORIGIN, b"dc1/orders_REPLICA/0/1042")
+
+
+def test_the_audit_compares_by_the_replica_topics_it_was_given(spark: SparkSession) -> None:
+    """The audit's comparison on records in memory (no Kafka): a real topic whose own name ends
+    with the suffix (``x_REPLICA``, fed by ``x_REPLICA_REPLICA``) is audited as a real topic;
+    dc2 misses the last source record (lag) and holds one copy twice."""
+    replica, real = "x_REPLICA_REPLICA", "x_REPLICA"
+
+    def copy(offset: int) -> tuple[str, int, int, bytes, Sequence[Header]]:
+        tag = Provenance("dc1", replica, 0, offset).headers()
+        return real, 0, offset, b"v%d" % offset, [("trace-id", b"t"), *tag]
+
+    sources = [(replica, 0, o, b"v%d" % o, [("trace-id", b"t")]) for o in range(3)]
+    dc1 = [*sources, *(copy(o) for o in range(3))]
+    dc2 = [copy(0), copy(0), copy(1)]
+    frame = spark.createDataFrame(
+        [
+            (cluster, topic, partition, offset, b"k", value, headers)
+            for cluster, records in (("dc1", dc1), ("dc2", dc2))
+            for topic, partition, offset, value, headers in records
+        ],
+        "cluster string, topic string, partition int, offset long, key binary, value binary, "
+        "headers array<struct<key: string, value: binary>>",
+    )
+    report = compare(spark, narrowed(frame, [real], "_REPLICA", 2), ["dc1", "dc2"])
+    counts = {
+        (r.cluster, r.topic, r.origin): {c: getattr(r, c) for c in COUNTS if getattr(r, c)}
+        for r in report
+    }
+    assert counts == {
+        ("dc1", real, "dc1"): {"expected": 3, "delivered": 3},
+        ("dc2", real, "dc1"): {
+            "expected": 3,
+            "delivered": 2,
+            "missing": 1,
+            "lag": 1,
+            "duplicates": 1,
+        },
+    }
