@@ -289,14 +289,10 @@ def topics_ensure(
     asked, 1 when one has another partition count or could not be created (reported per cluster),
     2 on invalid configuration or an invalid topic name (before any cluster is touched).
     """
-    from replicator.operations import ensure_topics, topic_name_problem
+    from replicator.operations import ensure_topics
 
     settings = _settings()
-    for name in topic:
-        problem = topic_name_problem(name, settings.replica_suffix)
-        if problem:
-            typer.echo(f"--topic: {problem}", err=True)
-            raise typer.Exit(EXIT_CONFIG)
+    _real_topic_names(settings, topic)
     pairs = dict(item.split("=", 1) for item in config or [] if "=" in item)
     if len(pairs) != len(config or []):
         typer.echo("--config: expected key=value", err=True)
@@ -313,6 +309,18 @@ def _spark_jobs() -> ModuleType:
         )
         raise typer.Exit(EXIT_CONFIG) from None
     return commands
+
+
+def _real_topic_names(settings: Settings, names: list[str]) -> list[str]:
+    """``--topic`` values, each a real topic name X (exit 2 naming the first that is not)."""
+    from replicator.operations import topic_name_problem
+
+    for name in names:
+        problem = topic_name_problem(name, settings.replica_suffix)
+        if problem:
+            typer.echo(f"--topic: {problem}", err=True)
+            raise typer.Exit(EXIT_CONFIG)
+    return names
 
 
 def _known(settings: Settings, aliases: list[str], option: str) -> list[str]:
@@ -371,7 +379,7 @@ def backfill(
             settings,
             origin,
             destinations,
-            topic or [],
+            _real_topic_names(settings, topic or []),
             since_ms,
             master,
             hand_over,
@@ -415,7 +423,13 @@ def audit(
     clusters = _known(settings, cluster or sorted(settings.clusters), "--cluster")
     raise typer.Exit(
         jobs.audit(
-            settings, clusters, topic or [], master, json_path, allow_lag, max_offsets_per_task
+            settings,
+            clusters,
+            _real_topic_names(settings, topic or []),
+            master,
+            json_path,
+            allow_lag,
+            max_offsets_per_task,
         )
     )
 

@@ -276,7 +276,7 @@ def topic_name_problem(topic: str, suffix: str) -> str | None:
         real = topic[: -len(suffix)] or "<name>"
         return (
             f"{topic!r} already ends with the replica suffix {suffix!r}: give the real topic "
-            f"name: {real} (the pair {real}{suffix} and {real} is created)"
+            f"name: {real} (its replica topic is {real}{suffix})"
         )
     for name in (topic, topic + suffix):
         if name in (".", "..") or not _TOPIC_NAME.fullmatch(name):

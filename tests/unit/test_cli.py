@@ -92,6 +92,17 @@ def test_topics_ensure_refuses_bad_names_before_touching_a_cluster(
     assert "--topic" in result.stderr and expected in result.stderr
 
 
+@pytest.mark.parametrize("command", ["backfill", "audit"])
+def test_the_bulk_jobs_refuse_a_replica_topic_name_before_touching_a_cluster(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in [k for k in os.environ if k.startswith("REPLICATOR_")]:
+        monkeypatch.delenv(key)
+    result = CliRunner().invoke(app, [command, "--topic", "orders_REPLICA"], env=UNREACHABLE)
+    assert result.exit_code == 2, result.output
+    assert "--topic" in result.stderr and "give the real topic name: orders" in result.stderr
+
+
 def test_failover_names_the_cluster_that_does_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in [k for k in os.environ if k.startswith("REPLICATOR_")]:
         monkeypatch.delenv(key)
