@@ -120,7 +120,9 @@ def run_backfill(
     split = any(end - start > step for start, end in source.snapshot.values())
     for destination in destinations:
         writing = time.monotonic()
-        if any(end > start for start, end in destination.snapshot.values()):
+        out, written = records, result.records
+        held = any(end > start for start, end in destination.snapshot.values())
+        if held:
             existing = (
                 parsed(read_snapshot(spark, fmt, destination))
                 .select(sf.col("topic").alias("target"), *origin_columns())
@@ -128,21 +130,16 @@ def run_backfill(
                 .distinct()
             )
             out = records.join(existing, origin, "left_anti")
-            # One writer per Kafka partition's rows, in source order.
-            ordered = (
-                out.repartition(partitions, "target", "partition")
-                .sortWithinPartitions("target", "partition", "offset")
-                .cache()
-            )
-            written = ordered.count()
-        elif split:
-            ordered = records.repartition(partitions, "target", "partition").sortWithinPartitions(
+        # Each Spark partition of the read holds one Kafka partition's range, in source order;
+        # after a join or a split, one writer per Kafka partition's rows, sorted again.
+        ordered = out
+        if held or split:
+            ordered = out.repartition(partitions, "target", "partition").sortWithinPartitions(
                 "target", "partition", "offset"
             )
-            written = result.records
-        else:
-            # Each Spark partition already holds one Kafka partition's range, in source order.
-            ordered, written = records, result.records
+        if held:
+            ordered = ordered.cache()
+            written = ordered.count()
         (
             ordered.select(
                 sf.col("target").alias("topic"),

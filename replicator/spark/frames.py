@@ -13,15 +13,14 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
+from pyspark.sql.types import StructType
 
 from replicator.provenance import HEADER_NAMES, ORIGIN, UPSTREAM, VALUE_PATTERN, Marking
 from replicator.snapshot import Range
-from replicator.spark.kafka_source import offsets_json
+from replicator.spark.kafka_source import SCHEMA, offsets_json
 
-_EMPTY = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "headers array<struct<key: string, value: binary>>"
-)
+# The columns read_snapshot gives (the read schema without timestampType), also when empty.
+_EMPTY = StructType([f for f in SCHEMA.fields if f.name != "timestampType"])
 
 
 MIN_OFFSETS_PER_TASK = 50_000
@@ -79,7 +78,7 @@ def read_snapshot(
         .option("minPartitions", str(tasks))  # the standard connector's way to split
         .load()
     )
-    return frame.select("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+    return frame.select(*_EMPTY.fieldNames())
 
 
 def tagged() -> Column:
