@@ -34,7 +34,7 @@ Everything is computed in Spark; only the per-partition report reaches the drive
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -215,12 +215,7 @@ def run_audit(
     began = time.monotonic()
     wanted = {t + suffix for t in topics} | set(topics)
     inputs = [
-        ClusterInput(
-            c.alias,
-            c.options,
-            {tp: r for tp, r in c.snapshot.items() if tp.topic in wanted},
-            c.offsets_per_task,
-        )
+        replace(c, snapshot={tp: r for tp, r in c.snapshot.items() if tp.topic in wanted})
         for c in clusters
     ]
     tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "8")
