@@ -30,7 +30,8 @@ from replicator.retry import retrying
 log = structlog.get_logger(__name__)
 
 FETCH_TIMEOUT_MS = 200
-_IDLE_S = 0.1
+# Without changes the fetch still wakes this often, to show it is alive (liveness).
+_IDLE_S = 5.0
 
 
 class CatchUpFetch:
@@ -50,6 +51,11 @@ class CatchUpFetch:
         self._positions: dict[TopicPartition, int] = {}
         # Positions found beyond the log end: not fetched again until the partition moves.
         self._held: dict[TopicPartition, int | None] = {}
+        # Partitions that changed since the last reconcile (LegPartition.watch), and whether
+        # every partition must be looked at (the consumer was assigned again).
+        self._dirty: set[TopicPartition] = set()
+        self._all_dirty = True
+        self._wake = asyncio.Event()
         self.last_poll = time.monotonic()
         self.last_error: str | None = None
         self._log = log.bind(leg=leg)
@@ -58,9 +64,10 @@ class CatchUpFetch:
         """Fetch for the partitions fed alone until ``stop``."""
         while not stop.is_set():
             if not self.reconcile():
+                # Nothing to fetch: sleep until a partition changes (no polling of partitions).
                 self.last_poll = time.monotonic()
-                full = [p.room for p in self._partitions.values() if p.fed_alone and not p.has_room]
-                await wait_any([*full, stop], _IDLE_S)
+                await wait_any([self._wake, stop], _IDLE_S)
+                self._wake.clear()
                 continue
             fetched = await retrying(
                 self._fetch,
@@ -72,17 +79,28 @@ class CatchUpFetch:
             if fetched:
                 self._deliver(fetched)
 
+    def changed(self, partition: LegPartition) -> None:
+        """``partition`` changed (fed alone, room freed, moved): reconcile it at the next round."""
+        self._dirty.add(partition.tp)
+        self._wake.set()
+
     def reconcile(self) -> bool:
-        """Resume, seek or pause each assigned partition as its state says; ``True`` if any is
-        to be fetched."""
+        """Resume, seek or pause each partition that changed or is being fetched, as its state
+        says; ``True`` if any is to be fetched."""
         consumer = self._consumer
+        if self._all_dirty:
+            self._all_dirty = False
+            self._dirty = set(self._partitions)
+        check = self._dirty | set(self._positions)
+        self._dirty = set()
+        if not check:
+            return False
         assignment = consumer.assignment()
         fetching = False
-        for tp in list(self._positions):
-            if tp not in assignment or tp not in self._partitions:
-                del self._positions[tp]
-        for tp, partition in self._partitions.items():
-            if tp not in assignment:
+        for tp in sorted(check):
+            partition = self._partitions.get(tp)
+            if tp not in assignment or partition is None:
+                self._positions.pop(tp, None)
                 continue
             held = self._held.get(tp, -1)
             wanted = partition.fed_alone and partition.has_room and held != partition.position
@@ -102,6 +120,8 @@ class CatchUpFetch:
     def reassigned(self) -> None:
         """The consumer was assigned again: every partition is paused, no position is known."""
         self._positions.clear()
+        self._all_dirty = True
+        self._wake.set()
 
     async def _fetch(self) -> dict[TopicPartition, list[SourceRecord]]:
         try:

@@ -52,7 +52,7 @@ from replicator.resume import marks_group
 from replicator.retry import retrying
 from replicator.sender import Destination, PartitionSender
 from replicator.settings import Settings, StartPosition
-from replicator.topics import TopicProvisioner
+from replicator.topics import ClusterAdmin, TopicProvisioner
 from replicator.topology import FeedPlan, Leg
 
 log = structlog.get_logger(__name__)
@@ -102,8 +102,8 @@ class LegRunner:
             marks_group(self.group),
         )
         self._topics = TopicProvisioner(
-            source_client,
-            destination_client,
+            ClusterAdmin(source_client),
+            ClusterAdmin(destination_client),
             plan.replication_factor,
             plan.preserve_partitions,
             re.compile(settings.topic_configs_exclude),
@@ -138,6 +138,11 @@ class LegRunner:
     def destination_error(self) -> str | None:
         """The destination cluster's last probe failure (an idle leg learns of an outage here)."""
         return self._destination_client.error
+
+    @property
+    def destination_up(self) -> bool:
+        """Whether the destination is connected and its last probe answered."""
+        return self.destination.ready.is_set() and self.destination_error is None
 
     @property
     def refused_topics(self) -> dict[str, str]:
@@ -419,6 +424,8 @@ class LegRunner:
             self._preserve_partitions,
         )
         self.partitions[tp] = partition
+        if self._catch_up is not None:
+            partition.watch(self._catch_up.changed)
         name = f"send:{self.leg.name}:{tp.topic}:{tp.partition}"
         self._senders[tp] = (sender, self._tasks.create_task(sender.run(), name=name))
 

@@ -153,10 +153,18 @@ class LegPartition:
         self._queue: deque[Work] = deque()
         self._queued_records = 0
         self._queued_bytes = 0
+        # Called on every change the feed or the catch-up fetch may act on (a mode change, room
+        # freed, a position moved), so they look at changed partitions only, never poll them all.
+        self._watchers: list[Callable[[LegPartition], None]] = []
         self._max_records = max_records
         self._max_bytes = max_bytes
         # Hand-over time of the batches not yet acknowledged, oldest first (for stall reports).
         self._unacked: deque[tuple[int, float]] = deque()
+
+    def watch(self, watcher: Callable[[LegPartition], None]) -> None:
+        """Call ``watcher(self)`` after every transition (it must not change this partition)."""
+        if watcher not in self._watchers:
+            self._watchers.append(watcher)
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -367,6 +375,7 @@ class LegPartition:
             self._enqueue(Work(0, 0, batches=[gap], epoch=self.epoch))
         self.position = offset
         self.last_error = note
+        self._changed()
 
     def report(self, problem: str) -> None:
         """Record a problem the sender is retrying through (shown as ``last_error``)."""
@@ -441,8 +450,9 @@ class LegPartition:
             return  # counted out when rewind(), halt() or stop() cleared the queue
         self._queued_records -= work.records
         self._queued_bytes -= work.size
-        if self.has_room:
+        if self.has_room and not self.room.is_set():
             self.room.set()
+            self._changed()
 
     def sending(self, epoch: int, first: int, end: int) -> OffsetTracker | None:
         """A batch covering ``[first, end)`` goes out; the tracker that will acknowledge it.
@@ -477,6 +487,11 @@ class LegPartition:
     def _enter(self, mode: Mode) -> None:
         self.mode = mode
         self.wakeup.set()
+        self._changed()
+
+    def _changed(self) -> None:
+        for watcher in self._watchers:
+            watcher(self)
 
     def _enqueue(self, work: Work) -> None:
         self._queue.append(work)
@@ -490,8 +505,11 @@ class LegPartition:
         self._queue.clear()
         self._queued_records = 0
         self._queued_bytes = 0
+        freed = not self.room.is_set()
         self.room.set()
         self.wakeup.set()
+        if freed:
+            self._changed()
 
     def status(self, now: float, stall_after: float) -> dict[str, Any]:
         tracker = self.tracker

@@ -56,9 +56,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from replicator.coalesce import Coalescer
 from replicator.errors import ClusterUnavailable
 from replicator.kafka import GroupOffsets
 from replicator.provenance import Tagger
@@ -105,13 +107,26 @@ def marks_group(leg_group: str) -> str:
 
 class DestinationTail:
     """Reads the end of a leg's destination partitions (a consumer of no group), and keeps the
-    leg's destination marks (the offsets of the marks group, which nobody joins)."""
+    leg's destination marks (the offsets of the marks group, which nobody joins).
+
+    Many partitions start at once: their questions are asked together. Saved marks come from one
+    OffsetFetch and log bounds from one ListOffsets per broker for every partition asking
+    (:mod:`replicator.coalesce`); the windows being read share the reader's fetches
+    (:class:`_SharedReads`), so N starting partitions cost a handful of requests per round, not N.
+    """
 
     def __init__(self, consumer: AIOKafkaConsumer, timeout: float, marks_group: str) -> None:
         self._consumer = consumer
         self._timeout = timeout
         self._marks = GroupOffsets(consumer._client, marks_group)
-        self._lock = asyncio.Lock()  # one partition at a time: the consumer is assigned to it
+        self._saved: Coalescer[TopicPartition, int | None] = Coalescer(self._marks.fetch)
+        self._bounds: Coalescer[TopicPartition, tuple[int, int]] = Coalescer(self._log_bounds)
+        self._reads = _SharedReads(consumer)
+
+    @property
+    def requests(self) -> int:
+        """Rounds of requests made so far (marks, log bounds, shared fetches)."""
+        return self._saved.rounds + self._bounds.rounds + self._reads.rounds
 
     async def last_written(
         self,
@@ -127,16 +142,11 @@ class DestinationTail:
 
         :class:`ClusterUnavailable` if the destination does not answer within the timeout.
         """
-        async with self._lock:
-            try:
-                scan = self._scan(tp, origin, floor, position, whole)
-                return await asyncio.wait_for(scan, self._timeout)
-            except TimeoutError as exc:
-                raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
-            finally:
-                # An assigned consumer keeps fetching in the background: read nothing between
-                # scans (the partition may be deleted meanwhile).
-                self._consumer.pause(tp)
+        try:
+            scan = self._scan(tp, origin, floor, position, whole)
+            return await asyncio.wait_for(scan, self._timeout)
+        except TimeoutError as exc:
+            raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
 
     async def written_since(
         self, tp: TopicPartition, origin: Tagger, position: int
@@ -145,21 +155,17 @@ class DestinationTail:
         partition ``tp``, read back until a record of the origin below ``position`` (or the log
         start)."""
         found: set[int] = set()
-        async with self._lock:
-            try:
-                # Whole once a record of the origin at or below position - 1 is found.
-                scan = self._scan(tp, origin, None, position - 1, False, (found, position))
-                tail = await asyncio.wait_for(scan, self._timeout)
-            except TimeoutError as exc:
-                raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
-            finally:
-                self._consumer.pause(tp)
+        try:
+            # Whole once a record of the origin at or below position - 1 is found.
+            scan = self._scan(tp, origin, None, position - 1, False, (found, position))
+            tail = await asyncio.wait_for(scan, self._timeout)
+        except TimeoutError as exc:
+            raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
         return found, tail
 
     async def saved_mark(self, tp: TopicPartition) -> int | None:
         """The destination mark last saved for destination partition ``tp``, if any."""
-        found = await asyncio.wait_for(self._marks.fetch([tp]), self._timeout)
-        return found[tp]
+        return await asyncio.wait_for(self._saved.get(tp), self._timeout)
 
     async def save_marks(self, marks: dict[TopicPartition, int], timeout: float) -> None:
         """Save destination marks (after the source offsets they go with were committed)."""
@@ -168,9 +174,14 @@ class DestinationTail:
     async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Log-end offsets as the broker lists them (a lower bound on some brokers, which is all
         a destination mark needs)."""
-        async with self._lock:
-            ends = await asyncio.wait_for(self._consumer.end_offsets(partitions), self._timeout)
+        ends = await asyncio.wait_for(self._consumer.end_offsets(partitions), self._timeout)
         return {tp: int(end) for tp, end in ends.items()}
+
+    async def _log_bounds(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Any]:
+        """Log start and listed end of each partition: one ListOffsets per broker for each."""
+        starts = await self._consumer.beginning_offsets(partitions)
+        ends = await self._consumer.end_offsets(partitions)
+        return {tp: (int(starts[tp]), int(ends[tp])) for tp in partitions}
 
     async def _scan(
         self,
@@ -182,10 +193,7 @@ class DestinationTail:
         collect: tuple[set[int], int] | None = None,
     ) -> Tail:
         began = time.monotonic()
-        consumer = self._consumer
-        consumer.assign([tp])
-        log_start = int((await consumer.beginning_offsets([tp]))[tp])
-        listed_end = int((await consumer.end_offsets([tp]))[tp])
+        log_start, listed_end = await self._bounds.get(tp)
         low = log_start if floor is None else min(max(floor, log_start), listed_end)
         # The first chunk reads up to the high watermark of the fetch answers: the listed end
         # can lag behind it on some brokers.
@@ -196,7 +204,7 @@ class DestinationTail:
         log_end, scanned, counted = listed_end, 0, 0
         while True:
             begin = max(low, top - chunk)
-            window = await self._read(tp, origin, begin, upper, collect)
+            window = await self._reads.read(tp, origin, begin, upper, collect)
             scanned += window.scanned
             counted += window.origin_records
             if upper is None:
@@ -211,44 +219,129 @@ class DestinationTail:
                 return Tail(last, log_end, scanned, seconds, counted, lowest)
             upper, top, chunk = begin, begin, min(chunk * 4, _MAX_CHUNK)
 
-    async def _read(
+
+@dataclass(slots=True)
+class _Window:
+    """One partition's range ``[begin, upper)`` being read (``upper=None``: to the log end seen
+    in the fetch answers); with ``collect`` (a set, a threshold), the origin offsets at or above
+    the threshold are added to the set."""
+
+    tp: TopicPartition
+    origin: Tagger
+    begin: int
+    upper: int | None
+    collect: tuple[set[int], int] | None
+    done: asyncio.Future[Tail]
+    started: bool = False
+    last: int | None = None
+    lowest: int | None = None
+    read: int = 0
+    counted: int = 0
+    progress: int = -1
+    progress_at: float = 0.0
+
+    def take(self, records: list[Any]) -> None:
+        for record in records:
+            if record.offset < self.begin:
+                continue
+            if self.upper is not None and record.offset >= self.upper:
+                break
+            self.read += 1
+            offset = self.origin.origin_offset(record.headers)
+            if offset is not None:
+                self.last = offset
+                self.lowest = offset if self.lowest is None else min(self.lowest, offset)
+                self.counted += 1
+                if self.collect is not None and offset >= self.collect[1]:
+                    self.collect[0].add(offset)
+
+    def finished(self, position: int, end: int | None, now: float) -> bool:
+        """Whether the window is read, given the reader's position and the high watermark.
+
+        Offsets that hold no record up to the end (a gap some brokers leave where writes to a
+        deleted topic were acknowledged) never answer: read as empty. Missing a record of the
+        origin here can only make the resume start earlier (a repeat, never a loss).
+        """
+        if position != self.progress:
+            self.progress, self.progress_at = position, now
+        stop_at = self.upper if self.upper is not None else end
+        stuck = end is not None and now - self.progress_at > _NO_PROGRESS_S
+        if (stop_at is not None and position >= stop_at) or stuck:
+            log_end = end if end is not None else position
+            self.done.set_result(
+                Tail(self.last, log_end, self.read, 0.0, self.counted, self.lowest)
+            )
+            return True
+        return False
+
+
+class _SharedReads:
+    """Every window being read, served by the same fetches of one reader consumer.
+
+    The caller that finds no fetch running makes the next one for every open window (assigning
+    the reader exactly their partitions, each at its own position); the answer is dealt out to
+    the windows, and each finished one answers its caller. The reader's fetch answers are bounded
+    (:func:`replicator.kafka.make_reader`), so one round holds at most that many bytes.
+    """
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+        self._open: dict[TopicPartition, _Window] = {}
+        self._partition_locks: dict[TopicPartition, asyncio.Lock] = {}
+        self._assigned: frozenset[TopicPartition] = frozenset()
+        self._round = asyncio.Lock()
+        self.rounds = 0
+
+    async def read(
         self,
         tp: TopicPartition,
         origin: Tagger,
         begin: int,
         upper: int | None,
-        collect: tuple[set[int], int] | None = None,
+        collect: tuple[set[int], int] | None,
     ) -> Tail:
-        """Read ``[begin, upper)`` (``upper=None``: to the log end seen in the answers); with
-        ``collect`` (a set, a threshold), add the origin offsets at or above it to the set."""
+        # Two windows of one partition cannot share the reader's one position (partitions
+        # placed by key read the same destination partitions): they take turns.
+        async with self._partition_locks.setdefault(tp, asyncio.Lock()):
+            future: asyncio.Future[Tail] = asyncio.get_running_loop().create_future()
+            window = _Window(tp, origin, begin, upper, collect, future)
+            self._open[tp] = window
+            try:
+                while not future.done():
+                    async with self._round:
+                        if not future.done():
+                            await self._fetch()
+                return future.result()
+            finally:
+                del self._open[tp]
+                if not self._open:
+                    # An assigned consumer keeps fetching in the background: read nothing
+                    # between scans (a partition may be deleted meanwhile).
+                    self._consumer.pause(*self._assigned)
+
+    async def _fetch(self) -> None:
         consumer = self._consumer
-        consumer.seek(tp, begin)
-        last: int | None = None
-        lowest: int | None = None
-        read = counted = 0
-        progress_at, progress = time.monotonic(), begin
-        while True:
-            batches = await consumer.getmany(tp, timeout_ms=_FETCH_WAIT_MS)
-            for record in batches.get(tp, ()):
-                if upper is not None and record.offset >= upper:
-                    break
-                read += 1
-                offset = origin.origin_offset(record.headers)
-                if offset is not None:
-                    last = offset
-                    lowest = offset if lowest is None else min(lowest, offset)
-                    counted += 1
-                    if collect is not None and offset >= collect[1]:
-                        collect[0].add(offset)
-            position = await consumer.position(tp)
-            end = consumer.highwater(tp)
-            stop_at = upper if upper is not None else end
-            if position != progress:
-                progress_at, progress = time.monotonic(), position
-            # Offsets that hold no record up to the end (a gap some brokers leave where writes to
-            # a deleted topic were acknowledged) never answer: read as empty. Missing a record of
-            # the origin here can only make the resume start earlier (a repeat, never a loss).
-            stuck = end is not None and time.monotonic() - progress_at > _NO_PROGRESS_S
-            if (stop_at is not None and position >= stop_at) or stuck:
-                log_end = end if end is not None else position
-                return Tail(last, log_end, read, 0.0, counted, lowest)
+        windows = [w for w in self._open.values() if not w.done.done()]
+        wanted = frozenset(w.tp for w in windows)
+        if wanted != self._assigned:
+            consumer.assign(list(wanted))  # forgets every position: each is sought below
+            self._assigned = wanted
+            for window in windows:
+                window.started = False
+        now = time.monotonic()
+        for window in windows:
+            if not window.started:
+                consumer.seek(window.tp, window.progress if window.progress >= 0 else window.begin)
+                window.progress, window.progress_at = max(window.progress, window.begin), now
+                window.started = True
+        consumer.resume(*wanted)
+        self.rounds += 1
+        batches = await consumer.getmany(*wanted, timeout_ms=_FETCH_WAIT_MS)
+        now = time.monotonic()
+        for window in windows:
+            if window.done.done():
+                continue
+            window.take(batches.get(window.tp, []))
+            position = await consumer.position(window.tp)
+            if window.finished(position, consumer.highwater(window.tp), now):
+                consumer.pause(window.tp)

@@ -41,6 +41,7 @@ from aiokafka.errors import KafkaTimeoutError
 
 from replicator import batching
 from replicator.batching import OutboundBatch, Placement, Target
+from replicator.coalesce import Coalescer
 from replicator.deadletter import DeadLetters
 from replicator.errors import (
     AuthenticationFailed,
@@ -72,6 +73,7 @@ log = structlog.get_logger(__name__)
 
 _RETRY_BACKOFF_S = 0.5
 _SAVE_POLL_S = 0.05
+_Known = tuple[str, int]  # a topic and the partition count the producer must know
 
 
 class Destination:
@@ -92,6 +94,7 @@ class Destination:
         self.tail = DestinationTail(reader, timeout, marks_group)
         self.ready = asyncio.Event()
         self.idempotent: bool | None = None  # known once connected
+        self._learning: Coalescer[_Known, Exception | None] = Coalescer(self._learn)
 
     def replace(self, producer: AIOKafkaProducer, reader: AIOKafkaConsumer) -> None:
         """New clients take the place of those that failed to start (not started yet)."""
@@ -102,19 +105,34 @@ class Destination:
     async def learn_partitions(self, topic: str, count: int) -> None:
         """Make the producer's metadata know ``count`` partitions of ``topic`` (one just grown:
         a send to a partition it does not know would fail for good); :class:`TopicMissing`
-        (retried) while it does not yet."""
+        (retried) while it does not yet. Topics asked for meanwhile are learnt together, in one
+        metadata request."""
+        await self._learning.get((topic, count))
+
+    async def _learn(
+        self, wanted: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], Exception | None]:
         client = self.producer.client
 
-        def known() -> int:
-            return len(client.cluster.partitions_for_topic(topic) or ())
+        def short() -> list[tuple[str, int]]:
+            return [
+                (topic, count)
+                for topic, count in wanted
+                if len(client.cluster.partitions_for_topic(topic) or ()) < count
+            ]
 
-        if known() >= count:
-            return
-        await client.add_topic(topic)  # tracked from now on (fetched if it was not)
-        if known() < count:
+        if short():
+            # Tracked from now on; one metadata request for all (aiokafka shares the update).
+            await asyncio.gather(*(client.add_topic(topic) for topic, _ in short()))
+        if short():
             await client.force_metadata_update()
-        if known() < count:
-            raise TopicMissing(f"{topic}: {count} partitions, not all in the metadata yet")
+        missing = set(short())
+        return {
+            key: TopicMissing(f"{key[0]}: {key[1]} partitions, not all in the metadata yet")
+            if key in missing
+            else None
+            for key in wanted
+        }
 
     def connected(self) -> None:
         """The producer and the reader started: senders may read and send."""

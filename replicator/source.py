@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import structlog
@@ -51,7 +51,8 @@ from replicator.topology import FeedPlan
 log = structlog.get_logger(__name__)
 
 _FETCH_TIMEOUT_MS = 200
-_STARTING_POLL_S = 0.05
+_SWEEP_BATCH = 256
+_IDLE_HOLD_S = 10.0
 
 
 class PartitionFanout:
@@ -62,15 +63,23 @@ class PartitionFanout:
     the slowest healthy one; see :meth:`SourceFeed._hold`.
     """
 
-    def __init__(self, tp: TopicPartition, partitions: list[LegPartition], position: int) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        partitions: list[LegPartition],
+        position: int,
+        preparing: Callable[[LegPartition], bool] | None = None,
+    ) -> None:
         self.tp = tp
         self.partitions = partitions
         self.position = position
+        # Whether a starting partition's leg can prepare it now (its destination answers): the
+        # feed waits for those only, never for a leg whose destination is down or frozen.
+        self._preparing = preparing or (lambda _: True)
         self._polled_ms: int | None = None
         self._suspect: int | None = None
-        self._waited_out: set[int] = (
-            set()
-        )  # ids of starting partitions the feed stopped waiting for
+        # ids of starting partitions the feed stopped waiting for
+        self._waited_out: set[int] = set()
 
     def deliver(self, records: list[SourceRecord], fetched_ms: int) -> None:
         start, end = self.position, records[-1].offset + 1
@@ -108,7 +117,7 @@ class PartitionFanout:
             p
             for p in self.partitions
             if (p.attached and not p.has_room)
-            or (p.mode is Mode.STARTING and id(p) not in self._waited_out)
+            or (p.mode is Mode.STARTING and id(p) not in self._waited_out and self._preparing(p))
         ]
 
     def give_up(self, partitions: Iterable[LegPartition]) -> None:
@@ -154,7 +163,16 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self.group = plan.group
         self._consumer: AIOKafkaConsumer | None = None
         self._fanouts: dict[TopicPartition, PartitionFanout] = {}
-        self._waiters: dict[TopicPartition, asyncio.Task[None]] = {}
+        # Paused partitions waiting for a leg, with when they were paused (oldest first: every
+        # hold lasts at most detach_after, so the first one is the next to expire).
+        self._held: dict[TopicPartition, float] = {}
+        # Partitions whose state changed since the feed last looked (see LegPartition.watch):
+        # holds and settling are decided for those only, not for every partition every fetch.
+        self._changed: set[TopicPartition] = set()
+        self._woken: set[TopicPartition] = set()
+        self._holds_changed = asyncio.Event()
+        self._sweep_order: list[TopicPartition] = []
+        self._sweep_at = 0
         self._tasks: asyncio.TaskGroup | None = None
         self._stop = asyncio.Event()
         self._detach_after = settings.detach_after_ms / 1000
@@ -178,9 +196,8 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 self._tasks = tasks
                 consumer = await self._connect(stop)
                 if consumer is not None:
+                    tasks.create_task(self._release_holds(stop), name=f"holds:{self.plan.name}")
                     await self._fetch_loop(stop, consumer)
-                for waiter in self._waiters.values():
-                    waiter.cancel()
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -242,15 +259,33 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 fanout = self._fanouts.get(tp)
                 if fanout is not None and records:
                     fanout.deliver(records, fetched_ms)
-            for tp, fanout in list(self._fanouts.items()):
-                # A log shorter than a position already reached: some brokers do not answer
-                # OFFSET_OUT_OF_RANGE to a fetch past the end, and a leg may be further on.
+            touched = set(fetched or ()) | self._changed
+            self._changed = set()
+            # Every partition is looked at in turn, a bounded slice per fetch: a log shorter than
+            # a position already reached (some brokers do not answer OFFSET_OUT_OF_RANGE to a
+            # fetch past the end, and a leg may be further on), and anything a change did not
+            # announce. Few partitions: all of them at every fetch.
+            for tp in self._sweep_slice():
+                fanout = self._fanouts.get(tp)
+                if fanout is None:
+                    continue
+                touched.add(tp)
                 beyond = fanout.beyond_log_end(self._highwater(tp), self._polled_ms(tp))
                 if beyond is not None:
                     await self._out_of_range(tp, beyond)
-            for fanout in self._fanouts.values():
-                fanout.settle()
-                self._hold(fanout)
+            for tp in touched:
+                fanout = self._fanouts.get(tp)
+                if fanout is not None:
+                    fanout.settle()
+                    self._hold(fanout)
+
+    def _sweep_slice(self) -> list[TopicPartition]:
+        """The next ``_SWEEP_BATCH`` partitions in a round over all of them."""
+        if self._sweep_at >= len(self._sweep_order):
+            self._sweep_order, self._sweep_at = list(self._fanouts), 0
+        taken = self._sweep_order[self._sweep_at : self._sweep_at + _SWEEP_BATCH]
+        self._sweep_at += _SWEEP_BATCH
+        return taken
 
     async def _fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
         """One fetch; positions outside the log are handled here, other errors raised."""
@@ -290,38 +325,53 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
     # -- backpressure ---------------------------------------------------------------------------
 
     def _hold(self, fanout: PartitionFanout) -> None:
-        """Pause ``fanout``'s partition while a leg it waits for has no room."""
+        """Pause ``fanout``'s partition while a leg it waits for has no room (or is starting)."""
         tp = fanout.tp
-        if tp in self._waiters or self._tasks is None or not fanout.blocking():
+        if tp in self._held or not fanout.blocking():
             return
         self._pause(tp)
-        self._waiters[tp] = self._tasks.create_task(
-            self._await_room(fanout), name=f"hold:{tp.topic}:{tp.partition}"
-        )
+        self._held[tp] = time.monotonic()
+        self._holds_changed.set()
 
-    async def _await_room(self, fanout: PartitionFanout) -> None:
-        """Resume once every partition the feed waits for has room; after ``detach_after``
-        seconds, stop waiting for those still full (they fetch alone) and resume."""
-        paused_at = time.monotonic()
-        try:
-            while not self._stop.is_set():
-                waiting = fanout.blocking()
-                if not waiting:
+    def _partition_changed(self, partition: LegPartition) -> None:
+        """A leg's partition changed (room freed, started, detached...): look at it again."""
+        tp = partition.tp
+        self._changed.add(tp)
+        if tp in self._held:
+            self._woken.add(tp)
+            self._holds_changed.set()
+
+    async def _release_holds(self, stop: asyncio.Event) -> None:
+        """Resume held partitions once every leg they wait for has room; after ``detach_after``
+        seconds, stop waiting for the legs still full (they fetch alone) and resume.
+
+        One task for every hold: woken by the partitions that changed, and at the oldest hold's
+        deadline; it looks at those partitions only.
+        """
+        while not stop.is_set():
+            oldest = next(iter(self._held.values()), None)
+            left = None if oldest is None else oldest + self._detach_after - time.monotonic()
+            if left is None or left > 0:
+                await wait_any([self._holds_changed, stop], _IDLE_HOLD_S if left is None else left)
+            self._holds_changed.clear()
+            woken, self._woken = self._woken, set()
+            for tp in woken:
+                fanout = self._fanouts.get(tp)
+                if tp in self._held and (fanout is None or not fanout.blocking()):
+                    self._unhold(tp)
+            now = time.monotonic()
+            for tp, paused_at in list(self._held.items()):
+                if paused_at + self._detach_after > now:
                     break
-                left = self._detach_after - (time.monotonic() - paused_at)
-                if left <= 0:
-                    fanout.give_up(waiting)
-                    break
-                starting = any(p.mode is Mode.STARTING for p in waiting)
-                rooms = [p.room for p in waiting if p.attached]
-                await wait_any(
-                    [*rooms, self._stop], min(left, _STARTING_POLL_S) if starting else left
-                )
-        finally:
-            if self._waiters.get(fanout.tp) is asyncio.current_task():
-                del self._waiters[fanout.tp]
-        if self._fanouts.get(fanout.tp) is fanout:
-            self._resume(fanout.tp)
+                fanout = self._fanouts.get(tp)
+                if fanout is not None:
+                    fanout.give_up(fanout.blocking())
+                self._unhold(tp)
+
+    def _unhold(self, tp: TopicPartition) -> None:
+        del self._held[tp]
+        if tp in self._fanouts:
+            self._resume(tp)
 
     # -- positions outside the log --------------------------------------------------------------
 
@@ -394,16 +444,23 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         position = await consumer.position(tp)
         for partition in partitions:
             partition.place(position)
-        fanout = PartitionFanout(tp, partitions, position)
+        fanout = PartitionFanout(tp, partitions, position, self._preparing)
         self._fanouts[tp] = fanout
+        for partition in partitions:
+            partition.watch(self._partition_changed)
         consumer.resume(tp)
         self._hold(fanout)
 
+    def _preparing(self, partition: LegPartition) -> bool:
+        """Whether the leg of a starting ``partition`` can prepare it now (its destination is
+        connected and answers): local delivery never waits for a remote that is down."""
+        return any(
+            leg.destination_up for leg in self.legs if leg.partitions.get(partition.tp) is partition
+        )
+
     def _drop_fanout(self, tp: TopicPartition) -> None:
         self._fanouts.pop(tp, None)
-        waiter = self._waiters.pop(tp, None)
-        if waiter is not None:
-            waiter.cancel()
+        self._held.pop(tp, None)
 
     def _pause(self, tp: TopicPartition) -> None:
         if self._consumer is not None and tp in self._consumer.assignment():

@@ -27,18 +27,18 @@ leg, counted (``replicator_topic_config_sync_failures_total``), and retried less
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import InvalidPartitionsError
 
+from replicator.coalesce import Coalescer
 from replicator.errors import (
     AuthorizationFailed,
     ReplicatorError,
@@ -185,19 +185,7 @@ async def _config_entries_of(admin: AIOKafkaAdminClient, topics: list[str]) -> d
 
 async def topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
     """The replicable topic-level configuration of ``topic``."""
-    configs: dict[str, str] = {}
-    for entry in await _config_entries(admin, topic):
-        name, value, read_only = entry[0], entry[1], entry[2]
-        source, sensitive = entry[3], entry[4]
-        if (
-            name in REPLICATED_CONFIGS
-            and value is not None
-            and not read_only
-            and not sensitive
-            and source not in _BROKER_SOURCES
-        ):
-            configs[name] = value
-    return configs
+    return _replicable(await _config_entries(admin, topic))
 
 
 async def topic_overrides(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
@@ -260,19 +248,122 @@ def config_changes(
 
 async def max_message_bytes(admin: AIOKafkaAdminClient, topic: str) -> int | None:
     """The effective ``max.message.bytes`` of ``topic``, whatever its source, if reported."""
-    for entry in await _config_entries(admin, topic):
-        if entry[0] == "max.message.bytes" and entry[1] is not None:
-            return int(entry[1])
-    return None
+    return _max_message_bytes(await _config_entries(admin, topic))
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """A topic as a cluster's metadata describes it."""
+
+    partitions: int
+    replication_factor: int
+
+
+class TopicAdmin(Protocol):
+    """The requests the provisioner makes of one cluster, each about many topics at once."""
+
+    alias: str
+
+    async def layouts(self) -> dict[str, TopicLayout]:
+        """Every topic of the cluster (one Metadata request, naming none: naming a missing
+        topic may create it)."""
+        ...
+
+    async def config_entries(self, topics: list[str]) -> dict[str, list[Any]]:
+        """Every config entry of each of ``topics`` (one DescribeConfigs request)."""
+        ...
+
+    async def create(self, specs: list[TopicSpec]) -> dict[str, BrokerErrors]:
+        """Create ``specs`` (one CreateTopics request): the broker's errors per topic (none:
+        created; already existing is not an error)."""
+        ...
+
+    async def grow(self, counts: dict[str, int]) -> dict[str, BaseException | None]:
+        """Grow each topic to its partition count (CreatePartitions): per topic, the error
+        (``None``: grown, or another client grew it first)."""
+        ...
+
+    async def alter(self, configs: dict[str, dict[str, str]]) -> None:
+        """Replace the overrides of each topic with ``configs`` (one AlterConfigs request)."""
+        ...
+
+
+class ClusterAdmin:
+    """:class:`TopicAdmin` of a cluster, through its :class:`ClusterClient`'s admin client."""
+
+    def __init__(self, client: ClusterClient) -> None:
+        self._client = client
+        self.alias = client.alias
+
+    async def layouts(self) -> dict[str, TopicLayout]:
+        partitions = await describe_partitions(await self._client.admin())
+        return {
+            topic: TopicLayout(len(found), max((len(p["replicas"]) for p in found), default=0))
+            for topic, found in partitions.items()
+        }
+
+    async def config_entries(self, topics: list[str]) -> dict[str, list[Any]]:
+        if not topics:
+            return {}
+        return await _config_entries_of(await self._client.admin(), topics)
+
+    async def create(self, specs: list[TopicSpec]) -> dict[str, BrokerErrors]:
+        response = await (await self._client.admin()).create_topics(
+            [
+                NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs)
+                for s in specs
+            ]
+        )
+        errors: dict[str, list[tuple[int, str | None]]] = {s.name: [] for s in specs}
+        for topic, code, message in response.topic_errors:
+            if code not in (0, _TOPIC_ALREADY_EXISTS):
+                errors.setdefault(topic, []).append((code, message))
+        return dict(errors)
+
+    async def grow(self, counts: dict[str, int]) -> dict[str, BaseException | None]:
+        admin = await self._client.admin()
+        try:  # aiokafka raises for the first topic refused: then each is asked alone
+            await admin.create_partitions(
+                {topic: NewPartitions(total_count=count) for topic, count in counts.items()}
+            )
+            return dict.fromkeys(counts)
+        except Exception as exc:
+            if len(counts) == 1:
+                return {topic: _grow_refusal(exc) for topic in counts}
+        found: dict[str, BaseException | None] = {}
+        for topic, count in counts.items():
+            try:
+                await admin.create_partitions({topic: NewPartitions(total_count=count)})
+                found[topic] = None
+            except Exception as exc:
+                found[topic] = _grow_refusal(exc)
+        return found
+
+    async def alter(self, configs: dict[str, dict[str, str]]) -> None:
+        admin = await self._client.admin()
+        await admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t, c) for t, c in configs.items()]
+        )
+
+
+def _grow_refusal(exc: Exception) -> BaseException | None:
+    # Already that many (another replicator of this datacenter grew it first): not ours.
+    return None if isinstance(exc, InvalidPartitionsError) else exc
 
 
 class TopicProvisioner:
-    """Ensures real topics on one destination cluster, once per topic, for one leg."""
+    """Ensures real topics on one destination cluster, once per topic, for one leg.
+
+    Partitions ask one by one (:meth:`ensure`); the topics asked for meanwhile are prepared
+    together (:mod:`replicator.coalesce`): one Metadata request per cluster, one DescribeConfigs
+    of the sources, one CreateTopics, one CreatePartitions and one DescribeConfigs of the
+    destinations per round, whatever the number of topics (:attr:`rounds` counts them).
+    """
 
     def __init__(
         self,
-        source: ClusterClient,
-        destination: ClusterClient,
+        source: TopicAdmin,
+        destination: TopicAdmin,
         replication_factor: int | None,
         preserve_partitions: bool = True,
         configs_exclude: re.Pattern[str] | None = None,
@@ -285,7 +376,7 @@ class TopicProvisioner:
         # False (a flow placing records by key): a destination with fewer partitions is used.
         self._preserve_partitions = preserve_partitions
         self._ready: dict[str, DestinationTopic] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._rounds: Coalescer[tuple[str, str], DestinationTopic] = Coalescer(self._provision)
         # Topics refused for good, with the reason and how to raise it again (a fresh exception
         # per caller: one instance raised in many tasks would collect all their tracebacks).
         self.refused: dict[str, str] = {}
@@ -302,6 +393,11 @@ class TopicProvisioner:
         self._on_sync_failed = on_sync_failed
         self._on_grown = on_grown
 
+    @property
+    def rounds(self) -> int:
+        """Preparation rounds made so far (each a fixed handful of requests)."""
+        return self._rounds.rounds
+
     async def ensure(
         self, source_topic: str, target_topic: str, partition: int = 0
     ) -> DestinationTopic:
@@ -313,19 +409,15 @@ class TopicProvisioner:
         remembered until :meth:`forget`. A source partition beyond the count last seen (the
         source grew) checks the topic again, and grows the destination.
         """
-        async with self._locks.setdefault(target_topic, asyncio.Lock()):
-            known = self._ready.get(target_topic)
-            if known is not None and partition < known.source_partitions:
-                return known
-            if known is not None:
-                self.forget(target_topic)
-            refusal = self._refusals.get(target_topic)
-            if refusal is not None:
-                raise refusal()
-            topic = await self._provision(source_topic, target_topic)
-            self._ready[target_topic] = topic
-            self._sources[target_topic] = source_topic
-            return topic
+        known = self._ready.get(target_topic)
+        if known is not None and partition < known.source_partitions:
+            return known
+        if known is not None:
+            self.forget(target_topic)
+        refusal = self._refusals.get(target_topic)
+        if refusal is not None:
+            raise refusal()
+        return await self._rounds.get((source_topic, target_topic))
 
     async def sync_configs(self) -> bool:
         """One round of config sync over every provisioned destination topic; ``False`` when
@@ -334,30 +426,31 @@ class TopicProvisioner:
         if not pairs:
             return True
         try:
-            sources = await _config_entries_of(
-                await self._source.admin(), sorted(set(pairs.values()))
-            )
-            admin = await self._destination.admin()
-            targets = await _config_entries_of(admin, sorted(pairs))
+            sources = await self._source.config_entries(sorted(set(pairs.values())))
+            targets = await self._destination.config_entries(sorted(pairs))
+            changed: dict[str, dict[str, str]] = {}
+            altered: dict[str, dict[str, str]] = {}
             for target_topic, source_topic in sorted(pairs.items()):
-                source = _overrides(sources.get(source_topic, []))
                 entries = targets.get(target_topic, [])
                 current = _overrides(entries)
+                source = _overrides(sources.get(source_topic, []))
                 seen = self._seen.get(target_topic)
                 changes = config_changes(source, current, _effective(entries), seen, self._exclude)
                 if changes:
-                    resource = ConfigResource(
-                        ConfigResourceType.TOPIC, target_topic, {**current, **changes}
-                    )
-                    await admin.alter_configs([resource])
-                    self.synced[target_topic] = {**self.synced.get(target_topic, {}), **changes}
-                    log.info(
-                        "destination topic configs follow the source",
-                        cluster=self._destination.alias,
-                        topic=target_topic,
-                        changes=changes,
-                    )
-                self._seen[target_topic] = source
+                    changed[target_topic] = changes
+                    altered[target_topic] = {**current, **changes}
+            if altered:
+                await self._destination.alter(altered)
+            for target_topic, changes in changed.items():
+                self.synced[target_topic] = {**self.synced.get(target_topic, {}), **changes}
+                log.info(
+                    "destination topic configs follow the source",
+                    cluster=self._destination.alias,
+                    topic=target_topic,
+                    changes=changes,
+                )
+            for target_topic, source_topic in pairs.items():
+                self._seen[target_topic] = _overrides(sources.get(source_topic, []))
         except Exception as exc:
             error = said(exc)
             if self.sync_error is None:
@@ -394,56 +487,127 @@ class TopicProvisioner:
         self.refused[target_topic] = str(raised)
         return raised
 
-    async def _provision(self, source_topic: str, target_topic: str) -> DestinationTopic:
+    async def _provision(
+        self, pairs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], DestinationTopic | BaseException]:
+        """One round: prepare every (source topic, destination topic) pair asked for."""
         try:
-            spec = await self._spec(source_topic, target_topic)
-            destination = await self._destination.admin()
-            existing = (await describe_partitions(destination)).get(target_topic)
-            if existing is None:
-                await self._create(destination, spec)
-                existing = (await describe_partitions(destination)).get(target_topic)
-            if existing is None:
-                raise TopicMissing(
-                    f"destination topic {target_topic} created on {self._destination.alias} "
-                    "but not in its metadata yet"
-                )
-            limit = await max_message_bytes(destination, target_topic)
+            return await self._provision_all(pairs)
         except ReplicatorError:
             raise
         except Exception as exc:
             raise translate(exc) from exc
-        reason = partition_shortfall(source_topic, spec.partitions, target_topic, len(existing))
-        if reason is not None and self._preserve_partitions:
-            refusal = await self._grow(target_topic, len(existing), spec.partitions)
-            if refusal is not None:
-                reason = f"{reason}; adding partitions was refused: {refusal}"
-                raise self._refuse(target_topic, partial(TopicMismatch, reason))
-            existing = (await describe_partitions(destination)).get(target_topic) or existing
-            if len(existing) < spec.partitions:  # grown, not in the metadata yet: retried
-                raise TopicMissing(
-                    f"{target_topic} grown to {spec.partitions} partitions on "
+
+    async def _provision_all(
+        self, pairs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], DestinationTopic | BaseException]:
+        answers: dict[tuple[str, str], DestinationTopic | BaseException] = {}
+        sources = await self._source.layouts()
+        wanted = sorted({s for s, _ in pairs if sources.get(s)})
+        source_entries = await self._source.config_entries(wanted)
+        specs: dict[tuple[str, str], TopicSpec] = {}
+        for pair in pairs:
+            source_topic, target_topic = pair
+            layout = sources.get(source_topic)
+            if layout is None or not layout.partitions:
+                answers[pair] = TopicMissing(
+                    f"source topic {source_topic} not in the metadata of {self._source.alias} yet"
+                )
+                continue
+            configs = _replicable(source_entries.get(source_topic, []))
+            kept = {k: v for k, v in configs.items() if not self._exclude.fullmatch(k)}
+            replication = self._replication_factor or layout.replication_factor
+            specs[pair] = TopicSpec(target_topic, layout.partitions, replication, kept)
+
+        existing = await self._destination.layouts()
+        missing = [spec for spec in specs.values() if spec.name not in existing]
+        if missing:
+            errors = await self._destination.create(missing)
+            for pair, spec in list(specs.items()):
+                failure = creation_failure(spec.name, errors.get(spec.name, ()))
+                if failure is None:
+                    if spec in missing:
+                        log.info(
+                            "destination topic created",
+                            topic=spec.name,
+                            partitions=spec.partitions,
+                            replication_factor=spec.replication_factor,
+                            configs=spec.configs,
+                        )
+                    continue
+                del specs[pair]
+                if failure.retriable:
+                    answers[pair] = failure
+                else:  # TopicRefused or AuthorizationFailed, for good: remembered
+                    answers[pair] = self._refuse(spec.name, partial(type(failure), str(failure)))
+            existing = await self._destination.layouts()
+
+        short: dict[tuple[str, str], str] = {}
+        for pair, spec in list(specs.items()):
+            found = existing.get(spec.name)
+            if found is None:
+                del specs[pair]
+                answers[pair] = TopicMissing(
+                    f"destination topic {spec.name} created on {self._destination.alias} "
+                    "but not in its metadata yet"
+                )
+                continue
+            reason = partition_shortfall(pair[0], spec.partitions, spec.name, found.partitions)
+            if reason is not None and self._preserve_partitions:
+                short[pair] = reason
+        if short:
+            existing = await self._grow(specs, existing, short, answers)
+
+        limits = await self._destination.config_entries(sorted({s.name for s in specs.values()}))
+        for pair, spec in specs.items():
+            topic = DestinationTopic(
+                spec.name,
+                existing[spec.name].partitions,
+                _max_message_bytes(limits.get(spec.name, [])),
+                spec.partitions,
+            )
+            self._ready[spec.name] = topic
+            self._sources[spec.name] = pair[0]
+            answers[pair] = topic
+        return answers
+
+    async def _grow(
+        self,
+        specs: dict[tuple[str, str], TopicSpec],
+        existing: dict[str, TopicLayout],
+        short: dict[tuple[str, str], str],
+        answers: dict[tuple[str, str], DestinationTopic | BaseException],
+    ) -> dict[str, TopicLayout]:
+        """Grow the destination topics with fewer partitions than their source, in one request;
+        those refused or not yet grown in the metadata leave ``specs`` with their answer."""
+        counts = {specs[pair].name: specs[pair].partitions for pair in short}
+        refusals = await self._destination.grow(counts)
+        for pair, reason in short.items():
+            spec = specs[pair]
+            refusal = refusals.get(spec.name)
+            if refusal is None:
+                self._grown(spec.name, existing[spec.name].partitions, spec.partitions)
+                continue
+            error = translate(refusal)
+            if error.retriable and not isinstance(refusal, NotImplementedError):
+                answers[pair] = error
+            else:
+                said_ = str(error) or type(refusal).__name__
+                detail = f"{reason}; adding partitions was refused: {said_}"
+                answers[pair] = self._refuse(spec.name, partial(TopicMismatch, detail))
+            del specs[pair]
+        grown = await self._destination.layouts()
+        for pair in [p for p in short if p in specs]:
+            spec = specs[pair]
+            if grown.get(spec.name, existing[spec.name]).partitions < spec.partitions:
+                del specs[pair]  # grown, not in the metadata yet: retried
+                answers[pair] = TopicMissing(
+                    f"{spec.name} grown to {spec.partitions} partitions on "
                     f"{self._destination.alias}, not in its metadata yet"
                 )
-        return DestinationTopic(target_topic, len(existing), limit, spec.partitions)
+        return grown
 
-    async def _grow(self, target_topic: str, have: int, want: int) -> str | None:
-        """Add partitions to ``target_topic`` (``have`` -> ``want``); the broker's refusal, or
-        ``None`` when it grew."""
-        total = partitions_to_add(have, want)
-        if total is None:
-            return None
-        try:
-            admin = await self._destination.admin()
-            await admin.create_partitions({target_topic: NewPartitions(total_count=total)})
-        except InvalidPartitionsError:
-            # Already that many (another replica of this datacenter grew it first): not ours.
-            log.info("destination topic already grown", topic=target_topic, partitions=total)
-            return None
-        except Exception as exc:
-            error = translate(exc)
-            if error.retriable and not isinstance(exc, NotImplementedError):
-                raise error from exc
-            return str(error) or type(exc).__name__
+    def _grown(self, target_topic: str, have: int, total: int) -> None:
         self.grown[target_topic] = self.grown.get(target_topic, 0) + total - have
         if self._on_grown is not None:
             self._on_grown(target_topic, total - have)
@@ -454,34 +618,30 @@ class TopicProvisioner:
             partitions_before=have,
             partitions=total,
         )
-        return None
 
-    async def _spec(self, source_topic: str, target_topic: str) -> TopicSpec:
-        source = await self._source.admin()
-        partitions = (await describe_partitions(source)).get(source_topic)
-        if not partitions:
-            raise TopicMissing(
-                f"source topic {source_topic} not in the metadata of {self._source.alias} yet"
-            )
-        replication = self._replication_factor or max(len(p["replicas"]) for p in partitions)
-        configs = await topic_configs(source, source_topic)
-        kept = {k: v for k, v in configs.items() if not self._exclude.fullmatch(k)}
-        return TopicSpec(target_topic, len(partitions), replication, kept)
 
-    async def _create(self, destination: AIOKafkaAdminClient, spec: TopicSpec) -> None:
-        errors = await _request_creation(destination, spec, tolerate=(_TOPIC_ALREADY_EXISTS,))
-        failure = creation_failure(spec.name, errors)
-        if failure is not None and failure.retriable:
-            raise failure
-        if failure is not None:  # TopicRefused or AuthorizationFailed, for good: remembered
-            raise self._refuse(spec.name, partial(type(failure), str(failure)))
-        log.info(
-            "destination topic created",
-            topic=spec.name,
-            partitions=spec.partitions,
-            replication_factor=spec.replication_factor,
-            configs=spec.configs,
-        )
+def _replicable(entries: list[Any]) -> dict[str, str]:
+    """The replicable topic-level configuration among a topic's config entries."""
+    configs: dict[str, str] = {}
+    for entry in entries:
+        name, value, read_only = entry[0], entry[1], entry[2]
+        source, sensitive = entry[3], entry[4]
+        if (
+            name in REPLICATED_CONFIGS
+            and value is not None
+            and not read_only
+            and not sensitive
+            and source not in _BROKER_SOURCES
+        ):
+            configs[name] = value
+    return configs
+
+
+def _max_message_bytes(entries: list[Any]) -> int | None:
+    for entry in entries:
+        if entry[0] == "max.message.bytes" and entry[1] is not None:
+            return int(entry[1])
+    return None
 
 
 def partitions_to_add(destination_partitions: int, source_partitions: int) -> int | None:

@@ -32,7 +32,7 @@ from replicator.spark.frames import ClusterInput
 from replicator.spark.kafka_source import spark_options
 from replicator.spark.progress import spark_progress
 from replicator.spark.session import kafka_format, spark_session
-from replicator.topics import TopicProvisioner
+from replicator.topics import ClusterAdmin, TopicProvisioner
 from replicator.topology import Leg, TopicRules
 
 err = Console(stderr=True)
@@ -151,18 +151,28 @@ async def _prepare_topics(
     try:
         for alias in destinations:
             destination = ClusterClient(alias, settings.clusters[alias], settings)
-            topics = TopicProvisioner(origin, destination, settings.destination_replication_factor)
+            topics = TopicProvisioner(
+                ClusterAdmin(origin),
+                ClusterAdmin(destination),
+                settings.destination_replication_factor,
+            )
             try:
-                for read, real in pairs:
-                    ready = await retrying(
-                        partial(topics.ensure, read, real),
-                        stop=stop,
-                        what=f"prepare {real} on {alias}",
-                        log=_log,
-                        on_error=failures.append,
-                        persistent=False,
+                # Asked together, the topics are prepared in one round of requests.
+                ready = await asyncio.gather(
+                    *(
+                        retrying(
+                            partial(topics.ensure, read, real),
+                            stop=stop,
+                            what=f"prepare {real} on {alias}",
+                            log=_log,
+                            on_error=failures.append,
+                            persistent=False,
+                        )
+                        for read, real in pairs
                     )
-                    if ready is None:
+                )
+                for (_, real), topic in zip(pairs, ready, strict=True):
+                    if topic is None:
                         last = f" (last: {failures[-1]})" if failures else ""
                         raise TopicMissing(
                             f"{real} on {alias}: not ready after {_PREPARE_S:.0f} s{last}"

@@ -808,6 +808,8 @@ async def test_catch_up_fetches_exactly_the_partitions_fed_alone_with_room(
         real.pause(tp)
     consumer.take_seeks()
     fetch = CatchUpFetch(LEG, real, partitions, resets()[0])
+    for each in partitions.values():  # as the leg wires them: changes reach the fetch
+        each.watch(fetch.changed)
 
     assert fetch.reconcile()
     assert consumer.take_seeks() == [(tps[0], 10), (tps[4], 7)]

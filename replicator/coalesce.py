@@ -1,0 +1,104 @@
+"""Coalescing: many concurrent requests for one key each, answered by one request for all.
+
+Start-up asks the same questions once per partition (is this destination topic ready? where was
+this partition's mark saved? does the producer know this topic?), each from its own partition's
+task. Asked one by one, N partitions cost N requests, each of a size that grows with the cluster.
+A :class:`Coalescer` gathers the keys asked for while a request is being made, and asks for all
+of them in the next one: N partitions cost a handful of requests (a round per wave of callers,
+at most ``max_batch`` keys each).
+
+No background task: the caller that finds no round running makes the next round for everyone
+waiting, in its own task; the others wait for the answer. A round interrupted (its caller was
+cancelled) leaves its keys to the next caller. A failure of the whole round fails each key's
+caller with its own copy of the error (one exception raised in many tasks would collect all
+their tracebacks), so each caller's own retry decides what happens next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from typing import Any, Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+# Answers per key: a value, or the error for that key alone.
+Answers = Mapping[K, "V | BaseException"]
+
+
+class Unanswered(LookupError):
+    """A round's answer did not mention a key it was asked for (a bug in the batch function)."""
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    # An answer nobody waits for any more (its caller was cancelled) is not an error to report.
+    if not future.cancelled():
+        future.exception()
+
+
+class Coalescer(Generic[K, V]):
+    """Answers ``get(key)`` calls by rounds of ``fetch_many(keys)``, one round at a time."""
+
+    def __init__(
+        self, fetch_many: Callable[[list[K]], Awaitable[Answers[K, V]]], max_batch: int = 1000
+    ) -> None:
+        self._fetch_many = fetch_many
+        self._max_batch = max_batch
+        self._pending: dict[K, asyncio.Future[V]] = {}
+        self._round = asyncio.Lock()
+        self.rounds = 0  # rounds made (a request count, for tests and benchmarks)
+
+    async def get(self, key: K) -> V:
+        """The answer for ``key``, from the next round that asks for it."""
+        future = self._pending.get(key)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            future.add_done_callback(_retrieved)
+            self._pending[key] = future
+        while not future.done():
+            async with self._round:
+                if not future.done():
+                    await asyncio.sleep(0)  # callers started in the same step join this round
+                    await self._make_round()
+        return future.result()
+
+    async def _make_round(self) -> None:
+        keys = list(self._pending)[: self._max_batch]
+        batch = {key: self._pending.pop(key) for key in keys}
+        self.rounds += 1
+        try:
+            answers = await self._fetch_many(keys)
+        except asyncio.CancelledError:
+            for key, future in batch.items():  # left to the next caller
+                if not future.done():
+                    self._pending.setdefault(key, future)
+            raise
+        except Exception as exc:
+            for future in batch.values():
+                if not future.done():
+                    future.set_exception(_copy(exc))
+            return
+        for key, future in batch.items():
+            if future.done():
+                continue
+            if key not in answers:
+                future.set_exception(Unanswered(f"no answer for {key!r}"))
+                continue
+            answer = answers[key]
+            if isinstance(answer, BaseException):
+                future.set_exception(_copy(answer))
+            else:
+                future.set_result(answer)
+
+
+def _copy(exc: BaseException) -> BaseException:
+    """A fresh instance of ``exc`` for one caller (same type, message and cause)."""
+    try:
+        clone = copy.copy(exc)
+    except Exception:  # an exception that cannot be copied is raised as it is
+        return exc
+    clone.__cause__ = exc.__cause__
+    clone.__traceback__ = None
+    return clone
