@@ -31,6 +31,7 @@ from replicator.health import HttpServer
 from replicator.heartbeats import FlowHeartbeat
 from replicator.kafka import ClusterClient
 from replicator.leg import LegRunner
+from replicator.leg_health import PartitionQuery
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.retry import Backoff
@@ -253,7 +254,8 @@ class ReplicatorService:
                 problems.extend(runner.health.problems())
         return problems
 
-    def status(self) -> dict[str, Any]:
+    def status(self, detail: PartitionQuery | None = None) -> dict[str, Any]:
+        """What ``/status`` shows: each leg summarised, with the partitions ``detail`` asks for."""
         replica = self.replica_feed
         return {
             "local_cluster": self.settings.local_cluster,
@@ -277,7 +279,12 @@ class ReplicatorService:
                 for feed in self.feeds
                 if feed.plan.is_flow
             },
-            "legs": [leg.health.status(feed.log_end) for feed in self.feeds for leg in feed.legs],
+            "legs": [
+                leg.health.status(feed.log_end, detail=detail)
+                for feed in self.feeds
+                for leg in feed.legs
+            ],
+            "partition_detail": detail.shown() if detail is not None else None,
             "checkpoints": self.group_sync.status() if self.group_sync is not None else None,
         }
 

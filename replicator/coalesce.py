@@ -8,8 +8,11 @@ of them in the next one: N partitions cost a handful of requests (a round per wa
 at most ``max_batch`` keys each).
 
 No background task: the caller that finds no round running makes the next round for everyone
-waiting, in its own task; the others wait for the answer. A round interrupted (its caller was
-cancelled) leaves its keys to the next caller. A failure of the whole round fails each key's
+waiting, in its own task (:class:`Rounds`); the others wait for their answer, or for the round
+to end if it did not include them. Every caller a round answered goes on at once (they do not
+queue behind a lock, which would release them one by one and spread the next wave of questions
+over many small rounds). A round interrupted (its caller was cancelled) leaves its keys to the
+next caller. A failure of the whole round fails each key's
 caller with its own copy of the error (one exception raised in many tasks would collect all
 their tracebacks), so each caller's own retry decides what happens next.
 """
@@ -38,6 +41,32 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
+class Rounds:
+    """One round at a time, made by whichever waiting caller comes first."""
+
+    def __init__(self) -> None:
+        self._running: asyncio.Future[None] | None = None
+        self.count = 0  # rounds made (a request count, for tests and benchmarks)
+
+    async def until(
+        self, answered: asyncio.Future[Any], make_round: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Return once ``answered`` is done, making rounds while none is running."""
+        while not answered.done():
+            running = self._running
+            if running is not None:
+                await asyncio.wait([answered, running], return_when=asyncio.FIRST_COMPLETED)
+                continue
+            running = self._running = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.sleep(0)  # callers started in the same step join this round
+                self.count += 1
+                await make_round()
+            finally:
+                self._running = None
+                running.set_result(None)
+
+
 class Coalescer(Generic[K, V]):
     """Answers ``get(key)`` calls by rounds of ``fetch_many(keys)``, one round at a time."""
 
@@ -47,8 +76,12 @@ class Coalescer(Generic[K, V]):
         self._fetch_many = fetch_many
         self._max_batch = max_batch
         self._pending: dict[K, asyncio.Future[V]] = {}
-        self._round = asyncio.Lock()
-        self.rounds = 0  # rounds made (a request count, for tests and benchmarks)
+        self._rounds = Rounds()
+
+    @property
+    def rounds(self) -> int:
+        """Rounds made so far (each one request, or one per broker, for many keys)."""
+        return self._rounds.count
 
     async def get(self, key: K) -> V:
         """The answer for ``key``, from the next round that asks for it."""
@@ -57,17 +90,12 @@ class Coalescer(Generic[K, V]):
             future = asyncio.get_running_loop().create_future()
             future.add_done_callback(_retrieved)
             self._pending[key] = future
-        while not future.done():
-            async with self._round:
-                if not future.done():
-                    await asyncio.sleep(0)  # callers started in the same step join this round
-                    await self._make_round()
+        await self._rounds.until(future, self._make_round)
         return future.result()
 
     async def _make_round(self) -> None:
         keys = list(self._pending)[: self._max_batch]
         batch = {key: self._pending.pop(key) for key in keys}
-        self.rounds += 1
         try:
             answers = await self._fetch_many(keys)
         except asyncio.CancelledError:

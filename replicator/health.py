@@ -2,11 +2,27 @@
 
 - ``/livez``: 200 while the event loop and every connected leg's fetch loop make progress.
 - ``/readyz``: 200 when configuration is valid, every cluster answers, every leg has joined its
-  group and no partition is halted or stalled; otherwise 503 with the failing checks.
-  ``/readyz?scope=local`` judges the local cluster and the local leg only (for orchestrators: a
-  remote outage must not hold a rolling update).
-- ``/status``: JSON per leg (assigned partitions, offsets, lag, last error). No secrets.
-- ``/metrics``: Prometheus exposition.
+  group and every assigned partition has started and is neither halted nor stalled; otherwise
+  503 with the failing checks, at most one line per leg and condition however many partitions
+  it holds (``leg dc1->dc2: 37 of 1200 partitions starting (orders_REPLICA[3] and 29 more:
+  destination not ready: ...)``). ``/readyz?scope=local`` judges the local cluster and the
+  local leg only (for orchestrators: a remote outage must not hold a rolling update).
+- ``/status``: JSON: clusters, topics, the source feed, flows and, per leg, a summary of a size
+  independent of its partitions: ``assigned_partitions``, ``partition_states`` (counts of
+  ``starting``, ``replicating``, ``stalled``, ``halted``), ``detached_partitions``,
+  ``starting_reasons`` and ``halted_reasons`` (the most common ``last_error`` values, each with
+  a count and an example partition), ``longest_unacknowledged_seconds``, ``lag`` (``records``
+  in total, ``partitions_unknown``, ``max_partition``, the most lagging ``topics``),
+  ``duplicates``, ``refused_topics``, ``partitions_added``, ``topic_config_sync``,
+  ``offset_resets`` and ``last_error``. Per-partition detail on request: ``partitions=all``,
+  ``topic=orders`` (a source or destination topic), ``state=starting`` (``starting``,
+  ``replicating``, ``stalled``, ``halted``, or a partition's own state: ``attached``,
+  ``fetching_alone``, ``replaying``, ``blocked``, ``failed``), repeated or comma-separated, and
+  ``limit`` (default 1000 per leg) add to each leg ``partitions`` (state, offsets, log end, lag,
+  last error; in topic and partition order), ``partitions_matched`` and ``partitions_truncated``
+  (matched but not listed); ``partition_detail`` echoes the query. An unknown parameter or
+  value is answered 400. No secrets.
+- ``/metrics``: Prometheus exposition (labels per leg, topic or state, never per partition).
 
 An address the server cannot listen on (port taken, host not on this machine) is configuration
 error: :meth:`HttpServer.start` raises :class:`~replicator.errors.ConfigError` naming the variable.
@@ -23,6 +39,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from replicator.errors import ConfigError
+from replicator.leg_health import PartitionQuery
 from replicator.settings import ENV_PREFIX
 
 
@@ -33,7 +50,7 @@ class Observable(Protocol):
 
     def readiness_problems(self, local_only: bool = False) -> list[str]: ...
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self, detail: PartitionQuery | None = None) -> dict[str, Any]: ...
 
     def metrics_exposition(self) -> bytes: ...
 
@@ -54,8 +71,12 @@ def build_app(service: Observable) -> web.Application:
             {"ready": not problems, "problems": problems}, status=503 if problems else 200
         )
 
-    async def status(_: web.Request) -> web.Response:
-        return web.json_response(service.status())
+    async def status(request: web.Request) -> web.Response:
+        try:
+            detail = PartitionQuery.parse(request.query.items())
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response(service.status(detail))
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(

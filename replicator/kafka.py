@@ -206,6 +206,16 @@ async def committed_offsets(
     return result
 
 
+async def track_topics(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
+    """Make ``consumer``'s metadata cover ``topics`` with one metadata request.
+
+    aiokafka's ListOffsets (``beginning_offsets``, ``end_offsets``) learns an unknown topic by
+    failing on it and retrying: one metadata request per unknown topic, in turn.
+    """
+    client = consumer._client
+    await asyncio.gather(*(client.add_topic(topic) for topic in topics))
+
+
 async def start_consumer(
     cluster: ClusterSettings, settings: Settings, group_id: str, client_id: str
 ) -> AIOKafkaConsumer:

@@ -1,8 +1,9 @@
 """Prometheus metrics of the replicator, in one registry per service instance.
 
 Names use base units (seconds, bytes) and ``_total`` for counters. Labels are the leg
-(``dc1->dc2``), ``topic`` (always the real topic ``X``, never ``X_REPLICA``), and where it matters
-the source partition or a reason. No label
+(``dc1->dc2``), ``topic`` (always the real topic ``X``, never ``X_REPLICA``), a partition state or
+a reason, never a partition: the number of series grows with legs and topics, not with the
+thousands of partitions a replicator may hold (``/status`` shows partitions on request). No label
 ever carries configuration values, so secrets cannot leak through metrics. ``Metrics.catalogue``
 lists every metric (README's metrics reference and the Grafana dashboard are checked against it).
 """
@@ -147,8 +148,18 @@ class Metrics:
         self.commit_lag = self._declare(
             Gauge,
             "replicator_commit_lag_records",
-            "Source records not yet committed for a leg (source log end minus committed offset).",
-            ["leg", "topic", "partition"],
+            "Source records not yet committed for a leg, per topic: the sum over its assigned "
+            "partitions of the source log end minus the committed offset (partitions whose log "
+            "end is not known yet are left out; the series goes when no partition of the topic "
+            "is assigned any more).",
+            ["leg", "topic"],
+        )
+        self.commit_lag_max = self._declare(
+            Gauge,
+            "replicator_commit_lag_max_records",
+            "The largest commit lag of one assigned partition of a leg (records): a single "
+            "stuck partition that its topic's sum would hide.",
+            ["leg"],
         )
         self.commits = self._declare(
             Counter,
@@ -171,8 +182,18 @@ class Metrics:
         self.leg_ready = self._declare(
             Gauge,
             "replicator_leg_ready",
-            "1 when a leg is assigned, reachable and has no partition in a failed state.",
+            "1 when a leg's destination is connected and reachable and every partition assigned "
+            "to it is replicating (none starting, stalled or halted).",
             ["leg"],
+        )
+        self.leg_partitions = self._declare(
+            Gauge,
+            "replicator_leg_partitions",
+            "Source partitions assigned to a leg, by state: starting (destination topic being "
+            "prepared or its tail read), replicating (attached to the shared fetch, fetching "
+            "alone or replaying), stalled (a batch unacknowledged for "
+            "REPLICATOR_SEND_STALL_TIMEOUT_MS), halted (blocked or failed).",
+            ["leg", "state"],
         )
         self.source_topics = self._declare(
             Gauge,

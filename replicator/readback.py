@@ -63,6 +63,14 @@ async def read_topic(
     bootstrap_servers: str, topic: str, timeout: float = 30.0, **client_options: object
 ) -> list[StoredRecord]:
     """Every record of ``topic``, partition by partition in offset order."""
+    found = await read_topics(bootstrap_servers, [topic], timeout, **client_options)
+    return found[topic]
+
+
+async def read_topics(
+    bootstrap_servers: str, topics: list[str], timeout: float = 30.0, **client_options: object
+) -> dict[str, list[StoredRecord]]:
+    """Every record of each of ``topics`` (one consumer for all), partition by partition."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
@@ -71,32 +79,39 @@ async def read_topic(
     )
     try:
         await consumer.start()
-        partitions = await partitions_of(consumer, topic)
-        if not partitions:
-            return []
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
+        partitions = await partitions_of(consumer, *topics)
         records: dict[TopicPartition, list[StoredRecord]] = {tp: [] for tp in partitions}
+        if partitions:
+            consumer.assign(partitions)
+            await consumer.seek_to_beginning(*partitions)
         done: set[TopicPartition] = set()
         deadline = time.monotonic() + timeout
         while len(done) < len(partitions):
             if time.monotonic() > deadline:
                 behind = {
-                    tp.partition: (await consumer.position(tp), consumer.highwater(tp))
+                    f"{tp.topic}[{tp.partition}]": (
+                        await consumer.position(tp),
+                        consumer.highwater(tp),
+                    )
                     for tp in partitions
                     if tp not in done
                 }
                 raise TimeoutError(
-                    f"reading {topic} did not reach the log end in {timeout}s: "
+                    f"reading {', '.join(topics)} did not reach the log end in {timeout}s: "
                     f"partition: (position, log end) {behind}"
                 )
             fetched = await consumer.getmany(timeout_ms=200)
             for tp, batch in fetched.items():
                 records[tp].extend(StoredRecord.of(r) for r in batch)
             for tp in partitions:
+                if tp in done:
+                    continue
                 end = consumer.highwater(tp)
                 if end is not None and await consumer.position(tp) >= end:
                     done.add(tp)
-        return [r for tp in partitions for r in records[tp]]
+        found: dict[str, list[StoredRecord]] = {topic: [] for topic in topics}
+        for tp in partitions:
+            found[tp.topic].extend(records[tp])
+        return found
     finally:
         await consumer.stop()

@@ -60,9 +60,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from replicator.coalesce import Coalescer
+from replicator.coalesce import Coalescer, Rounds
 from replicator.errors import ClusterUnavailable
-from replicator.kafka import GroupOffsets
+from replicator.kafka import GroupOffsets, track_topics
 from replicator.provenance import Tagger
 
 _FIRST_CHUNK = 1_000
@@ -174,11 +174,13 @@ class DestinationTail:
     async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Log-end offsets as the broker lists them (a lower bound on some brokers, which is all
         a destination mark needs)."""
+        await track_topics(self._consumer, {tp.topic for tp in partitions})
         ends = await asyncio.wait_for(self._consumer.end_offsets(partitions), self._timeout)
         return {tp: int(end) for tp, end in ends.items()}
 
     async def _log_bounds(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Any]:
         """Log start and listed end of each partition: one ListOffsets per broker for each."""
+        await track_topics(self._consumer, {tp.topic for tp in partitions})
         starts = await self._consumer.beginning_offsets(partitions)
         ends = await self._consumer.end_offsets(partitions)
         return {tp: (int(starts[tp]), int(ends[tp])) for tp in partitions}
@@ -289,8 +291,13 @@ class _SharedReads:
         self._open: dict[TopicPartition, _Window] = {}
         self._partition_locks: dict[TopicPartition, asyncio.Lock] = {}
         self._assigned: frozenset[TopicPartition] = frozenset()
-        self._round = asyncio.Lock()
-        self.rounds = 0
+        self._open_before = False  # reads went on since the last idle moment
+        self._rounds = Rounds()
+
+    @property
+    def rounds(self) -> int:
+        """Shared fetches made so far."""
+        return self._rounds.count
 
     async def read(
         self,
@@ -307,10 +314,7 @@ class _SharedReads:
             window = _Window(tp, origin, begin, upper, collect, future)
             self._open[tp] = window
             try:
-                while not future.done():
-                    async with self._round:
-                        if not future.done():
-                            await self._fetch()
+                await self._rounds.until(future, self._fetch)
                 return future.result()
             finally:
                 del self._open[tp]
@@ -318,16 +322,24 @@ class _SharedReads:
                     # An assigned consumer keeps fetching in the background: read nothing
                     # between scans (a partition may be deleted meanwhile).
                     self._consumer.pause(*self._assigned)
+                    self._open_before = False
 
     async def _fetch(self) -> None:
         consumer = self._consumer
         windows = [w for w in self._open.values() if not w.done.done()]
         wanted = frozenset(w.tp for w in windows)
-        if wanted != self._assigned:
-            consumer.assign(list(wanted))  # forgets every position: each is sought below
-            self._assigned = wanted
+        if not wanted <= self._assigned:
+            # Assigned anew only to add partitions (each new topic costs a metadata request):
+            # while reads go on the assignment grows, and starts afresh after an idle moment.
+            assigned = wanted | self._assigned if self._open_before else wanted
+            consumer.assign(list(assigned))  # forgets every position: each is set below
+            self._assigned = assigned
+            for tp in assigned - wanted:
+                consumer.seek(tp, 0)  # a position keeps a paused partition quiet
+            consumer.pause(*(assigned - wanted))
             for window in windows:
                 window.started = False
+        self._open_before = True
         now = time.monotonic()
         for window in windows:
             if not window.started:
@@ -335,7 +347,6 @@ class _SharedReads:
                 window.progress, window.progress_at = max(window.progress, window.begin), now
                 window.started = True
         consumer.resume(*wanted)
-        self.rounds += 1
         batches = await consumer.getmany(*wanted, timeout_ms=_FETCH_WAIT_MS)
         now = time.monotonic()
         for window in windows:

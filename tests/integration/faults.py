@@ -5,15 +5,24 @@ through it. A test can cut the cluster off (existing connections closed, new one
 it a black hole (connections accepted, nothing forwarded), add latency, limit bandwidth, reset
 connections periodically, and restore it. The proxy runs its own event loop in a thread, so
 tests drive it from plain synchronous code.
+
+Without a proxy, a whole embedded broker can be frozen (SIGSTOP: it stops answering) and thawed,
+or killed (:func:`freeze`, :func:`thaw`, :func:`frozen`, :func:`kill_broker`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from replicator.embedded import EmbeddedBroker
 
 
 @dataclass
@@ -41,6 +50,9 @@ class FaultProxy:
         self._server: asyncio.Server | None = None
         self._resetting: asyncio.Task[None] | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        # Requests clients sent through the proxy, by Kafka API key (Metadata is 3, ...).
+        self.requests: Counter[int] = Counter()
+        self.requests_by_client: Counter[tuple[int, str]] = Counter()
 
     def start(self) -> FaultProxy:
         self._thread.start()
@@ -119,17 +131,26 @@ class FaultProxy:
             return
         self._writers.update((writer, up_writer))
         await asyncio.gather(
-            self._pump(reader, up_writer), self._pump(up_reader, writer), return_exceptions=True
+            self._pump(reader, up_writer, _RequestFrames(self.requests, self.requests_by_client)),
+            self._pump(up_reader, writer),
+            return_exceptions=True,
         )
         for w in (writer, up_writer):
             self._writers.discard(w)
             w.transport.abort()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        frames: _RequestFrames | None = None,
+    ) -> None:
         while True:
             chunk = await reader.read(65536)
             if not chunk:
                 return
+            if frames is not None:
+                frames.feed(chunk)
             while self.faults.black_hole and not writer.is_closing():  # noqa: ASYNC110
                 await asyncio.sleep(0.05)  # set from the test's thread: polled, not awaited
             if self.faults.refuse or writer.is_closing():
@@ -140,3 +161,78 @@ class FaultProxy:
                 await asyncio.sleep(len(chunk) / self.faults.bytes_per_second)
             writer.write(chunk)
             await writer.drain()
+
+
+class _RequestFrames:
+    """Counts the Kafka requests in a client's byte stream, by API key and by (API key, client
+    id): each request is a 4-byte size, then its header (API key, version, correlation id,
+    client id as a 2-byte length and its bytes)."""
+
+    def __init__(self, counts: Counter[int], by_client: Counter[tuple[int, str]]) -> None:
+        self._counts = counts
+        self._by_client = by_client
+        self._buffer = bytearray()
+        self._skip = 0  # bytes of the current request still to pass
+
+    def feed(self, chunk: bytes) -> None:
+        data = memoryview(chunk)
+        while data:
+            if self._skip:
+                taken = min(self._skip, len(data))
+                self._skip -= taken
+                data = data[taken:]
+                continue
+            need = max(14, 14 + self._client_id_length()) - len(self._buffer)
+            self._buffer += data[:need]
+            data = data[need:]
+            if len(self._buffer) < 14 + self._client_id_length():
+                continue
+            size = int.from_bytes(self._buffer[:4], "big")
+            key = int.from_bytes(self._buffer[4:6], "big")
+            length = self._client_id_length()
+            client = bytes(self._buffer[14 : 14 + length]).decode(errors="replace")
+            self._counts[key] += 1
+            self._by_client[key, client] += 1
+            self._skip = size - (10 + length)
+            self._buffer.clear()
+
+    def _client_id_length(self) -> int:
+        if len(self._buffer) < 14:
+            return 0
+        return max(0, int.from_bytes(self._buffer[12:14], "big", signed=True))
+
+
+# -- a whole broker that stops answering or dies (no proxy needed) ------------------------------
+
+
+def freeze(broker: EmbeddedBroker) -> None:
+    """The broker stops answering (SIGSTOP): the kernel still accepts connections, but every
+    request hangs, as with a datacenter whose network black-holes traffic."""
+    assert broker.process is not None, "the broker is not running"
+    os.kill(broker.process.pid, signal.SIGSTOP)
+
+
+def thaw(broker: EmbeddedBroker) -> None:
+    """Undo :func:`freeze` (SIGCONT): the broker answers the requests it held, then new ones."""
+    if broker.process is not None and broker.process.poll() is None:
+        os.kill(broker.process.pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def frozen(broker: EmbeddedBroker) -> Iterator[None]:
+    """:func:`freeze` for the block, thawed on the way out whatever happened (a broker left
+    stopped would make its own ``stop`` wait for nothing)."""
+    freeze(broker)
+    try:
+        yield
+    finally:
+        thaw(broker)
+
+
+def kill_broker(broker: EmbeddedBroker) -> None:
+    """SIGKILL the broker process: connections reset, its address refuses new ones. The embedded
+    broker keeps its data in memory only, so whatever it held is gone."""
+    assert broker.process is not None, "the broker is not running"
+    broker.process.kill()
+    broker.process.wait()
+    broker.process = None

@@ -207,10 +207,18 @@ def test_a_record_too_large_for_the_destination_follows_the_policy(
             assert not report.out_of_order
 
             def halted() -> list[dict[str, Any]]:
-                legs = {leg["leg"]: leg for leg in dc1.get("/status")[1]["legs"]}
+                legs = {leg["leg"]: leg for leg in dc1.get("/status?state=halted")[1]["legs"]}
                 return [p for p in legs["dc1->dc2"]["partitions"] if p["state"] == "failed"]
 
             assert [p["partition"] for p in halted()] == [1]
+            # The summary counts it and says why, without listing partitions.
+            legs = {leg["leg"]: leg for leg in dc1.get("/status")[1]["legs"]}
+            summary = legs["dc1->dc2"]
+            assert "partitions" not in summary
+            assert summary["partition_states"]["halted"] == 1
+            (reason,) = summary["halted_reasons"]
+            assert reason["example"] == "orders_REPLICA[1]", reason
+            assert "max.message.bytes" in reason["reason"], reason
             # Everything before the large record is committed; nothing from it on.
             wait_until(lambda: halted()[0]["committed_offset"] == 50, 10, "the commit", dc1.log)
         else:

@@ -109,12 +109,21 @@ def test_two_datacenters_replicate_both_ways_exactly_once(replicators: Start) ->
         legs = {leg["leg"]: leg for leg in body["legs"]}
         assert set(legs) == {"dc1->dc1", "dc1->dc2"}
         assert legs["dc1->dc2"]["assigned_partitions"] == 3
+        for leg in legs.values():  # the summary agrees with the partitions' detail
+            assert leg["partition_states"] == {
+                "starting": 0,
+                "replicating": 3,
+                "stalled": 0,
+                "halted": 0,
+            }
+            assert leg["lag"]["records"] == 0 and leg["lag"]["partitions_unknown"] == 0
+            assert "partitions" not in leg
         assert dc1.stop() == 0
         assert dc2.stop() == 0
 
 
 def _all_committed(replicator: ReplicatorProcess) -> bool:
-    _, body = replicator.get("/status")
+    _, body = replicator.get("/status?partitions=all")
     return all(p["lag"] == 0 for leg in body["legs"] for p in leg["partitions"])
 
 

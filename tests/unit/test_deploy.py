@@ -314,6 +314,44 @@ def test_overlay_configures_its_datacenter_from_a_config_map_and_a_secret(overla
     check_pod(pod["spec"], container, settings, readiness="/readyz?scope=local")
 
 
+def overlay_replicas(overlay: Path) -> int:
+    """The replicas an overlay runs: its kustomization's ``replicas`` knob, else the base's."""
+    deployment = base()["Deployment"]
+    name = deployment["metadata"]["name"]
+    knobs = load_yaml(overlay / "kustomization.yaml").get("replicas", [])
+    assert all(knob["name"] == name for knob in knobs), f"{knobs} must name {name}"
+    counts = [int(knob["count"]) for knob in knobs]
+    return counts[-1] if counts else int(deployment["spec"]["replicas"])
+
+
+def test_disruption_budget_lets_one_replica_go_at_a_time() -> None:
+    pdb = base()["PodDisruptionBudget"]
+    assert pdb["apiVersion"] == "policy/v1"
+    spec = pdb["spec"]
+    # maxUnavailable, not minAvailable: it holds whatever replicas an overlay sets.
+    assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec
+    # A local outage makes every replica unready: a drain must still be able to evict them.
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_datacenter_runs_several_replicas_and_rolls_them_one_rebalance_at_a_time(
+    overlay: Path,
+) -> None:
+    deployment, pdb = base()["Deployment"], base()["PodDisruptionBudget"]
+    replicas = overlay_replicas(overlay)
+    assert replicas >= 2, "one replica per datacenter stops replication at every restart"
+    assert replicas > pdb["spec"]["maxUnavailable"], "a drain would take every replica at once"
+    strategy = deployment["spec"]["strategy"]
+    assert strategy["type"] == "RollingUpdate"
+    # One pod joins (one rebalance) before one leaves; never below the replicas.
+    assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    # The next step waits for the rebalance of the last join to settle.
+    assert deployment["spec"]["minReadySeconds"] >= 10
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz?scope=local"
+
+
 def test_sidecar_example_runs_beside_a_broker_and_is_configured_like_the_deployment() -> None:
     docs = list(manifests(KUBERNETES / "examples" / "kafka-with-replicator-sidecar.yaml"))
     by_kind = {doc["kind"]: doc for doc in docs}
@@ -387,7 +425,9 @@ def test_dashboard_queries_name_exported_metrics_and_labels_only() -> None:
             assert label in exported[metric]
     wanted = {
         "replicator_records_replicated_total",  # throughput per leg
-        "replicator_commit_lag_records",  # lag per partition
+        "replicator_commit_lag_records",  # lag per topic
+        "replicator_commit_lag_max_records",  # the most one partition lags, per leg
+        "replicator_leg_partitions",  # partitions by state (starting, stalled, halted...)
         "replicator_replication_latency_seconds",  # latency percentiles
         "replicator_records_skipped_total",  # skipped
         "replicator_send_errors_total",  # failed
