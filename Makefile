@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo jobs-demo test bench bench-quick bench-spark lint unit integration clean
+.PHONY: install demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m benchmarks.run --quick
+
+## The same records over 24 to 6,000 partitions, then 1, 2 and 3 instances (benchmarks/scale.py).
+bench-scale: $(STAMP)
+	$(BIN)/python -m benchmarks.scale
 
 bench-spark: $(STAMP)
 	$(BIN)/python -m benchmarks.spark

@@ -628,6 +628,17 @@ async def main(args: argparse.Namespace) -> None:
         console.print("[bold]remote cut mid-run[/] ...")
         workload = Workload("1KiB", 1024, args.outage_records)
         outage = await phase("remote_outage", unreachable_destination(workload), failures)
+    scale = None
+    if args.scale_records > 0:
+        # Imported here: benchmarks.scale builds on this module.
+        from benchmarks.scale import Layout, scale_comparison
+
+        layouts = [Layout.parse(token) for token in args.scale_sizes.split(",")]
+        console.print(f"[bold]scale[/] {args.scale_records:,} records over {args.scale_sizes}")
+        comparison = scale_comparison(layouts, args.scale_records, settings=SETTINGS)
+        scale = await phase("scale", comparison, failures)
+        if scale and scale["failures"]:
+            failures["scale"] = "; ".join(f"{k}: {v}" for k, v in scale["failures"].items())
     report(runs, lat, floor, outage)
     print(
         json.dumps(
@@ -639,6 +650,7 @@ async def main(args: argparse.Namespace) -> None:
                 "remote_outage": outage,
                 "resume": resume,
                 "failover": failover,
+                "scale": scale,
                 "failed_phases": failures,
             }
         )
@@ -679,6 +691,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--contenders", nargs="+", default=["naive", "ceiling", "replicator"],
         choices=["naive", "ceiling", "replicator"],
     )  # fmt: skip
+    parser.add_argument(
+        "--scale-records",
+        type=int,
+        default=120_000,
+        help="100 B records spread over each of --scale-sizes (benchmarks.scale; 0: skip)",
+    )
+    parser.add_argument(
+        "--scale-sizes", default="24,240", help="partition layouts compared (benchmarks.scale)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="runs per contender (median)")
     parser.add_argument("--quick", action="store_true", help="small sizes, 10 s of latency")
     parser.add_argument(
@@ -694,6 +715,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.records_100b, args.records_1kb, args.records_mirror = 100_000, 30_000, 100_000
         args.latency_seconds, args.outage_records, args.rounds = 10, 30_000, 1
         args.resume_records = args.failover_records = 200_000
+        args.scale_records = 60_000
+    from benchmarks.scale import Layout
+
+    try:
+        for token in args.scale_sizes.split(","):
+            Layout.parse(token)
+    except ValueError as exc:
+        parser.error(f"--scale-sizes: {exc}")
     return args
 
 

@@ -32,7 +32,7 @@ from replicator.heartbeats import FlowHeartbeat
 from replicator.kafka import ClusterClient
 from replicator.leg import LegRunner
 from replicator.leg_health import PartitionQuery
-from replicator.lifecycle import sleep_unless_stopped
+from replicator.lifecycle import Stopped, sleep_unless_stopped, unless_stopped
 from replicator.metrics import Metrics
 from replicator.retry import Backoff
 from replicator.settings import OversizePolicy, Settings
@@ -208,7 +208,10 @@ class ReplicatorService:
         previous: str | None = "unknown"
         backoff = Backoff(base=_PROBE_INTERVAL_S)
         while not self.stop_event.is_set():
-            await client.probe()
+            try:  # a frozen cluster's probe waits out the request timeout: not at shutdown
+                await unless_stopped(client.probe(), self.stop_event)
+            except Stopped:
+                return
             if client.error != previous:
                 if client.error is None:
                     log.info("cluster reachable", cluster=client.alias)

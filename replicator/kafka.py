@@ -124,13 +124,23 @@ def error_name(code: int) -> str:
     return name
 
 
-def client_options(cluster: ClusterSettings, settings: Settings) -> dict[str, Any]:
-    """Connection and security options shared by every client of ``cluster``."""
+# Clients that do not discover topics (producers, readers, a leg's own consumer) refresh their
+# metadata this often at most: each refresh lists every partition of their topics, and they ask
+# again anyway when a broker says it no longer leads a partition.
+STEADY_METADATA_MAX_AGE_MS = 60_000
+
+
+def client_options(
+    cluster: ClusterSettings, settings: Settings, discovers_topics: bool = True
+) -> dict[str, Any]:
+    """Connection and security options shared by every client of ``cluster``; a client that
+    does not discover topics refreshes its metadata less often."""
+    age = settings.metadata_max_age_ms
     options: dict[str, Any] = {
         "bootstrap_servers": cluster.servers,
         "security_protocol": cluster.security_protocol.value,
         "request_timeout_ms": settings.request_timeout_ms,
-        "metadata_max_age_ms": settings.metadata_max_age_ms,
+        "metadata_max_age_ms": age if discovers_topics else max(age, STEADY_METADATA_MAX_AGE_MS),
     }
     if cluster.uses_ssl:
         options["ssl_context"] = create_ssl_context(
@@ -147,7 +157,11 @@ def client_options(cluster: ClusterSettings, settings: Settings) -> dict[str, An
 
 
 def make_consumer(
-    cluster: ClusterSettings, settings: Settings, group_id: str, client_id: str
+    cluster: ClusterSettings,
+    settings: Settings,
+    group_id: str,
+    client_id: str,
+    discovers_topics: bool = True,
 ) -> AIOKafkaConsumer:
     """A source consumer: manual commits, no automatic offset reset, committed data only.
 
@@ -158,7 +172,7 @@ def make_consumer(
     transaction holds back only its own partition (at its last stable offset).
     """
     return AIOKafkaConsumer(
-        **client_options(cluster, settings),
+        **client_options(cluster, settings, discovers_topics),
         client_id=client_id,
         group_id=group_id,
         enable_auto_commit=False,
@@ -175,12 +189,12 @@ def make_reader(
 ) -> AIOKafkaConsumer:
     """A consumer of no group that reads ranges of a destination (the resume scan, the
     heartbeat watch): by default fetches answer at once at the log end, so the end is known
-    without waiting. It reads one partition at a time, so a fetch response is bounded to one
-    partition's worth: some brokers answer past the per-partition bound, and decoding a large
-    answer to read a few records costs tens of milliseconds (measured on the embedded broker:
-    85 ms per positioned read at the default 50 MB, 2.4 ms at 128 KB)."""
+    without waiting. A fetch response is bounded to one partition's worth in all, however many
+    partitions share the fetch: some brokers answer past the per-partition bound, and decoding
+    a large answer to read a few records costs tens of milliseconds (measured on the embedded
+    broker: 85 ms per positioned read at the default 50 MB, 2.4 ms at 128 KB)."""
     return AIOKafkaConsumer(
-        **client_options(cluster, settings),
+        **client_options(cluster, settings, discovers_topics=False),
         client_id=client_id,
         enable_auto_commit=False,
         auto_offset_reset="none",
@@ -206,6 +220,11 @@ async def committed_offsets(
     return result
 
 
+def set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
+    """Change how long ``consumer``'s next fetches wait for data (aiokafka fixes it at start)."""
+    consumer._fetcher._fetch_max_wait_ms = wait_ms
+
+
 async def track_topics(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
     """Make ``consumer``'s metadata cover ``topics`` with one metadata request.
 
@@ -217,11 +236,15 @@ async def track_topics(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
 
 
 async def start_consumer(
-    cluster: ClusterSettings, settings: Settings, group_id: str, client_id: str
+    cluster: ClusterSettings,
+    settings: Settings,
+    group_id: str,
+    client_id: str,
+    discovers_topics: bool = True,
 ) -> AIOKafkaConsumer:
     """A started :func:`make_consumer`; one that failed to start is closed before the error
     is raised (the caller retries with a new one)."""
-    consumer = make_consumer(cluster, settings, group_id, client_id)
+    consumer = make_consumer(cluster, settings, group_id, client_id, discovers_topics)
     try:
         await consumer.start()
     except BaseException:

@@ -175,13 +175,21 @@ class LegRunner:
         source = self._settings.clusters[self.leg.source]
 
         def connect() -> Awaitable[AIOKafkaConsumer]:
-            return start_consumer(source, self._settings, self.group, self._client_id)
+            # Assigned by the feed, never subscribed: its metadata need not follow new topics.
+            return start_consumer(
+                source, self._settings, self.group, self._client_id, discovers_topics=False
+            )
 
         def failed(error: ReplicatorError) -> None:
             self.last_error = f"cannot connect to {self.leg.source}: {error}"
 
         self._consumer = await retrying(
-            connect, stop=stop, what="reach the source", log=self._log, on_error=failed
+            connect,
+            stop=stop,
+            what="reach the source",
+            log=self._log,
+            on_error=failed,
+            interruptible=True,
         )
         if self._consumer is not None:
             self.last_error = None
@@ -215,7 +223,12 @@ class LegRunner:
             self.last_error = f"cannot connect to {self.leg.destination}: {error}"
 
         await retrying(
-            connect, stop=stop, what="reach the destination", log=self._log, on_error=failed
+            connect,
+            stop=stop,
+            what="reach the destination",
+            log=self._log,
+            on_error=failed,
+            interruptible=True,  # a frozen destination must not hold a shutdown
         )
         if self.destination.ready.is_set():
             self.last_error = None

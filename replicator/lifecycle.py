@@ -6,11 +6,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 import structlog
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+
+class Stopped(Exception):
+    """What :func:`unless_stopped` raises when stop came first (the work was cancelled)."""
+
+
+async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T:
+    """The result of ``work``, unless ``stop`` is set first: then ``work`` is cancelled (and
+    awaited) and :class:`Stopped` raised. For calls that may hang on a frozen cluster (a
+    connect, a probe) that a shutdown must not wait out."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+    if task.cancelled():
+        raise Stopped()
+    return task.result()
 
 
 async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:

@@ -209,7 +209,7 @@ def make_producer(
     """
     compression = None if settings.compression is Compression.NONE else settings.compression.value
     producer = AIOKafkaProducer(
-        **client_options(cluster, settings),
+        **client_options(cluster, settings, discovers_topics=False),
         client_id=client_id,
         acks="all",
         enable_idempotence=enable_idempotence,

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from replicator.errors import ReplicatorError
 from replicator.kafka import translate
-from replicator.lifecycle import sleep_unless_stopped
+from replicator.lifecycle import Stopped, sleep_unless_stopped, unless_stopped
 
 T = TypeVar("T")
 
@@ -55,6 +55,7 @@ async def retrying(
     on_error: Callable[[ReplicatorError], None] | None = None,
     persistent: bool = True,
     backoff: Backoff | None = None,
+    interruptible: bool = False,
 ) -> T | None:
     """Run ``attempt`` until it succeeds (its result) or ``stop`` is set (``None``).
 
@@ -63,13 +64,19 @@ async def retrying(
     attempt waits ``backoff.delay(error.retriable)``, or less if stop comes first.
     ``persistent=False`` raises errors that are not retriable instead (a refusal that retrying
     cannot change); connections are persistent: a wrong password is retried, slowly, until an
-    operator fixes it.
+    operator fixes it. ``interruptible``: an attempt in progress is abandoned (cancelled) when
+    stop comes, instead of waited for (a connect to a frozen cluster waits out the request
+    timeout, which a shutdown must not).
     """
     policy = backoff or Backoff()
     said, said_at, attempts = "", 0.0, 0
     while not stop.is_set():
         try:
+            if interruptible:
+                return await unless_stopped(_call(attempt), stop)
             return await attempt()
+        except Stopped:
+            return None
         except Exception as exc:
             error = translate(exc)
             if not persistent and not error.retriable:
@@ -89,3 +96,7 @@ async def retrying(
                 said, said_at = str(error), now
             await sleep_unless_stopped(stop, policy.delay(error.retriable))
     return None
+
+
+async def _call(attempt: Callable[[], Awaitable[T]]) -> T:
+    return await attempt()

@@ -344,6 +344,15 @@ class Settings(BaseSettings):
     fetch_max_wait_ms: int = Field(
         20, ge=0, description="Longest a fetch waits for data: bounds added latency when idle."
     )
+    fetch_idle_max_wait_ms: int = Field(
+        1000,
+        ge=0,
+        description="Longest the shared fetch waits for data once the source has been idle a "
+        "while (it grows from REPLICATOR_FETCH_MAX_WAIT_MS while fetches come back empty, and "
+        "falls back at the first record): an idle fetch of every assigned partition costs CPU "
+        "in proportion to them. Brokers that answer as soon as data arrives (Apache Kafka) add "
+        "no latency; set it to REPLICATOR_FETCH_MAX_WAIT_MS to keep the wait fixed.",
+    )
     max_partition_fetch_bytes: int = Field(
         512 * 1024, ge=1024, description="Largest fetch per source partition."
     )

@@ -488,3 +488,50 @@ class FaultFigures:
 
 
 FAULT_SUMMARY: list[FaultFigures] = []
+
+
+# -- several replicators sharing one datacenter's partitions ----------------------------------
+
+
+def feed_status(process: ReplicatorProcess) -> dict[str, Any] | None:
+    """``/status``'s ``source_feed`` of a running replicator (``None`` if it does not answer)."""
+    try:
+        _, body = process.get("/status")
+    except (OSError, ValueError):
+        return None
+    feed = body.get("source_feed") if isinstance(body, dict) else None
+    return feed if isinstance(feed, dict) else None
+
+
+def assigned_partitions(process: ReplicatorProcess) -> int | None:
+    """How many source partitions the replicator's group gave it (``None``: not answering or not
+    joined, so that a replica in the middle of a rebalance never counts as holding nothing)."""
+    feed = feed_status(process)
+    if feed is None or not feed.get("joined"):
+        return None
+    return int(feed["assigned_partitions"])
+
+
+def share_partitions(
+    processes: list[ReplicatorProcess], partitions: int
+) -> Callable[[], dict[int, int] | None]:
+    """A probe: the partitions each of ``processes`` holds (by pid), when together they hold
+    exactly ``partitions`` and each holds some; ``None`` otherwise (a rebalance under way)."""
+
+    def probe() -> dict[int, int] | None:
+        held: dict[int, int] = {}
+        for process in processes:
+            process.assert_running()
+            assigned = assigned_partitions(process)
+            if not assigned:
+                return None
+            assert process.process is not None
+            held[process.process.pid] = assigned
+        return held if sum(held.values()) == partitions else None
+
+    return probe
+
+
+def holds_value(broker: Broker, topic: str, value: bytes) -> Callable[[], bool]:
+    """A predicate: ``topic`` on ``broker`` holds a record whose value is ``value``."""
+    return lambda: any(r.value == value for r in read(broker, topic))
