@@ -31,6 +31,9 @@ V = TypeVar("V")
 Answers = Mapping[K, "V | BaseException"]
 
 
+_JOIN_STEPS = 3  # loop steps without a new question before a round starts
+
+
 class Unanswered(LookupError):
     """A round's answer did not mention a key it was asked for (a bug in the batch function)."""
 
@@ -49,9 +52,13 @@ class Rounds:
         self.count = 0  # rounds made (a request count, for tests and benchmarks)
 
     async def until(
-        self, answered: asyncio.Future[Any], make_round: Callable[[], Awaitable[None]]
+        self,
+        answered: asyncio.Future[Any],
+        make_round: Callable[[], Awaitable[None]],
+        waiting: Callable[[], int] = lambda: 0,
     ) -> None:
-        """Return once ``answered`` is done, making rounds while none is running."""
+        """Return once ``answered`` is done, making rounds while none is running; before a
+        round, callers keep joining while ``waiting()`` (the questions pending) grows."""
         while not answered.done():
             running = self._running
             if running is not None:
@@ -59,12 +66,23 @@ class Rounds:
                 continue
             running = self._running = asyncio.get_running_loop().create_future()
             try:
-                await asyncio.sleep(0)  # callers started in the same step join this round
+                await self._gather(waiting)
                 self.count += 1
                 await make_round()
             finally:
                 self._running = None
                 running.set_result(None)
+
+    @staticmethod
+    async def _gather(waiting: Callable[[], int]) -> None:
+        # Callers answered by the previous round wake a few loop steps after it (their waits
+        # resolve through callbacks): let them ask before this round takes the questions.
+        while True:
+            before = waiting()
+            for _ in range(_JOIN_STEPS):
+                await asyncio.sleep(0)
+            if waiting() == before:
+                return
 
 
 class Coalescer(Generic[K, V]):
@@ -90,7 +108,10 @@ class Coalescer(Generic[K, V]):
             future = asyncio.get_running_loop().create_future()
             future.add_done_callback(_retrieved)
             self._pending[key] = future
-        await self._rounds.until(future, self._make_round)
+        await self._rounds.until(future, self._make_round, lambda: len(self._pending))
+        error = future.exception()
+        if error is not None:
+            raise _copy(error)  # several callers may ask for one key: each its own instance
         return future.result()
 
     async def _make_round(self) -> None:
@@ -106,7 +127,7 @@ class Coalescer(Generic[K, V]):
         except Exception as exc:
             for future in batch.values():
                 if not future.done():
-                    future.set_exception(_copy(exc))
+                    future.set_exception(exc)
             return
         for key, future in batch.items():
             if future.done():
@@ -116,7 +137,7 @@ class Coalescer(Generic[K, V]):
                 continue
             answer = answers[key]
             if isinstance(answer, BaseException):
-                future.set_exception(_copy(answer))
+                future.set_exception(answer)
             else:
                 future.set_result(answer)
 

@@ -8,6 +8,7 @@ exception is translated here into :mod:`replicator.errors`, so callers only ask 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections import defaultdict
 from typing import Any
@@ -218,6 +219,14 @@ async def committed_offsets(
         offset = None if point is None or point.offset < 0 else int(point.offset)
         result[tp] = (offset, (point.metadata or "") if point is not None else "")
     return result
+
+
+def answered_at(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """When ``consumer`` last had a fetch answer for assigned partition ``tp`` (ms), if ever."""
+    with contextlib.suppress(AssertionError, AttributeError):
+        polled: int | None = consumer.last_poll_timestamp(tp)
+        return polled
+    return None
 
 
 def set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:

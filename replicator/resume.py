@@ -62,7 +62,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.coalesce import Coalescer, Rounds
 from replicator.errors import ClusterUnavailable
-from replicator.kafka import GroupOffsets, track_topics
+from replicator.kafka import GroupOffsets, answered_at, track_topics
 from replicator.provenance import Tagger
 
 _FIRST_CHUNK = 1_000
@@ -241,6 +241,9 @@ class _Window:
     counted: int = 0
     progress: int = -1
     progress_at: float = 0.0
+    # When the reader last had a fetch answer for the partition as this window began: the high
+    # watermark is trusted only from a later answer (an earlier window's may be stale).
+    answered_at: int | None = None
 
     def take(self, records: list[Any]) -> None:
         for record in records:
@@ -257,7 +260,9 @@ class _Window:
                 if self.collect is not None and offset >= self.collect[1]:
                     self.collect[0].add(offset)
 
-    def finished(self, position: int, end: int | None, now: float) -> bool:
+    def finished(
+        self, position: int, end: int | None, now: float, answered_at: int | None = None
+    ) -> bool:
         """Whether the window is read, given the reader's position and the high watermark.
 
         Offsets that hold no record up to the end (a gap some brokers leave where writes to a
@@ -266,6 +271,8 @@ class _Window:
         """
         if position != self.progress:
             self.progress, self.progress_at = position, now
+        if answered_at is None or answered_at == self.answered_at:
+            end = None  # no answer since the window began: its log end is not known yet
         stop_at = self.upper if self.upper is not None else end
         stuck = end is not None and now - self.progress_at > _NO_PROGRESS_S
         if (stop_at is not None and position >= stop_at) or stuck:
@@ -314,7 +321,7 @@ class _SharedReads:
             window = _Window(tp, origin, begin, upper, collect, future)
             self._open[tp] = window
             try:
-                await self._rounds.until(future, self._fetch)
+                await self._rounds.until(future, self._fetch, lambda: len(self._open))
                 return future.result()
             finally:
                 del self._open[tp]
@@ -345,6 +352,7 @@ class _SharedReads:
             if not window.started:
                 consumer.seek(window.tp, window.progress if window.progress >= 0 else window.begin)
                 window.progress, window.progress_at = max(window.progress, window.begin), now
+                window.answered_at = answered_at(consumer, window.tp)
                 window.started = True
         consumer.resume(*wanted)
         batches = await consumer.getmany(*wanted, timeout_ms=_FETCH_WAIT_MS)
@@ -354,5 +362,6 @@ class _SharedReads:
                 continue
             window.take(batches.get(window.tp, []))
             position = await consumer.position(window.tp)
-            if window.finished(position, consumer.highwater(window.tp), now):
+            end, answered = consumer.highwater(window.tp), answered_at(consumer, window.tp)
+            if window.finished(position, end, now, answered):
                 consumer.pause(window.tp)
