@@ -20,8 +20,8 @@ import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.errors import ReplicatorError
-from replicator.kafka import check_position, out_of_range_positions, translate
-from replicator.lifecycle import wait_any
+from replicator.kafka import check_position, out_of_range_positions, set_fetch_wait, translate
+from replicator.lifecycle import IdleWait, wait_any
 from replicator.offset_reset import OffsetResets
 from replicator.partition import LegPartition
 from replicator.records import SourceRecord
@@ -60,8 +60,9 @@ class CatchUpFetch:
         self.last_error: str | None = None
         self._log = log.bind(leg=leg)
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Fetch for the partitions fed alone until ``stop``."""
+    async def run(self, stop: asyncio.Event, idle: IdleWait | None = None) -> None:
+        """Fetch for the partitions fed alone until ``stop`` (waiting longer for data while
+        fetches come back empty, with ``idle``: see :class:`IdleWait`)."""
         while not stop.is_set():
             if not self.reconcile():
                 # Nothing to fetch: sleep until a partition changes (no polling of partitions).
@@ -76,6 +77,10 @@ class CatchUpFetch:
                 log=self._log,
                 on_error=self._failed,
             )
+            if idle is not None:
+                wait = idle.after(bool(fetched), time.monotonic())
+                if wait is not None:
+                    set_fetch_wait(self._consumer, wait)
             if fetched:
                 self._deliver(fetched)
 

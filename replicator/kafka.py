@@ -332,7 +332,9 @@ class ClusterClient:
         timeout = self._settings.request_timeout_ms / 1000
         try:
             admin = await asyncio.wait_for(self.admin(), timeout)
-            await asyncio.wait_for(admin.describe_cluster(), timeout)
+            # The brokers only: a metadata request naming no topic (describe_cluster() asks for
+            # every topic, thousands of partitions decoded at every probe).
+            await asyncio.wait_for(admin._get_cluster_metadata(topics=[]), timeout)
         except Exception as exc:  # kept in self.error: the caller logs it once per change
             error = translate(exc)
             self.error = self.describe_failure(error, exc)

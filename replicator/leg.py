@@ -42,7 +42,7 @@ from replicator.kafka import (
     start_consumer,
 )
 from replicator.leg_health import LegHealth
-from replicator.lifecycle import close_quietly, sleep_unless_stopped
+from replicator.lifecycle import IdleWait, close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.offset_reset import OffsetResets
 from replicator.offsets import OutOfRange
@@ -258,7 +258,8 @@ class LegRunner:
                 self._tasks = tasks
                 name = self.leg.name
                 tasks.create_task(self._connect_destination(stop), name=f"connect:{name}")
-                tasks.create_task(self._catch_up.run(stop), name=f"catch-up:{name}")
+                idle = IdleWait(settings.fetch_max_wait_ms, settings.fetch_idle_max_wait_ms)
+                tasks.create_task(self._catch_up.run(stop, idle), name=f"catch-up:{name}")
                 every = settings.commit_interval_ms / 1000
                 tasks.create_task(
                     self._committer.run(stop, self.partitions, every), name=f"commit:{name}"

@@ -1,4 +1,5 @@
-"""Waiting and closing in long-lived tasks: sleep until the stop event, close clients quietly.
+"""Waiting and closing in long-lived tasks: sleep until the stop event, close clients quietly,
+abandon a call on stop, and how long an idle fetch waits.
 
 Retrying is :mod:`replicator.retry`."""
 
@@ -69,3 +70,42 @@ async def wait_any(events: Iterable[asyncio.Event], timeout: float) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+# Empty fetches for this long double a fetch's wait (up to the idle maximum).
+_IDLE_STEP_S = 0.5
+
+
+class IdleWait:
+    """How long a fetch waits for data: ``busy_ms`` while records come, growing to
+    ``idle_ms`` (doubling every ``_IDLE_STEP_S`` of empty fetches) while none do.
+
+    A fetch names every assigned partition and its answer lists each of them, so an idle consumer
+    fetching every few milliseconds costs CPU in proportion to its partitions (measured: 44% of
+    a core at 1,200 partitions with 20 ms waits). Apache Kafka answers a waiting fetch as soon
+    as data arrives, so the longer wait costs no latency there; a broker that holds the fetch
+    (the embedded one) delays the first record after an idle spell by a part of it.
+    """
+
+    def __init__(self, busy_ms: int, idle_ms: int) -> None:
+        self._busy = busy_ms
+        self._idle = max(idle_ms, busy_ms)
+        self._wait = busy_ms
+        self._empty_since: float | None = None
+
+    def after(self, records: bool, now: float) -> int | None:
+        """A fetch came back (with ``records`` or not): the new wait, or ``None`` if unchanged."""
+        if records:
+            self._empty_since = None
+            if self._wait == self._busy:
+                return None
+            self._wait = self._busy
+            return self._wait
+        if self._empty_since is None:
+            self._empty_since = now
+            return None
+        if self._wait >= self._idle or now - self._empty_since < _IDLE_STEP_S:
+            return None
+        self._empty_since = now
+        self._wait = min(self._idle, max(self._wait * 2, 1))
+        return self._wait

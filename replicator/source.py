@@ -40,7 +40,7 @@ from replicator.kafka import (
     translate,
 )
 from replicator.leg import LegRunner
-from replicator.lifecycle import close_quietly, wait_any
+from replicator.lifecycle import IdleWait, close_quietly, wait_any
 from replicator.metrics import Metrics
 from replicator.partition import Fit, LegPartition, Mode
 from replicator.records import SourceRecord
@@ -53,8 +53,6 @@ log = structlog.get_logger(__name__)
 
 _FETCH_TIMEOUT_MS = 200
 _SWEEP_BATCH = 256
-# Empty fetches for this long double the shared fetch's wait (up to the idle maximum).
-_IDLE_STEP_S = 0.5
 _IDLE_HOLD_S = 10.0
 
 
@@ -152,41 +150,6 @@ class PartitionFanout:
         return None
 
 
-class IdleWait:
-    """How long the shared fetch waits for data: ``busy_ms`` while records come, growing to
-    ``idle_ms`` (doubling every ``_IDLE_STEP_S`` of empty fetches) while none do.
-
-    A fetch names every assigned partition and its answer lists each of them, so an idle feed
-    fetching every few milliseconds costs CPU in proportion to its partitions (measured: 44% of
-    a core at 1,200 partitions with 20 ms waits). Apache Kafka answers a waiting fetch as soon
-    as data arrives, so the longer wait costs no latency there; a broker that holds the fetch
-    (the embedded one) delays the first record after an idle spell by a part of it.
-    """
-
-    def __init__(self, busy_ms: int, idle_ms: int) -> None:
-        self._busy = busy_ms
-        self._idle = max(idle_ms, busy_ms)
-        self._wait = busy_ms
-        self._empty_since: float | None = None
-
-    def after(self, records: bool, now: float) -> int | None:
-        """A fetch came back (with ``records`` or not): the new wait, or ``None`` if unchanged."""
-        if records:
-            self._empty_since = None
-            if self._wait == self._busy:
-                return None
-            self._wait = self._busy
-            return self._wait
-        if self._empty_since is None:
-            self._empty_since = now
-            return None
-        if self._wait >= self._idle or now - self._empty_since < _IDLE_STEP_S:
-            return None
-        self._empty_since = now
-        self._wait = min(self._idle, max(self._wait * 2, 1))
-        return self._wait
-
-
 class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
     """The shared fetch of one source cluster's selected topics (one :class:`FeedPlan`)."""
 
@@ -218,6 +181,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self._listing_interval = settings.metadata_max_age_ms / 1000
         self._next_listing = 0.0
         self.joined = False
+        self._assigning = 0  # partitions of an assignment not yet handed to every leg
         self.last_error: str | None = None
         self.last_poll = time.monotonic()
         self._log = log.bind(feed=plan.name, source=plan.source)
@@ -466,11 +430,16 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         partitions = [tp for tp in assigned if self._rules.target(tp.topic) is not None]
         for leg in self.legs:
             self._metrics.rebalances.labels(leg.leg.name).inc()
-        await asyncio.gather(*(leg.assign(partitions) for leg in self.legs))
-        if self._stop.is_set():
-            return  # the legs release what they took when they close
-        for tp in partitions:
-            await self._start_fanout(tp)
+        # Not ready until the legs hold them: a partition assigned is a partition to start.
+        self._assigning = len(partitions)
+        try:
+            await asyncio.gather(*(leg.assign(partitions) for leg in self.legs))
+            if self._stop.is_set():
+                return  # the legs release what they took when they close
+            for tp in partitions:
+                await self._start_fanout(tp)
+        finally:
+            self._assigning = 0
         self._log.info("partitions assigned", partitions=len(partitions))
 
     async def _start_fanout(self, tp: TopicPartition) -> None:
@@ -552,6 +521,8 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             return [f"source feed not connected: {self.last_error or 'starting'}"]
         if not self.joined:
             return ["source feed has not joined its consumer group yet"]
+        if self._assigning:
+            return [f"source feed: {self._assigning} partitions assigned, handing them to the legs"]
         return []
 
     def status(self) -> dict[str, Any]:

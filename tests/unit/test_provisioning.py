@@ -16,8 +16,9 @@ from aiokafka import TopicPartition
 
 from replicator.coalesce import Coalescer
 from replicator.errors import ClusterUnavailable, TopicMismatch, TopicMissing, TopicRefused
+from replicator.lifecycle import IdleWait
 from replicator.partition import LegPartition
-from replicator.source import IdleWait, PartitionFanout
+from replicator.source import PartitionFanout
 from replicator.topics import BrokerErrors, TopicLayout, TopicProvisioner, TopicSpec
 
 
