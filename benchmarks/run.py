@@ -667,6 +667,17 @@ async def phase(name: str, work: Coroutine[Any, Any, T], failures: dict[str, str
         return None
 
 
+def add_setting_option(parser: argparse.ArgumentParser) -> None:
+    """``--setting KEY=VALUE`` (repeatable): a replicator setting for every run."""
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a replicator setting for every run, e.g. linger_ms=10 (REPLICATOR_LINGER_MS)",
+    )
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Replicator benchmark")
     parser.add_argument("--records-100b", type=int, default=600_000)
@@ -702,13 +713,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, default=3, help="runs per contender (median)")
     parser.add_argument("--quick", action="store_true", help="small sizes, 10 s of latency")
-    parser.add_argument(
-        "--setting",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a replicator setting for every run, e.g. linger_ms=10 (REPLICATOR_LINGER_MS)",
-    )
+    add_setting_option(parser)
     args = parser.parse_args(argv)
     SETTINGS.update(item.split("=", 1) for item in args.setting)
     if args.quick:

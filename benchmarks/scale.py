@@ -54,7 +54,14 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.resume import create_topics, produce_batches
-from benchmarks.run import Monitored, Watermarks, child_env, console, value_of
+from benchmarks.run import (
+    Monitored,
+    Watermarks,
+    add_setting_option,
+    child_env,
+    console,
+    value_of,
+)
 from replicator.embedded import (
     EmbeddedBroker,
     embedded_clusters,
@@ -665,13 +672,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
     parser.add_argument("--idle-seconds", type=float, default=10, help="idle CPU window")
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, one instance")
-    parser.add_argument(
-        "--setting",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a replicator setting for every run, e.g. linger_ms=10 (REPLICATOR_LINGER_MS)",
-    )
+    add_setting_option(parser)
     args = parser.parse_args(argv)
     if args.sizes is None:
         args.sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES

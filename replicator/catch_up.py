@@ -51,10 +51,9 @@ class CatchUpFetch:
         self._positions: dict[TopicPartition, int] = {}
         # Positions found beyond the log end: not fetched again until the partition moves.
         self._held: dict[TopicPartition, int | None] = {}
-        # Partitions that changed since the last reconcile (LegPartition.watch), and whether
-        # every partition must be looked at (the consumer was assigned again).
-        self._dirty: set[TopicPartition] = set()
-        self._all_dirty = True
+        # Partitions that changed since the last reconcile (LegPartition.watch): all of them at
+        # first and after the consumer was assigned again.
+        self._dirty: set[TopicPartition] = set(partitions)
         self._wake = asyncio.Event()
         self.last_poll = time.monotonic()
         self.last_error: str | None = None
@@ -93,9 +92,6 @@ class CatchUpFetch:
         """Resume, seek or pause each partition that changed or is being fetched, as its state
         says; ``True`` if any is to be fetched."""
         consumer = self._consumer
-        if self._all_dirty:
-            self._all_dirty = False
-            self._dirty = set(self._partitions)
         check = self._dirty | set(self._positions)
         self._dirty = set()
         if not check:
@@ -125,7 +121,7 @@ class CatchUpFetch:
     def reassigned(self) -> None:
         """The consumer was assigned again: every partition is paused, no position is known."""
         self._positions.clear()
-        self._all_dirty = True
+        self._dirty.update(self._partitions)
         self._wake.set()
 
     async def _fetch(self) -> dict[TopicPartition, list[SourceRecord]]:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ssl
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import aiokafka.errors as kerr
@@ -234,13 +235,13 @@ def set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
     consumer._fetcher._fetch_max_wait_ms = wait_ms
 
 
-async def track_topics(consumer: AIOKafkaConsumer, topics: set[str]) -> None:
-    """Make ``consumer``'s metadata cover ``topics`` with one metadata request.
+async def track_topics(client: AIOKafkaClient, topics: Iterable[str]) -> None:
+    """Make ``client``'s metadata cover ``topics`` from now on, with one metadata request for
+    those it did not track (aiokafka shares one update among the topics added meanwhile).
 
     aiokafka's ListOffsets (``beginning_offsets``, ``end_offsets``) learns an unknown topic by
     failing on it and retrying: one metadata request per unknown topic, in turn.
     """
-    client = consumer._client
     await asyncio.gather(*(client.add_topic(topic) for topic in topics))
 
 

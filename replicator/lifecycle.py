@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Iterable
+from typing import TypeVar
 
 import structlog
 
@@ -21,7 +21,7 @@ class Stopped(Exception):
     """What :func:`unless_stopped` raises when stop came first (the work was cancelled)."""
 
 
-async def unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T:
+async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:
     """The result of ``work``, unless ``stop`` is set first: then ``work`` is cancelled (and
     awaited) and :class:`Stopped` raised. For calls that may hang on a frozen cluster (a
     connect, a probe) that a shutdown must not wait out."""

@@ -118,15 +118,11 @@ class DestinationTail:
     def __init__(self, consumer: AIOKafkaConsumer, timeout: float, marks_group: str) -> None:
         self._consumer = consumer
         self._timeout = timeout
-        self._marks = GroupOffsets(consumer._client, marks_group)
+        self._client = consumer._client
+        self._marks = GroupOffsets(self._client, marks_group)
         self._saved: Coalescer[TopicPartition, int | None] = Coalescer(self._marks.fetch)
         self._bounds: Coalescer[TopicPartition, tuple[int, int]] = Coalescer(self._log_bounds)
         self._reads = _SharedReads(consumer)
-
-    @property
-    def requests(self) -> int:
-        """Rounds of requests made so far (marks, log bounds, shared fetches)."""
-        return self._saved.rounds + self._bounds.rounds + self._reads.rounds
 
     async def last_written(
         self,
@@ -174,13 +170,13 @@ class DestinationTail:
     async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Log-end offsets as the broker lists them (a lower bound on some brokers, which is all
         a destination mark needs)."""
-        await track_topics(self._consumer, {tp.topic for tp in partitions})
+        await track_topics(self._client, {tp.topic for tp in partitions})
         ends = await asyncio.wait_for(self._consumer.end_offsets(partitions), self._timeout)
         return {tp: int(end) for tp, end in ends.items()}
 
     async def _log_bounds(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Any]:
         """Log start and listed end of each partition: one ListOffsets per broker for each."""
-        await track_topics(self._consumer, {tp.topic for tp in partitions})
+        await track_topics(self._client, {tp.topic for tp in partitions})
         starts = await self._consumer.beginning_offsets(partitions)
         ends = await self._consumer.end_offsets(partitions)
         return {tp: (int(starts[tp]), int(ends[tp])) for tp in partitions}
@@ -287,10 +283,12 @@ class _Window:
 class _SharedReads:
     """Every window being read, served by the same fetches of one reader consumer.
 
-    The caller that finds no fetch running makes the next one for every open window (assigning
-    the reader exactly their partitions, each at its own position); the answer is dealt out to
-    the windows, and each finished one answers its caller. The reader's fetch answers are bounded
-    (:func:`replicator.kafka.make_reader`), so one round holds at most that many bytes.
+    The caller that finds no fetch running makes the next one for every open window (each at its
+    own position; the reader's assignment only grows while reads go on, since each new topic in
+    it costs a metadata request, and starts afresh after an idle moment); the answer is dealt
+    out to the windows, and each finished one answers its caller. The reader's fetch answers
+    are bounded (:func:`replicator.kafka.make_reader`), so one round holds at most that many
+    bytes.
     """
 
     def __init__(self, consumer: AIOKafkaConsumer) -> None:
@@ -300,11 +298,6 @@ class _SharedReads:
         self._assigned: frozenset[TopicPartition] = frozenset()
         self._open_before = False  # reads went on since the last idle moment
         self._rounds = Rounds()
-
-    @property
-    def rounds(self) -> int:
-        """Shared fetches made so far."""
-        return self._rounds.count
 
     async def read(
         self,

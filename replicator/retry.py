@@ -73,7 +73,7 @@ async def retrying(
     while not stop.is_set():
         try:
             if interruptible:
-                return await unless_stopped(_call(attempt), stop)
+                return await unless_stopped(attempt(), stop)
             return await attempt()
         except Stopped:
             return None
@@ -96,7 +96,3 @@ async def retrying(
                 said, said_at = str(error), now
             await sleep_unless_stopped(stop, policy.delay(error.retriable))
     return None
-
-
-async def _call(attempt: Callable[[], Awaitable[T]]) -> T:
-    return await attempt()

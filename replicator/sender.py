@@ -51,7 +51,7 @@ from replicator.errors import (
     TopicMismatch,
     TopicMissing,
 )
-from replicator.kafka import translate
+from replicator.kafka import track_topics, translate
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
@@ -109,12 +109,10 @@ class Destination:
         metadata request."""
         await self._learning.get((topic, count))
 
-    async def _learn(
-        self, wanted: list[tuple[str, int]]
-    ) -> dict[tuple[str, int], Exception | None]:
+    async def _learn(self, wanted: list[_Known]) -> dict[_Known, Exception | None]:
         client = self.producer.client
 
-        def short() -> list[tuple[str, int]]:
+        def short() -> list[_Known]:
             return [
                 (topic, count)
                 for topic, count in wanted
@@ -122,8 +120,7 @@ class Destination:
             ]
 
         if short():
-            # Tracked from now on; one metadata request for all (aiokafka shares the update).
-            await asyncio.gather(*(client.add_topic(topic) for topic, _ in short()))
+            await track_topics(client, [topic for topic, _ in short()])
         if short():
             await client.force_metadata_update()
         missing = set(short())

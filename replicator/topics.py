@@ -114,16 +114,21 @@ BrokerErrors = Sequence[tuple[int, str | None]]  # (error code, message) as a br
 
 
 async def _request_creation(
-    admin: AIOKafkaAdminClient, spec: TopicSpec, tolerate: tuple[int, ...] = ()
-) -> BrokerErrors:
+    admin: AIOKafkaAdminClient, specs: list[TopicSpec], tolerate: tuple[int, ...] = ()
+) -> dict[str, BrokerErrors]:
+    """Create ``specs`` in one CreateTopics request: the broker's errors per topic (empty:
+    created; codes in ``tolerate`` are not errors)."""
     response = await admin.create_topics(
-        [NewTopic(spec.name, spec.partitions, spec.replication_factor, topic_configs=spec.configs)]
+        [
+            NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs)
+            for s in specs
+        ]
     )
-    return [
-        (code, message)
-        for _, code, message in response.topic_errors
-        if code != 0 and code not in tolerate
-    ]
+    errors: dict[str, list[tuple[int, str | None]]] = {s.name: [] for s in specs}
+    for topic, code, message in response.topic_errors:
+        if code != 0 and code not in tolerate:
+            errors.setdefault(topic, []).append((code, message))
+    return dict(errors)
 
 
 def describe_errors(errors: BrokerErrors) -> list[str]:
@@ -153,7 +158,7 @@ async def create_topic(
     admin: AIOKafkaAdminClient, spec: TopicSpec, tolerate: tuple[int, ...] = ()
 ) -> list[str]:
     """Create ``spec``; the broker's errors (see :func:`describe_errors`), empty on success."""
-    return describe_errors(await _request_creation(admin, spec, tolerate))
+    return describe_errors((await _request_creation(admin, [spec], tolerate))[spec.name])
 
 
 async def ensure_single_partition(
@@ -246,11 +251,6 @@ def config_changes(
     return changes
 
 
-async def max_message_bytes(admin: AIOKafkaAdminClient, topic: str) -> int | None:
-    """The effective ``max.message.bytes`` of ``topic``, whatever its source, if reported."""
-    return _max_message_bytes(await _config_entries(admin, topic))
-
-
 @dataclass(frozen=True)
 class TopicLayout:
     """A topic as a cluster's metadata describes it."""
@@ -308,17 +308,8 @@ class ClusterAdmin:
         return await _config_entries_of(await self._client.admin(), topics)
 
     async def create(self, specs: list[TopicSpec]) -> dict[str, BrokerErrors]:
-        response = await (await self._client.admin()).create_topics(
-            [
-                NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs)
-                for s in specs
-            ]
-        )
-        errors: dict[str, list[tuple[int, str | None]]] = {s.name: [] for s in specs}
-        for topic, code, message in response.topic_errors:
-            if code not in (0, _TOPIC_ALREADY_EXISTS):
-                errors.setdefault(topic, []).append((code, message))
-        return dict(errors)
+        admin = await self._client.admin()
+        return await _request_creation(admin, specs, tolerate=(_TOPIC_ALREADY_EXISTS,))
 
     async def grow(self, counts: dict[str, int]) -> dict[str, BaseException | None]:
         admin = await self._client.admin()

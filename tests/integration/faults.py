@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from replicator.embedded import EmbeddedBroker
+from replicator.embedded import EmbeddedBroker, free_port
 
 
 @dataclass
@@ -161,6 +161,19 @@ class FaultProxy:
                 await asyncio.sleep(len(chunk) / self.faults.bytes_per_second)
             writer.write(chunk)
             await writer.drain()
+
+
+def behind_proxy(alias: str) -> tuple[EmbeddedBroker, FaultProxy]:
+    """A started embedded broker for ``alias`` that advertises a started proxy in front of it,
+    so that every client connection to it passes through the proxy; the caller stops both."""
+    broker_port, proxy_port = free_port(), free_port()
+    proxy = FaultProxy(proxy_port, broker_port).start()
+    try:
+        broker = EmbeddedBroker(alias, port=broker_port, advertised_port=proxy_port).start()
+    except BaseException:
+        proxy.stop()
+        raise
+    return broker, proxy
 
 
 class _RequestFrames:

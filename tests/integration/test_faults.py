@@ -15,8 +15,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from replicator.embedded import EmbeddedBroker, free_port
-from tests.integration.faults import FaultProxy
+from replicator.embedded import EmbeddedBroker
+from tests.integration.faults import FaultProxy, behind_proxy
 from tests.integration.harness import (
     BACKEND,
     FAULT_SUMMARY,
@@ -54,9 +54,7 @@ def remote_behind_proxy(
     Every client connection to dc2, the replicator's included, passes through the proxy.
     ``settings``: replicator settings (``idempotence="false"``).
     """
-    broker_port, proxy_port = free_port(), free_port()
-    proxy = FaultProxy(proxy_port, broker_port).start()
-    remote = EmbeddedBroker("dc2", port=broker_port, advertised_port=proxy_port).start()
+    remote, proxy = behind_proxy("dc2")
     try:
         with start_clusters("dc1") as brokers:
             local = brokers["dc1"]

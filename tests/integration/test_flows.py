@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from replicator.batching import place
-from replicator.embedded import EmbeddedBroker, free_port
 from replicator.readback import StoredRecord
-from tests.integration.faults import FaultProxy
+from tests.integration.faults import behind_proxy
 from tests.integration.harness import (
     Broker,
     Sent,
@@ -189,9 +188,7 @@ def test_heartbeats_show_the_delay_and_a_stalled_flow_without_any_traffic(
 ) -> None:
     """No application writes anything: the flow's heartbeats still cross it, and their age
     shows the target going silent and coming back."""
-    broker_port, proxy_port = free_port(), free_port()
-    proxy = FaultProxy(proxy_port, broker_port).start()
-    target = EmbeddedBroker("dc2", port=broker_port, advertised_port=proxy_port).start()
+    target, proxy = behind_proxy("dc2")
     try:
         with start_clusters("dc1") as brokers:
             env = replicator_env(

@@ -17,9 +17,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from replicator.embedded import EmbeddedBroker, free_port
 from replicator.readback import StoredRecord, read_topics
-from tests.integration.faults import FaultProxy
+from tests.integration.faults import FaultProxy, behind_proxy
 from tests.integration.harness import (
     BACKEND,
     Broker,
@@ -58,11 +57,8 @@ def counted_clusters(*aliases: str) -> Iterator[tuple[dict[str, Broker], list[Fa
     proxies: list[FaultProxy] = []
     try:
         for alias in aliases:
-            broker_port, proxy_port = free_port(), free_port()
-            proxies.append(FaultProxy(proxy_port, broker_port).start())
-            brokers[alias] = EmbeddedBroker(
-                alias, port=broker_port, advertised_port=proxy_port
-            ).start()
+            brokers[alias], proxy = behind_proxy(alias)
+            proxies.append(proxy)
         yield brokers, proxies
     finally:
         for broker in brokers.values():
