@@ -280,7 +280,8 @@ class TopicAdmin(Protocol):
 
     async def grow(self, counts: dict[str, int]) -> dict[str, BaseException | None]:
         """Grow each topic to its partition count (CreatePartitions): per topic, the error
-        (``None``: grown, or another client grew it first)."""
+        (``None``: grown; :class:`InvalidPartitionsError`: it already has that many, another
+        client grew it first)."""
         ...
 
     async def alter(self, configs: dict[str, dict[str, str]]) -> None:
@@ -320,14 +321,14 @@ class ClusterAdmin:
             return dict.fromkeys(counts)
         except Exception as exc:
             if len(counts) == 1:
-                return {topic: _grow_refusal(exc) for topic in counts}
+                return {topic: exc for topic in counts}
         found: dict[str, BaseException | None] = {}
         for topic, count in counts.items():
             try:
                 await admin.create_partitions({topic: NewPartitions(total_count=count)})
                 found[topic] = None
             except Exception as exc:
-                found[topic] = _grow_refusal(exc)
+                found[topic] = exc
         return found
 
     async def alter(self, configs: dict[str, dict[str, str]]) -> None:
@@ -335,11 +336,6 @@ class ClusterAdmin:
         await admin.alter_configs(
             [ConfigResource(ConfigResourceType.TOPIC, t, c) for t, c in configs.items()]
         )
-
-
-def _grow_refusal(exc: Exception) -> BaseException | None:
-    # Already that many (another replicator of this datacenter grew it first): not ours.
-    return None if isinstance(exc, InvalidPartitionsError) else exc
 
 
 class TopicProvisioner:
@@ -578,6 +574,13 @@ class TopicProvisioner:
             refusal = refusals.get(spec.name)
             if refusal is None:
                 self._grown(spec.name, existing[spec.name].partitions, spec.partitions)
+                continue
+            if isinstance(refusal, InvalidPartitionsError):
+                # Already that many (another replicator of this datacenter grew it first): not
+                # counted as this leg's.
+                log.info(
+                    "destination topic already grown", topic=spec.name, partitions=spec.partitions
+                )
                 continue
             error = translate(refusal)
             if error.retriable and not isinstance(refusal, NotImplementedError):

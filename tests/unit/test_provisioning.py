@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.errors import InvalidPartitionsError
 
 from replicator.coalesce import Coalescer
 from replicator.errors import ClusterUnavailable, TopicMismatch, TopicMissing, TopicRefused
@@ -72,8 +73,8 @@ class MemoryAdmin:
         found: dict[str, BaseException | None] = {}
         for topic, count in counts.items():
             found[topic] = self.refuse_growth.get(topic)
-            if found[topic] is None:
-                self.topics[topic] = max(self.topics[topic], count)
+            if found[topic] is None or isinstance(found[topic], InvalidPartitionsError):
+                self.topics[topic] = max(self.topics[topic], count)  # (by another client)
         return found
 
     async def alter(self, configs: dict[str, dict[str, str]]) -> None:
@@ -147,6 +148,16 @@ async def test_short_topics_are_grown_together_and_a_refusal_stays_with_its_topi
     with pytest.raises(TopicMismatch):
         await topics.ensure("b_REPLICA", "b", 0)
     assert sum(destination.requests.values()) == before
+
+
+async def test_a_topic_another_replicator_grew_first_is_used_not_counted_as_grown() -> None:
+    source = MemoryAdmin("dc1", {"a_REPLICA": 4})
+    destination = MemoryAdmin("dc2", {"a": 2})
+    destination.refuse_growth["a"] = InvalidPartitionsError("already has 4 partitions")
+    topics = provisioner(source, destination)
+    ready = await topics.ensure("a_REPLICA", "a", 3)
+    assert ready.partitions == 4 and destination.requests["CreatePartitions"] == 1
+    assert topics.grown == {} and topics.refused == {}
 
 
 async def test_a_flow_placing_by_key_uses_a_short_topic_as_it_is() -> None:
