@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiokafka.errors as kerr
@@ -30,7 +31,7 @@ from replicator.errors import (
     ReplicatorError,
     first_error,
 )
-from replicator.lifecycle import close_quietly
+from replicator.lifecycle import close_quietly, walk_interval
 from replicator.offsets import OutOfRange, out_of_range
 from replicator.settings import ClusterSettings, Settings
 
@@ -131,6 +132,12 @@ def error_name(code: int) -> str:
 # again anyway when a broker says it no longer leads a partition.
 STEADY_METADATA_MAX_AGE_MS = 60_000
 
+# How long a consumer's background fetcher sleeps when nothing happens (aiokafka's default is
+# 200 ms). Each wake walks every assigned partition, paused ones included, so an idle consumer
+# of thousands of partitions spent its CPU waking; everything that needs a fetch (an answer, a
+# consumed batch, a seek, a resume, a new assignment, a metadata refresh) wakes it at once.
+FETCHER_IDLE_WAKE_MS = 5_000
+
 
 def client_options(
     cluster: ClusterSettings, settings: Settings, discovers_topics: bool = True
@@ -183,6 +190,7 @@ def make_consumer(
         fetch_max_bytes=settings.fetch_max_bytes,
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
+        consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
     )
 
 
@@ -203,6 +211,7 @@ def make_reader(
         fetch_max_wait_ms=fetch_max_wait_ms,
         fetch_max_bytes=settings.max_partition_fetch_bytes,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
+        consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
     )
 
 
@@ -233,6 +242,36 @@ def answered_at(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
 def set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
     """Change how long ``consumer``'s next fetches wait for data (aiokafka fixes it at start)."""
     consumer._fetcher._fetch_max_wait_ms = wait_ms
+
+
+def known_topics(consumer: AIOKafkaConsumer, within_s: float) -> set[str] | None:
+    """The topics in ``consumer``'s own metadata, if refreshed in the last ``within_s`` seconds.
+
+    A consumer subscribed to a pattern refreshes every topic's metadata each
+    ``metadata_max_age_ms`` anyway: listing the cluster from that costs no request (a listing
+    of thousands of partitions takes tens of milliseconds to decode). ``None`` when the metadata
+    is older: ask the cluster, which says why it cannot answer.
+    """
+    cluster = consumer._client.cluster
+    if time.time() - cluster._last_successful_refresh_ms / 1000 > within_s:
+        return None
+    topics: set[str] = cluster.topics()
+    return topics
+
+
+def pace_metadata(consumer: AIOKafkaConsumer, every_s: float) -> float:
+    """Refresh ``consumer``'s metadata every ``every_s``, or less often when it lists very many
+    partitions (:func:`replicator.lifecycle.walk_interval`); the interval set, in seconds."""
+    client = consumer._client
+    partitions = sum(len(by_partition) for by_partition in client.cluster._partitions.values())
+    interval = walk_interval(every_s, partitions)
+    client._metadata_max_age_ms = int(interval * 1000)
+    return interval
+
+
+def on_metadata(consumer: AIOKafkaConsumer, listener: Callable[[], None]) -> None:
+    """Call ``listener`` after each refresh of ``consumer``'s metadata."""
+    consumer._client.cluster.add_listener(lambda _cluster: listener())
 
 
 async def track_topics(client: AIOKafkaClient, topics: Iterable[str]) -> None:

@@ -42,7 +42,13 @@ from replicator.kafka import (
     start_consumer,
 )
 from replicator.leg_health import LegHealth
-from replicator.lifecycle import IdleWait, close_quietly, sleep_unless_stopped
+from replicator.lifecycle import (
+    IdleWait,
+    close_quietly,
+    sleep_unless_stopped,
+    wait_any,
+    walk_interval,
+)
 from replicator.metrics import Metrics
 from replicator.offset_reset import OffsetResets
 from replicator.offsets import OutOfRange
@@ -116,6 +122,8 @@ class LegRunner:
         self._senders: dict[TopicPartition, tuple[PartitionSender, asyncio.Task[None]]] = {}
         self.resets = OffsetResets(leg.name, settings.offset_reset_policy, metrics)
         self.health = LegHealth(self, metrics, settings.send_stall_timeout_ms / 1000)
+        # Set by every partition transition: the health census is taken again within a second.
+        self._health_due = asyncio.Event()
         self.last_error: str | None = None
         # Duplicates the leg could not prevent, by kind (its senders count them; /status shows).
         self.duplicates: Counter[str] = Counter()
@@ -258,7 +266,11 @@ class LegRunner:
                 self._tasks = tasks
                 name = self.leg.name
                 tasks.create_task(self._connect_destination(stop), name=f"connect:{name}")
-                idle = IdleWait(settings.fetch_max_wait_ms, settings.fetch_idle_max_wait_ms)
+                idle = IdleWait(
+                    settings.fetch_max_wait_ms,
+                    settings.fetch_idle_max_wait_ms,
+                    settings.fetch_longest_wait_ms,
+                )
                 tasks.create_task(self._catch_up.run(stop, idle), name=f"catch-up:{name}")
                 every = settings.commit_interval_ms / 1000
                 tasks.create_task(
@@ -277,9 +289,19 @@ class LegRunner:
             await self._close_clients()
 
     async def _refresh_health(self, stop: asyncio.Event) -> None:
+        """The leg's gauges and transition logs, within a second of a partition's transition;
+        without one (a stall is found by time), a census of very many partitions is taken
+        less often (:func:`walk_interval`). Readiness and ``/status`` take their own."""
         while not stop.is_set():
+            self._health_due.clear()
             self.health.refresh(lambda _: None)
             await sleep_unless_stopped(stop, _HEALTH_REFRESH_S)
+            rest = walk_interval(_HEALTH_REFRESH_S, len(self.partitions)) - _HEALTH_REFRESH_S
+            if rest > 0 and not self._health_due.is_set():
+                await wait_any((stop, self._health_due), rest)
+
+    def _partition_changed(self, _partition: LegPartition) -> None:
+        self._health_due.set()
 
     async def _save_marks(self, marks: dict[TopicPartition, int]) -> None:
         """Save destination marks, if the destination is up (briefly: the next commit retries)."""
@@ -438,6 +460,7 @@ class LegRunner:
             self._preserve_partitions,
         )
         self.partitions[tp] = partition
+        partition.watch(self._partition_changed)
         if self._catch_up is not None:
             partition.watch(self._catch_up.changed)
         name = f"send:{self.leg.name}:{tp.topic}:{tp.partition}"
@@ -472,6 +495,7 @@ class LegRunner:
             await self._committer.commit(released)
         for partition in released:
             self.health.forget(partition)
+        self._health_due.set()
         self._assign_consumer([])
         self._metrics.assigned_partitions.labels(self.leg.name).set(len(self.partitions))
 

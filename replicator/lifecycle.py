@@ -74,11 +74,22 @@ async def wait_any(events: Iterable[asyncio.Event], timeout: float) -> None:
 
 # Empty fetches for this long double a fetch's wait (up to the idle maximum).
 _IDLE_STEP_S = 0.5
+# Periodic work that walks every partition (an idle fetch, which names each one and is answered
+# for each; a listing of the cluster; the health census) runs at most once per this many
+# milliseconds per partition walked, so its cost stays a bounded share of a core however many
+# partitions there are (a walk costs 20-30 ms per 1,000 partitions here).
+WALK_MS_PER_PARTITION = 1
+
+
+def walk_interval(base_s: float, partitions: int) -> float:
+    """How often to walk ``partitions``: every ``base_s``, or less often with very many."""
+    return max(base_s, partitions * WALK_MS_PER_PARTITION / 1000)
 
 
 class IdleWait:
     """How long a fetch waits for data: ``busy_ms`` while records come, growing to
-    ``idle_ms`` (doubling every ``_IDLE_STEP_S`` of empty fetches) while none do.
+    ``idle_ms`` (doubling every ``_IDLE_STEP_S`` of empty fetches) while none do; to more with
+    many partitions (:meth:`fetching`), at most ``longest_ms``.
 
     A fetch names every assigned partition and its answer lists each of them, so an idle consumer
     fetching every few milliseconds costs CPU in proportion to its partitions (measured: 44% of
@@ -87,11 +98,18 @@ class IdleWait:
     (the embedded one) delays the first record after an idle spell by a part of it.
     """
 
-    def __init__(self, busy_ms: int, idle_ms: int) -> None:
+    def __init__(self, busy_ms: int, idle_ms: int, longest_ms: int) -> None:
         self._busy = busy_ms
-        self._idle = max(idle_ms, busy_ms)
+        self._base_idle = self._idle = max(idle_ms, busy_ms)
+        # A wait that never grows (idle_ms == busy_ms) stays fixed whatever the partitions.
+        self._longest = max(longest_ms, self._idle) if idle_ms > busy_ms else self._idle
         self._wait = busy_ms
         self._empty_since: float | None = None
+
+    def fetching(self, partitions: int) -> None:
+        """The fetch names ``partitions``: an idle one waits :func:`walk_interval` of them."""
+        walk_ms = int(walk_interval(self._base_idle / 1000, partitions) * 1000)
+        self._idle = min(self._longest, walk_ms)
 
     def after(self, records: bool, now: float) -> int | None:
         """A fetch came back (with ``records`` or not): the new wait, or ``None`` if unchanged."""

@@ -33,8 +33,11 @@ from replicator import batching
 from replicator.errors import ReplicatorError
 from replicator.kafka import (
     check_position,
+    known_topics,
     lacks_position,
+    on_metadata,
     out_of_range_positions,
+    pace_metadata,
     set_fetch_wait,
     start_consumer,
     translate,
@@ -178,8 +181,10 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self._stop = asyncio.Event()
         self._detach_after = settings.detach_after_ms / 1000
         self.topics = TopicWatch(plan.rules, metrics, plan.source, plan.name)
-        self._listing_interval = settings.metadata_max_age_ms / 1000
+        self._listing_every = settings.metadata_max_age_ms / 1000
+        self._listing_interval = self._listing_every  # longer for a cluster of very many partitions
         self._next_listing = 0.0
+        self._metadata_refreshed = False
         self.joined = False
         self._assigning = 0  # partitions of an assignment not yet handed to every leg
         self.last_error: str | None = None
@@ -248,9 +253,15 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         def failed(error: ReplicatorError) -> None:
             self.last_error = f"fetch failed: {error}"
 
-        idle = IdleWait(self._settings.fetch_max_wait_ms, self._settings.fetch_idle_max_wait_ms)
+        settings = self._settings
+        idle = IdleWait(
+            settings.fetch_max_wait_ms,
+            settings.fetch_idle_max_wait_ms,
+            settings.fetch_longest_wait_ms,
+        )
         while not stop.is_set():
-            if time.monotonic() >= self._next_listing:
+            idle.fetching(len(self._fanouts))
+            if self._metadata_refreshed or time.monotonic() >= self._next_listing:
                 await self._list_topics(consumer)
             fetched = await retrying(
                 lambda: self._fetch(consumer),
@@ -322,16 +333,24 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         The subscription is built from the rules' answer for each listing (never from the
         user's regexes), so the group is assigned exactly the partitions the legs replicate.
         """
-        self._next_listing = time.monotonic() + self._listing_interval
+        self._metadata_refreshed = False
+        self._next_listing = time.monotonic() + 2 * self._listing_interval
         try:
-            topics = await consumer.topics()
+            cached = None if subscribe else known_topics(consumer, 2 * self._listing_interval)
+            topics = cached if cached is not None else await consumer.topics()
         except Exception as exc:
             self.topics.listing_failed(str(translate(exc)))
             changed = False
         else:
             changed = self.topics.listed(topics)
+            self._listing_interval = pace_metadata(consumer, self._listing_every)
         if subscribe or changed:
             consumer.subscribe(pattern=self.topics.subscription_pattern, listener=self)
+        if subscribe:
+            on_metadata(consumer, self._on_metadata)
+
+    def _on_metadata(self) -> None:
+        self._metadata_refreshed = True
 
     # -- backpressure ---------------------------------------------------------------------------
 

@@ -294,15 +294,34 @@ async def test_rounds_hold_at_most_max_batch_keys() -> None:
 
 
 def test_the_idle_wait_grows_while_fetches_are_empty_and_falls_back_at_once() -> None:
-    wait = IdleWait(20, 1000)
+    wait = IdleWait(20, 1000, 10_000)
     assert wait.after(False, 0.0) is None  # the first empty fetch starts the clock
     assert wait.after(False, 0.2) is None  # not empty for long enough
     grown = [wait.after(False, 0.6 + 0.5 * step) for step in range(8)]
     assert grown == [40, 80, 160, 320, 640, 1000, None, None]
     assert wait.after(True, 5.0) == 20  # the first record: back to the busy wait
     assert wait.after(True, 5.1) is None
-    fixed = IdleWait(20, 20)  # the idle maximum at the busy wait: never changes
+    fixed = IdleWait(20, 20, 10_000)  # the idle maximum at the busy wait: never changes
+    fixed.fetching(6000)
     assert all(fixed.after(False, t) is None for t in (0.0, 1.0, 2.0, 3.0))
+
+
+def test_an_idle_fetch_of_many_partitions_waits_one_ms_per_partition_up_to_the_longest() -> None:
+    def grown_to(wait: IdleWait) -> int:
+        last = 0
+        for step in range(40):
+            last = wait.after(False, 0.5 * step) or last
+        return last
+
+    few = IdleWait(20, 1000, 10_000)
+    few.fetching(240)  # fewer partitions than the idle maximum's milliseconds: unchanged
+    assert grown_to(few) == 1000
+    many = IdleWait(20, 1000, 10_000)
+    many.fetching(6000)
+    assert grown_to(many) == 6000
+    most = IdleWait(20, 1000, 5000)  # half a short request timeout bounds it
+    most.fetching(20_000)
+    assert grown_to(most) == 5000
 
 
 def test_the_feed_waits_for_a_starting_partition_only_while_its_destination_answers() -> None:
