@@ -59,6 +59,20 @@ async def close_quietly(closing: Awaitable[None], timeout: float = 5.0, what: st
             log.warning("closing did not finish cleanly", client=what, error=repr(exc))
 
 
+class PartitionEvent(asyncio.Event):
+    """An :class:`asyncio.Event` for objects kept per partition and leg: its waiters are kept in
+    a list (56 bytes empty) instead of the deque asyncio gives each event (about 700 bytes).
+
+    Thousands of partitions each hold a few events, almost always with no waiter or one: at
+    6,000 partitions on two legs the deques alone took 27 MB (measured with tracemalloc).
+    ``Event`` only appends, removes and iterates its waiters, which a list does alike.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiters: list[asyncio.Future[bool]] = []  # type: ignore[assignment]
+
+
 async def wait_any(events: Iterable[asyncio.Event], timeout: float) -> None:
     """Wait until one of ``events`` is set, or ``timeout`` seconds."""
     waiters = [asyncio.ensure_future(event.wait()) for event in events]

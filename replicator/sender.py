@@ -52,7 +52,7 @@ from replicator.errors import (
     TopicMissing,
 )
 from replicator.kafka import track_topics, translate
-from replicator.lifecycle import sleep_unless_stopped
+from replicator.lifecycle import PartitionEvent, sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
 from replicator.partition import Halt, LegPartition, Mode, Work
@@ -168,7 +168,7 @@ class PartitionSender:
         # Per destination partition, the base offset of the last batch it acknowledged: a lower
         # one later means its log was replaced (topic deleted and created again).
         self._destination_offsets: dict[int, int] = {}
-        self._replaced = asyncio.Event()
+        self._replaced = PartitionEvent()
         # future -> (epoch, records) of the batches handed to the producer, not yet answered
         self._in_flight: dict[asyncio.Future[Any], tuple[int, int]] = {}
         tp, target = partition.tp, partition.target_topic

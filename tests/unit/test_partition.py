@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from replicator import batching
 from replicator.batching import Target
 from replicator.catch_up import CatchUpFetch
+from replicator.lifecycle import PartitionEvent
 from replicator.metrics import Metrics
 from replicator.offset_reset import OffsetResets
 from replicator.offsets import OffsetTracker, OutOfRange
@@ -321,7 +323,7 @@ def fill(p: LegPartition) -> None:
         p.take_built(target, end)
     elif p.fed_alone:
         p.take_fetched(records(first, end), first, end, FETCHED_MS)
-    assert not p.has_room and not p.room.is_set()
+    assert not p.has_room
 
 
 @pytest.mark.parametrize("mode", [Mode.STARTING, Mode.ATTACHED, Mode.ALONE, Mode.REPLAYING])
@@ -336,7 +338,7 @@ async def test_halt_from_each_open_mode(mode: Mode, kind: Halt) -> None:
     assert p.state == kind.value and p.halt_kind is kind
     assert p.last_error == "destination refused a batch"
     assert p.queued_records == 0 and p.next_work() is None
-    assert p.room.is_set() and p.has_room and p.closed.is_set()
+    assert p.has_room and p.closed.is_set()
     assert p.fit(0, 1000) is Fit.NONE
     assert not p.take_fetched(records(0, 10), 0, 10, FETCHED_MS)
     assert p.sending(p.epoch, 0, 10) is None
@@ -357,7 +359,7 @@ async def test_stop_releases_an_open_partition(mode: Mode) -> None:
         fill(p)
     p.stop()
     assert p.mode is Mode.STOPPED and not p.open and p.state == "stopped"
-    assert p.closed.is_set() and p.room.is_set() and p.wakeup.is_set()
+    assert p.closed.is_set() and p.has_room and p.wakeup.is_set()
     assert p.queued_records == 0 and p.next_work() is None
 
 
@@ -452,14 +454,14 @@ async def test_skip_to_queues_the_gap_as_an_empty_range_and_moves_on() -> None:
 async def test_room_is_cleared_when_full_and_set_when_handed_over_below_the_bound() -> None:
     p = partition(0, Mode.ALONE, max_records=12)
     assert p.take_fetched(records(0, 10), 0, 10, FETCHED_MS)
-    assert p.has_room and p.room.is_set()
+    assert p.has_room
     assert not p.take_fetched(records(10, 15), 10, 15, FETCHED_MS)
-    assert not p.has_room and not p.room.is_set() and p.queued_records == 15
+    assert not p.has_room and p.queued_records == 15
     first = p.next_work()
     assert first is not None
-    assert not p.has_room and not p.room.is_set(), "room only once handed over"
+    assert not p.has_room, "room only once handed over"
     p.handed_over(first)
-    assert p.queued_records == 5 and p.has_room and p.room.is_set()
+    assert p.queued_records == 5 and p.has_room
 
 
 async def test_room_stays_cleared_while_handed_over_work_leaves_it_full() -> None:
@@ -472,20 +474,20 @@ async def test_room_stays_cleared_while_handed_over_work_leaves_it_full() -> Non
     first = p.next_work()
     assert first is not None
     p.handed_over(first)
-    assert p.queued_records == 10 and not p.room.is_set()
+    assert p.queued_records == 10 and not p.has_room
     second = p.next_work()
     assert second is not None
     p.handed_over(second)
-    assert p.queued_records == 0 and p.room.is_set()
+    assert p.queued_records == 0 and p.has_room
 
 
 async def test_the_byte_bound_counts_too() -> None:
     p = partition(0, Mode.ALONE, max_bytes=100)  # 11 bytes a record
     assert p.take_fetched(records(0, 9), 0, 9, FETCHED_MS)
     assert not p.take_fetched(records(9, 10), 9, 10, FETCHED_MS)
-    assert not p.room.is_set() and p.queued_records == 10
+    assert not p.has_room and p.queued_records == 10
     queued(p)
-    assert p.room.is_set()
+    assert p.has_room
 
 
 async def test_handing_over_old_epoch_work_after_a_rewind_keeps_the_counts() -> None:
@@ -494,12 +496,12 @@ async def test_handing_over_old_epoch_work_after_a_rewind_keeps_the_counts() -> 
     old = p.next_work()
     assert old is not None
     p.rewind(0, "replay")
-    assert p.queued_records == 0 and p.room.is_set()
+    assert p.queued_records == 0 and p.has_room
     assert not p.take_fetched(records(0, 10), 0, 10, FETCHED_MS)
     p.handed_over(old)  # the sender finishes the abandoned work
-    assert p.queued_records == 10 and not p.has_room and not p.room.is_set()
+    assert p.queued_records == 10 and not p.has_room
     (new,) = queued(p)
-    assert new.epoch == 1 and p.queued_records == 0 and p.room.is_set()
+    assert new.epoch == 1 and p.queued_records == 0 and p.has_room
 
 
 async def test_handing_over_after_a_halt_keeps_the_counts() -> None:
@@ -509,7 +511,7 @@ async def test_handing_over_after_a_halt_keeps_the_counts() -> None:
     assert work is not None
     p.halt("refused")
     p.handed_over(work)
-    assert p.queued_records == 0 and p.room.is_set()
+    assert p.queued_records == 0 and p.has_room
 
 
 # -- acknowledgements and stalls ------------------------------------------------------------------
@@ -912,7 +914,7 @@ def test_queued_offsets_continue_from_the_position_exactly_once_per_epoch(
         elif kind == "give_up":
             fanout.give_up(fanout.blocking())
         assert p.open and p.position is not None
-        assert p.has_room == p.room.is_set()
+        assert p.has_room or p._full, "a full queue is remembered: its watchers hear it free"
         in_flight = sum(w.records for w in sending if w.epoch == p.epoch)
         assert p.queued_records >= in_flight
 
@@ -921,7 +923,7 @@ def test_queued_offsets_continue_from_the_position_exactly_once_per_epoch(
     assert p.queued_records == in_flight, "room is held by the work taken, not handed over"
     while sending:
         p.handed_over(sending.popleft())
-    assert p.queued_records == 0 and p.room.is_set()
+    assert p.queued_records == 0 and p.has_room
     tracker = OffsetTracker(epoch_start[p.epoch])
     expected = epoch_start[p.epoch]
     skipped: list[tuple[int, int]] = []
@@ -940,3 +942,27 @@ def test_queued_offsets_continue_from_the_position_exactly_once_per_epoch(
         assert got == covered, "every offset of a range but a skipped one is delivered"
     assert expected == p.position, "every offset the position passed was queued"
     assert skipped == skips[p.epoch], "the only gaps are the skipped ones"
+
+
+async def test_a_partition_event_wakes_every_waiter_and_forgets_those_cancelled() -> None:
+    event = PartitionEvent()
+    waiters = [asyncio.create_task(event.wait()) for _ in range(3)]
+    cancelled = asyncio.create_task(event.wait())
+    await asyncio.sleep(0)
+    assert len(event._waiters) == 4 and isinstance(event._waiters, list)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    assert len(event._waiters) == 3, "a cancelled waiter removes itself"
+    event.set()
+    assert await asyncio.gather(*waiters) == [True, True, True]
+    assert event._waiters == [] and await event.wait()
+    event.clear()
+    late = asyncio.create_task(event.wait())
+    await asyncio.sleep(0.01)
+    assert not late.done()
+    event.set()
+    assert await late
+
+
+def test_partition_events_weigh_less_than_asyncio_events() -> None:
+    assert sys.getsizeof(PartitionEvent()._waiters) * 5 < sys.getsizeof(asyncio.Event()._waiters)
