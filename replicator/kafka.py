@@ -31,7 +31,7 @@ from replicator.errors import (
     ReplicatorError,
     first_error,
 )
-from replicator.lifecycle import close_quietly, walk_interval
+from replicator.lifecycle import LISTING_MS_PER_PARTITION, close_quietly, walk_interval
 from replicator.offsets import OutOfRange, out_of_range
 from replicator.settings import ClusterSettings, Settings
 
@@ -128,15 +128,17 @@ def error_name(code: int) -> str:
 
 
 # Clients that do not discover topics (producers, readers, a leg's own consumer) refresh their
-# metadata this often at most: each refresh lists every partition of their topics, and they ask
-# again anyway when a broker says it no longer leads a partition.
-STEADY_METADATA_MAX_AGE_MS = 60_000
+# metadata this often at most (Kafka clients' own default): each refresh lists every partition of
+# their topics, and they ask again at once when a broker says it no longer leads a partition or
+# does not know a topic, or when the replicator learns a new topic or partitions.
+STEADY_METADATA_MAX_AGE_MS = 300_000
 
 # How long a consumer's background fetcher sleeps when nothing happens (aiokafka's default is
-# 200 ms). Each wake walks every assigned partition, paused ones included, so an idle consumer
-# of thousands of partitions spent its CPU waking; everything that needs a fetch (an answer, a
-# consumed batch, a seek, a resume, a new assignment, a metadata refresh) wakes it at once.
-FETCHER_IDLE_WAKE_MS = 5_000
+# 200 ms). Each wake walks every assigned partition, paused ones included, and waits anew on a
+# future per paused partition, so an idle consumer of thousands of partitions spent its CPU
+# waking; everything that needs a fetch (an answer, a consumed batch, a seek, a resume, a new
+# assignment, a broker error that calls for new metadata) wakes it at once.
+FETCHER_IDLE_WAKE_MS = 30_000
 
 
 def client_options(
@@ -264,7 +266,7 @@ def pace_metadata(consumer: AIOKafkaConsumer, every_s: float) -> float:
     partitions (:func:`replicator.lifecycle.walk_interval`); the interval set, in seconds."""
     client = consumer._client
     partitions = sum(len(by_partition) for by_partition in client.cluster._partitions.values())
-    interval = walk_interval(every_s, partitions)
+    interval = walk_interval(every_s, partitions, LISTING_MS_PER_PARTITION)
     client._metadata_max_age_ms = int(interval * 1000)
     return interval
 
@@ -272,6 +274,22 @@ def pace_metadata(consumer: AIOKafkaConsumer, every_s: float) -> float:
 def on_metadata(consumer: AIOKafkaConsumer, listener: Callable[[], None]) -> None:
     """Call ``listener`` after each refresh of ``consumer``'s metadata."""
     consumer._client.cluster.add_listener(lambda _cluster: listener())
+
+
+def assign_keeping_topics(consumer: AIOKafkaConsumer, partitions: Iterable[TopicPartition]) -> None:
+    """Assign ``consumer`` exactly ``partitions``, its metadata still covering every topic it
+    covered (a metadata request only for topics new to it).
+
+    aiokafka's ``assign`` makes the client's metadata cover the assigned topics only: a
+    ListOffsets in flight on the same client for a topic dropped so (the destination reader's
+    log bounds, asked while its reads are assigned afresh) then learns the topics it lost again
+    one metadata request at a time (measured: 30 s for 1,000 topics at a start).
+    """
+    client = consumer._client
+    tracked = set(client._topics)
+    partitions = list(partitions)
+    consumer.assign(partitions)
+    client._topics = tracked | {tp.topic for tp in partitions}
 
 
 async def track_topics(client: AIOKafkaClient, topics: Iterable[str]) -> None:

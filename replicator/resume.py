@@ -62,7 +62,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.coalesce import Coalescer, Rounds
 from replicator.errors import ClusterUnavailable
-from replicator.kafka import GroupOffsets, answered_at, track_topics
+from replicator.kafka import GroupOffsets, answered_at, assign_keeping_topics, track_topics
 from replicator.provenance import Tagger
 
 _FIRST_CHUNK = 1_000
@@ -332,7 +332,8 @@ class _SharedReads:
             # Assigned anew only to add partitions (each new topic costs a metadata request):
             # while reads go on the assignment grows, and starts afresh after an idle moment.
             assigned = wanted | self._assigned if self._open_before else wanted
-            consumer.assign(list(assigned))  # forgets every position: each is set below
+            # Forgets every position (each is set below); the metadata keeps every topic.
+            assign_keeping_topics(consumer, assigned)
             self._assigned = assigned
             for tp in assigned - wanted:
                 consumer.seek(tp, 0)  # a position keeps a paused partition quiet

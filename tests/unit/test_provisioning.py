@@ -12,11 +12,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import InvalidPartitionsError
 
 from replicator.coalesce import Coalescer
 from replicator.errors import ClusterUnavailable, TopicMismatch, TopicMissing, TopicRefused
+from replicator.kafka import assign_keeping_topics, pace_metadata
 from replicator.lifecycle import IdleWait
 from replicator.partition import LegPartition
 from replicator.source import PartitionFanout
@@ -306,7 +307,7 @@ def test_the_idle_wait_grows_while_fetches_are_empty_and_falls_back_at_once() ->
     assert all(fixed.after(False, t) is None for t in (0.0, 1.0, 2.0, 3.0))
 
 
-def test_an_idle_fetch_of_many_partitions_waits_one_ms_per_partition_up_to_the_longest() -> None:
+def test_an_idle_fetch_of_many_partitions_waits_two_ms_per_partition_up_to_the_longest() -> None:
     def grown_to(wait: IdleWait) -> int:
         last = 0
         for step in range(40):
@@ -317,11 +318,44 @@ def test_an_idle_fetch_of_many_partitions_waits_one_ms_per_partition_up_to_the_l
     few.fetching(240)  # fewer partitions than the idle maximum's milliseconds: unchanged
     assert grown_to(few) == 1000
     many = IdleWait(20, 1000, 10_000)
-    many.fetching(6000)
+    many.fetching(3000)
     assert grown_to(many) == 6000
+    more = IdleWait(20, 1000, 10_000)
+    more.fetching(6000)
+    assert grown_to(more) == 10_000  # 12 s of partitions: the longest wait bounds it
     most = IdleWait(20, 1000, 5000)  # half a short request timeout bounds it
     most.fetching(20_000)
     assert grown_to(most) == 5000
+
+
+async def test_a_cluster_of_many_partitions_is_listed_at_most_every_5_ms_per_partition() -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers="localhost:9")  # never started: no request
+    try:
+        cluster = consumer._client.cluster
+        cluster._partitions = {f"t{i}": dict.fromkeys(range(6)) for i in range(1000)}
+        assert pace_metadata(consumer, 3.0) == 30.0  # 6,000 partitions: every 30 s, not 3
+        assert consumer._client._metadata_max_age_ms == 30_000
+        cluster._partitions = {f"t{i}": dict.fromkeys(range(6)) for i in range(40)}
+        assert pace_metadata(consumer, 3.0) == 3.0  # 240: the configured age
+        assert consumer._client._metadata_max_age_ms == 3000
+    finally:
+        await consumer.stop()
+
+
+async def test_reassigning_the_destination_reader_keeps_every_topic_in_its_metadata() -> None:
+    """A log-bounds round in flight must not lose the topics it learnt to a reassignment of the
+    shared reads (it would learn them again one metadata request at a time)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers="localhost:9")  # never started: no request
+    try:
+        consumer._client._topics = {"a", "b", "c"}  # learnt for a round of log bounds
+        reads = [TopicPartition("a", 0), TopicPartition("d", 1)]
+        assign_keeping_topics(consumer, reads)
+        assert consumer.assignment() == set(reads)
+        assert consumer._client._topics == {"a", "b", "c", "d"}
+        consumer.assign(reads)  # aiokafka's own: the metadata would cover a and d only
+        assert consumer._client._topics == {"a", "d"}
+    finally:
+        await consumer.stop()
 
 
 def test_the_feed_waits_for_a_starting_partition_only_while_its_destination_answers() -> None:
