@@ -140,6 +140,28 @@ class Destination:
 class PartitionSender:
     """Sends one partition's queue to one destination, in order, until the partition closes."""
 
+    # One per assigned partition and leg: slots keep each instance small (no attribute dict).
+    __slots__ = (
+        "_bytes",
+        "_copies_seen",
+        "_dead_letters",
+        "_derived_seen",
+        "_destination",
+        "_destination_offsets",
+        "_duplicates",
+        "_in_flight",
+        "_latency",
+        "_limit",
+        "_log_start",
+        "_metrics",
+        "_preserve",
+        "_replaced",
+        "_replicated",
+        "_topics",
+        "leg",
+        "partition",
+    )
+
     def __init__(
         self,
         leg: Leg,
@@ -171,11 +193,17 @@ class PartitionSender:
         self._replaced = PartitionEvent()
         # future -> (epoch, records) of the batches handed to the producer, not yet answered
         self._in_flight: dict[asyncio.Future[Any], tuple[int, int]] = {}
-        tp, target = partition.tp, partition.target_topic
-        self._log = log.bind(leg=leg.name, topic=tp.topic, partition=tp.partition)
+        target = partition.target_topic
         self._replicated = metrics.records_replicated.labels(leg.name, target)
         self._bytes = metrics.bytes_replicated.labels(leg.name, target)
         self._latency = metrics.latency.labels(leg.name)
+
+    @property
+    def _log(self) -> Any:
+        """The logger bound to this leg and partition (bound when used: logs are rare, and a
+        bound logger per partition and leg is memory at thousands of partitions)."""
+        tp = self.partition.tp
+        return log.bind(leg=self.leg.name, topic=tp.topic, partition=tp.partition)
 
     async def run(self) -> None:
         """Prepare the destination topic, then send queued work until the partition closes."""

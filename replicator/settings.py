@@ -350,7 +350,7 @@ class Settings(BaseSettings):
         description="Longest the shared fetch waits for data once the source has been idle a "
         "while (it grows from REPLICATOR_FETCH_MAX_WAIT_MS while fetches come back empty, and "
         "falls back at the first record): an idle fetch of every assigned partition costs CPU "
-        "in proportion to them, so it grows further to 1 ms per assigned partition (10 s at most, "
+        "in proportion to them, so it grows further to 2 ms per assigned partition (10 s at most, "
         "half REPLICATOR_REQUEST_TIMEOUT_MS). Brokers that answer as soon as data arrives (Apache "
         "Kafka) add no latency; set it to REPLICATOR_FETCH_MAX_WAIT_MS to keep the wait fixed.",
     )
@@ -383,7 +383,7 @@ class Settings(BaseSettings):
         ge=100,
         description="Metadata refresh: bounds how fast new topics are picked up. Each refresh of "
         "the shared fetch lists the whole source cluster, so a cluster of many partitions is "
-        "listed at most every 1 ms per partition in it (12 s at 12,000).",
+        "listed at most every 5 ms per partition in it (30 s at 6,000).",
     )
     request_timeout_ms: int = Field(
         30_000, ge=1000, description="Kafka request timeout; must exceed a consumer group join."
@@ -458,7 +458,7 @@ class Settings(BaseSettings):
 
     @property
     def fetch_longest_wait_ms(self) -> int:
-        """Longest an idle fetch of many partitions waits (1 ms per partition it names, see
+        """Longest an idle fetch of many partitions waits (2 ms per partition it names, see
         :class:`replicator.lifecycle.IdleWait`): 10 s, and half the request timeout at most."""
         return min(10_000, self.request_timeout_ms // 2)
 

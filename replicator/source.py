@@ -109,11 +109,17 @@ class PartitionFanout:
 
     def settle(self) -> None:
         """Detach attached partitions the feed is already past (prepared late, say): without
-        this they would wait for a chunk that never comes while the source is idle."""
+        this they would wait for a chunk that never comes while the source is idle. Attach
+        those fetching alone that caught up with the feed: without this they would stay fetched
+        twice (by the feed and by their leg's catch-up fetch) until the next record."""
         for partition in self.partitions:
             position = partition.position
-            if partition.attached and position is not None and position < self.position:
+            if position is None:
+                continue
+            if partition.attached and position < self.position:
                 partition.detach()
+            elif partition.mode is Mode.ALONE and position == self.position:
+                partition.attach()
 
     def blocking(self) -> list[LegPartition]:
         """The partitions the feed waits for: attached and full, or still starting."""

@@ -109,13 +109,14 @@ def gaps(work: Work) -> list[tuple[int, int]]:
 def snapshot(p: LegPartition) -> dict[str, Any]:
     """Every attribute of ``p``, comparable (events by whether they are set)."""
     out: dict[str, Any] = {}
-    for name, value in vars(p).items():
+    for name in LegPartition.__slots__:
+        value = getattr(p, name)
         if isinstance(value, asyncio.Event):
             out[name] = ("event", value.is_set())
         elif isinstance(value, OffsetTracker):
             out[name] = ("tracker", copy.deepcopy(vars(value)))
-        elif isinstance(value, deque):
-            out[name] = ("deque", list(value))
+        elif isinstance(value, list):
+            out[name] = ("list", list(value))
         else:
             out[name] = value  # immutable, or compared by identity (the tagger, the factory)
     return out
@@ -257,6 +258,23 @@ async def test_a_partition_prepared_after_the_feed_passed_it_is_fed_while_the_so
     fanout.settle()  # every round of the feed, records or not
     assert slow.fed_alone, f"{slow.mode}: neither the feed nor the catch-up fetch feeds [0, 10)"
     assert other.attached, "a partition where the feed stands stays attached"
+
+
+async def test_a_partition_that_caught_up_alone_is_fed_again_while_the_source_is_idle() -> None:
+    behind, replaying = partition(0, Mode.ATTACHED), partition(0, Mode.ATTACHED)
+    fanout = PartitionFanout(TP, [behind, replaying], 10)  # the feed is past both
+    fanout.settle()
+    assert behind.mode is Mode.ALONE and replaying.mode is Mode.ALONE
+    replaying.rewind(0, "replay")  # a replay ends by itself, not by catching up with the feed
+    behind.take_fetched(records(0, 6), 0, 6, FETCHED_MS)  # the catch-up fetch: not there yet
+    fanout.settle()
+    assert behind.mode is Mode.ALONE
+    behind.take_fetched(records(6, 10), 6, 10, FETCHED_MS)  # where the feed stands
+    fanout.settle()
+    assert behind.attached, "caught up: the feed serves it, the catch-up fetch no longer does"
+    assert replaying.state == Mode.REPLAYING.value  # still fed by its own fetch
+    fanout.deliver(records(10, 12), FETCHED_MS)  # the next records come through the feed
+    assert (behind.position, behind.queued_records) == (12, 12)
 
 
 # -- transitions --------------------------------------------------------------------------------
