@@ -1,20 +1,23 @@
 """Committing a leg's upstream offsets: only what every destination acknowledgement covers.
 
 Each partition's :class:`OffsetTracker` knows the contiguous prefix of source offsets the
-destination acknowledged; the committer commits those prefixes to the leg's consumer group on a
-timer, when partitions are released (rebalance) and on shutdown; then it saves their destination
-marks in the destination cluster (where a resume starts reading it, :mod:`replicator.resume`),
-never before the offsets they go with. A commit is bounded in time (a commit for a partition
-being deleted is retried by the client forever) and its outcome counted.
+destination acknowledged; a partition tells the committer when its tracker has something to
+commit (:meth:`LegPartition.owe_commits_to`), so an idle partition costs the timer nothing. The
+committer commits those prefixes to the leg's consumer group on a timer, when partitions are
+released (rebalance) and on shutdown; then it saves their destination marks in the destination
+cluster (where a resume starts reading it, :mod:`replicator.resume`), never before the offsets
+they go with. A commit is bounded in time (a commit for a partition being deleted is retried by
+the client forever) and its outcome counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Protocol
 
 import structlog
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator.kafka import translate
 from replicator.lifecycle import sleep_unless_stopped
@@ -24,13 +27,19 @@ from replicator.partition import LegPartition
 log = structlog.get_logger(__name__)
 
 
+class OffsetCommits(Protocol):
+    """Where a leg's offsets are committed: its consumer (an in-memory fake in unit tests)."""
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+
+
 class Committer:
     """Commits acknowledged offsets of one leg's partitions to the leg's group."""
 
     def __init__(
         self,
         leg: str,
-        consumer: AIOKafkaConsumer,
+        consumer: OffsetCommits,
         metrics: Metrics,
         timeout: float,
         save_marks: Callable[[dict[TopicPartition, int]], Awaitable[None]] | None = None,
@@ -41,18 +50,39 @@ class Committer:
         self._metrics = metrics
         self._timeout = timeout
         self._log = log.bind(leg=leg)
+        # Partitions whose tracker has something to commit, since the last timed commit.
+        self._due: dict[TopicPartition, LegPartition] = {}
+
+    def due(self, partition: LegPartition) -> None:
+        """``partition``'s tracker has an offset or a mark to commit at the next tick."""
+        self._due[partition.tp] = partition
 
     async def run(
         self, stop: asyncio.Event, partitions: Mapping[TopicPartition, LegPartition], every: float
     ) -> None:
-        """Commit every ``every`` seconds until ``stop`` (the final commit is :meth:`commit`'s)."""
+        """Every ``every`` seconds until ``stop``, commit the partitions that are due and still
+        assigned (``partitions``; the final commit is :meth:`commit`'s, on release)."""
         while not stop.is_set():
             await sleep_unless_stopped(stop, every)
-            if not stop.is_set():
-                await self.commit(list(partitions.values()))
+            if stop.is_set() or not self._due:
+                continue
+            due, self._due = self._due, {}
+            # A released partition was committed on release; its successor (a new object) is
+            # due by its own transitions.
+            await self.commit([p for tp, p in due.items() if partitions.get(tp) is p])
 
     async def commit(self, partitions: Iterable[LegPartition]) -> None:
-        """Commit the acknowledged prefix of every partition that moved since its last commit."""
+        """Commit the acknowledged prefix of every partition that moved since its last commit;
+        what could not be committed (or its mark saved) is due again."""
+        partitions = list(partitions)
+        try:
+            await self._commit(partitions)
+        finally:
+            for partition in partitions:
+                if (tracker := partition.tracker) is not None and tracker.needs_commit:
+                    self._due[partition.tp] = partition
+
+    async def _commit(self, partitions: list[LegPartition]) -> None:
         points = [
             (p, tracker, tracker.committable, tracker.mark_to_save)
             for p in partitions

@@ -261,6 +261,8 @@ class LegRunner:
             settings.request_timeout_ms / 1000,
             self._save_marks,
         )
+        for partition in self.partitions.values():  # assigned before the committer existed
+            partition.owe_commits_to(self._commit_due)
         try:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
@@ -303,6 +305,10 @@ class LegRunner:
     def _partition_changed(self, _partition: LegPartition) -> None:
         self._health_due.set()
 
+    def _commit_due(self, partition: LegPartition) -> None:
+        if self._committer is not None:
+            self._committer.due(partition)
+
     async def _save_marks(self, marks: dict[TopicPartition, int]) -> None:
         """Save destination marks, if the destination is up (briefly: the next commit retries)."""
         if not self.destination.ready.is_set() or self.destination_error is not None:
@@ -332,7 +338,7 @@ class LegRunner:
             if stop.is_set() or not self.destination.ready.is_set():
                 continue
             idle = {
-                TopicPartition(p.target_topic, p.tp.partition): (tracker, tracker.last_end)
+                TopicPartition(p.target_topic, p.tp.partition): (p, tracker.last_end)
                 for p in self.partitions.values()
                 # Placed by key, no single destination partition holds the origin: no mark.
                 if p.open
@@ -348,8 +354,8 @@ class LegRunner:
                 self._log.debug("destination log ends unknown", error=repr(exc))
                 continue
             for destination_tp, end in ends.items():
-                tracker, last_end = idle[destination_tp]
-                tracker.refresh_mark(end, last_end)
+                partition, last_end = idle[destination_tp]
+                partition.destination_end_seen(end, last_end)
 
     async def _close_clients(self) -> None:
         grace = max(self._settings.shutdown_grace_ms / 1000, 1.0)
@@ -461,6 +467,7 @@ class LegRunner:
         )
         self.partitions[tp] = partition
         partition.watch(self._partition_changed)
+        partition.owe_commits_to(self._commit_due)
         if self._catch_up is not None:
             partition.watch(self._catch_up.changed)
         name = f"send:{self.leg.name}:{tp.topic}:{tp.partition}"

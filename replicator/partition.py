@@ -116,6 +116,7 @@ class LegPartition:
 
     # One per assigned partition and leg: slots keep each instance small (no attribute dict).
     __slots__ = (
+        "_commit_due",
         "_full",
         "_max_bytes",
         "_max_records",
@@ -185,6 +186,8 @@ class LegPartition:
         # Called on every change the feed or the catch-up fetch may act on (a mode change, room
         # freed, a position moved), so they look at changed partitions only, never poll them all.
         self._watchers: list[Callable[[LegPartition], None]] = []
+        # Called when the tracker has something to commit (see :meth:`owe_commits_to`).
+        self._commit_due: Callable[[LegPartition], None] | None = None
         self._max_records = max_records
         self._max_bytes = max_bytes
         # Hand-over time of the batches not yet acknowledged, oldest first (for stall reports).
@@ -194,6 +197,14 @@ class LegPartition:
         """Call ``watcher(self)`` after every transition (it must not change this partition)."""
         if watcher not in self._watchers:
             self._watchers.append(watcher)
+
+    def owe_commits_to(self, due: Callable[[LegPartition], None]) -> None:
+        """Call ``due(self)`` whenever the tracker has an offset or a mark to commit (an
+        acknowledgement moved it, a new tracker must commit its start, a mark was raised), so
+        the committer looks at those partitions only, never walks them all."""
+        self._commit_due = due
+        if self.tracker is not None and self.tracker.needs_commit:
+            due(self)
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -286,8 +297,8 @@ class LegPartition:
         self.position = position
         if position is not None:
             unsaved = self.tracker is not None and self.tracker.needs_commit  # after restart()
-            self.tracker = OffsetTracker(
-                position, must_commit=moved or unsaved, destination_mark=tail.log_end
+            self._track(
+                OffsetTracker(position, must_commit=moved or unsaved, destination_mark=tail.log_end)
             )
         self.destination_mark = tail.log_end
         self.skipped_at_resume = max(skipped, 0)
@@ -299,7 +310,7 @@ class LegPartition:
         if self.mode is not Mode.STARTING or self.position is None:
             return
         unsaved = self.tracker is not None and self.tracker.needs_commit  # after restart()
-        self.tracker = OffsetTracker(self.position, must_commit=unsaved)
+        self._track(OffsetTracker(self.position, must_commit=unsaved))
         self.destination_mark = None
         self.skipped_at_resume = len(written)
 
@@ -319,10 +330,12 @@ class LegPartition:
         if old is not None:
             self.position = old.committable
             self.destination_mark = old.destination_mark
-            self.tracker = OffsetTracker(
-                old.committable,
-                must_commit=old.committed != old.committable,
-                destination_mark=old.destination_mark,
+            self._track(
+                OffsetTracker(
+                    old.committable,
+                    must_commit=old.committed != old.committable,
+                    destination_mark=old.destination_mark,
+                )
             )
         self.last_error = note
         self._enter(Mode.STARTING)
@@ -332,8 +345,10 @@ class LegPartition:
         """After :meth:`rewind`: the replaced destination's log ended at ``destination_end``
         when the replay began; a resume never reads below it (that came before the replay)."""
         if self.open and self.tracker is not None:
-            self.tracker = OffsetTracker(
-                self.tracker.committable, must_commit=True, destination_mark=destination_end
+            self._track(
+                OffsetTracker(
+                    self.tracker.committable, must_commit=True, destination_mark=destination_end
+                )
             )
             self.destination_mark = destination_end
 
@@ -386,7 +401,7 @@ class LegPartition:
         if self.placement is not None:
             # What a resume found written belongs to the old log, not to records coming again.
             self.placement.written = frozenset()
-        self.tracker = OffsetTracker(offset, must_commit=True)
+        self._track(OffsetTracker(offset, must_commit=True))
         self.last_error = note
         if self.mode is not Mode.STARTING:
             self._enter(Mode.REPLAYING)
@@ -504,6 +519,8 @@ class LegPartition:
         tracker.ack(first, destination_end)
         if tracker is not self.tracker:
             return  # an abandoned epoch
+        if self._commit_due is not None and tracker.needs_commit:
+            self._commit_due(self)
         acknowledged = 0
         while (
             acknowledged < len(self._unacked)
@@ -511,6 +528,17 @@ class LegPartition:
         ):
             acknowledged += 1
         del self._unacked[:acknowledged]
+
+    def destination_end_seen(self, destination_end: int, last_end: int) -> None:
+        """The destination's log end was ``destination_end`` while nothing was in flight and
+        the tracker's last range ended at ``last_end``: its mark may rise (saved at the next
+        commit), so a resume reads less of what others wrote meanwhile."""
+        tracker = self.tracker
+        if tracker is None:
+            return
+        tracker.refresh_mark(destination_end, last_end)
+        if self._commit_due is not None and tracker.needs_commit:
+            self._commit_due(self)
 
     def stalled(self, now: float, after: float) -> bool:
         """Whether the destination has not acknowledged a batch for ``after`` seconds."""
@@ -522,6 +550,11 @@ class LegPartition:
         self.mode = mode
         self.wakeup.set()
         self._changed()
+
+    def _track(self, tracker: OffsetTracker) -> None:
+        self.tracker = tracker
+        if self._commit_due is not None and tracker.needs_commit:
+            self._commit_due(self)
 
     def _changed(self) -> None:
         for watcher in self._watchers:
