@@ -49,6 +49,13 @@ def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
     log = structlog.get_logger("replicator")
     for note in notes:
         log.info("mirrormaker configuration translated", note=note)
+    for alias, cluster in sorted(settings.clusters.items()):
+        if cluster.sends_password_in_clear:
+            log.warning(
+                "SASL PLAIN without TLS: the password crosses the network unencrypted",
+                cluster=alias,
+                accepted_by=f"REPLICATOR_CLUSTERS__{alias.upper()}__ALLOW_INSECURE_PLAIN",
+            )
     use_decoded_records()
     service = ReplicatorService(settings)
     try:
@@ -89,9 +96,10 @@ def mirror_maker(
     number), --num.streams, --num.producers, --preserve.order, --abort.on.send.failure,
     --new.consumer. Cluster aliases come from the properties files' names. Options and
     properties done another way are accepted and noted; ZooKeeper settings, message handlers,
-    rebalance listeners, Kerberos/OAuth and JKS stores are refused (exit 2, naming them).
-    REPLICATOR_HTTP_PORT, REPLICATOR_LOG_LEVEL and other top-level variables of the environment
-    still apply.
+    rebalance listeners, Kerberos/OAuth and JKS stores are refused (exit 2, naming them), and so
+    is SASL PLAIN over SASL_PLAINTEXT unless REPLICATOR_CLUSTERS__<ALIAS>__ALLOW_INSECURE_PLAIN=true
+    is in the environment. REPLICATOR_HTTP_PORT, REPLICATOR_LOG_LEVEL and other top-level
+    variables of the environment still apply.
     """
     from replicator.mirrormaker import mirror_maker_translation
 
@@ -118,8 +126,10 @@ def mm2(
     topics.exclude, replication.factor and heartbeats (emit.heartbeats.enabled and
     emit.heartbeats.interval.seconds). What this version does not run (checkpoints, group offset
     sync, ACL sync) is accepted with a note saying so; custom policies, Kerberos/OAuth and JKS
-    stores are refused (exit 2, naming the property). REPLICATOR_HTTP_PORT, REPLICATOR_LOG_LEVEL
-    and other top-level variables of the environment still apply.
+    stores are refused (exit 2, naming the property), and so is SASL PLAIN over SASL_PLAINTEXT
+    unless REPLICATOR_CLUSTERS__<ALIAS>__ALLOW_INSECURE_PLAIN=true is in the environment.
+    REPLICATOR_HTTP_PORT, REPLICATOR_LOG_LEVEL and other top-level variables of the environment
+    still apply.
     """
     from replicator.mirrormaker import mm2_translation
 
@@ -202,8 +212,10 @@ def check_config(
 ) -> None:
     """Validate the environment, connect to every cluster, print the effective configuration.
 
-    Secrets are masked. Exits 0 when the configuration is valid and every cluster answers, 2
-    otherwise (an invalid variable is named).
+    Secrets are masked. Also checks that the HTTP server could listen on REPLICATOR_HTTP_HOST and
+    REPLICATOR_HTTP_PORT (bound and released at once). Exits 0 when the configuration is valid,
+    the HTTP address is free and every cluster answers, 2 otherwise (an invalid variable is
+    named).
     """
     from replicator.operations import check_config as check
 

@@ -25,11 +25,13 @@
 - ``/metrics``: Prometheus exposition (labels per leg, topic or state, never per partition).
 
 An address the server cannot listen on (port taken, host not on this machine) is configuration
-error: :meth:`HttpServer.start` raises :class:`~replicator.errors.ConfigError` naming the variable.
+error: :meth:`HttpServer.start` raises :class:`~replicator.errors.ConfigError` naming the variable,
+and :func:`listen_problem` (``check-config``) finds the same before the service starts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import socket
@@ -108,30 +110,48 @@ class HttpServer:
             await site.start()
         except OSError as exc:
             await self._runner.cleanup()
-            raise self._bind_error(exc) from None
+            raise bind_error(self._host, self._port, exc) from None
         sockets = getattr(site._server, "sockets", None)
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
 
-    def _bind_error(self, exc: OSError) -> ConfigError:
-        where = f"{self._host}:{self._port}"
-        if isinstance(exc, socket.gaierror) or not exc.errno:
-            reason = exc.strerror or type(exc).__name__
-        else:
-            reason = os.strerror(exc.errno)
-        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
-            return ConfigError(
-                f"{ENV_PREFIX}HTTP_HOST",
-                f"cannot listen on {where}: {reason} (not an address of this machine; "
-                "0.0.0.0 listens on all of them)",
-            )
-        if exc.errno == errno.EADDRINUSE:
-            return ConfigError(
-                f"{ENV_PREFIX}HTTP_PORT",
-                f"cannot listen on {where}: the port is already in use (another replicator "
-                "on this host? give each its own REPLICATOR_HTTP_PORT)",
-            )
-        return ConfigError(f"{ENV_PREFIX}HTTP_PORT", f"cannot listen on {where}: {reason}")
-
     async def stop(self) -> None:
         await self._runner.cleanup()
+
+
+def bind_error(host: str, port: int, exc: OSError) -> ConfigError:
+    """Why the server cannot listen on ``host:port``, naming the variable to change."""
+    where = f"{host}:{port}"
+    if isinstance(exc, socket.gaierror) or not exc.errno:
+        reason = exc.strerror or type(exc).__name__
+    else:
+        reason = os.strerror(exc.errno)
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return ConfigError(
+            f"{ENV_PREFIX}HTTP_HOST",
+            f"cannot listen on {where}: {reason} (not an address of this machine; "
+            "0.0.0.0 listens on all of them)",
+        )
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError(
+            f"{ENV_PREFIX}HTTP_PORT",
+            f"cannot listen on {where}: the port is already in use (another replicator "
+            "on this host? give each its own REPLICATOR_HTTP_PORT)",
+        )
+    return ConfigError(f"{ENV_PREFIX}HTTP_PORT", f"cannot listen on {where}: {reason}")
+
+
+def listen_problem(host: str, port: int) -> ConfigError | None:
+    """Why the server could not listen on ``host:port`` now, or ``None``: a server is bound
+    there as :meth:`HttpServer.start` binds it (same options), and closed at once."""
+
+    async def attempt() -> None:
+        server = await asyncio.get_running_loop().create_server(asyncio.Protocol, host, port)
+        server.close()
+        await server.wait_closed()
+
+    try:
+        asyncio.run(attempt())
+    except OSError as exc:
+        return bind_error(host, port, exc)
+    return None

@@ -1,12 +1,13 @@
 """Operator commands: ``replicator check-config``, ``replicator lag``, ``replicator topics ensure``.
 
-``check-config`` validates the environment, connects to every cluster (naming the addresses it
-could not reach), prints the effective configuration with secrets masked, and for each feed (the
-``_REPLICA`` mode's, each flow's) which of its source cluster's topics the rules replicate and
-why the others are left out. ``lag`` shows, per leg (flows' legs included), topic and
-partition, the leg's committed offset, the source log end and the difference, read from
-the clusters themselves (the successor of MirrorMaker's offset checker, like
-``kafka-consumer-groups --describe``), and warns when the rules select no topic.
+``check-config`` validates the environment, checks that the HTTP server could listen on its
+address (as ``run`` would), connects to every cluster (naming the addresses it could not reach),
+prints the effective configuration with secrets masked, and for each feed (the ``_REPLICA``
+mode's, each flow's) which of its source cluster's topics the rules replicate and why the others
+are left out. ``lag`` shows, per leg (flows' legs included), topic and partition, the leg's
+committed offset, the source log end and the difference, read from the clusters themselves (the
+successor of MirrorMaker's offset checker, like ``kafka-consumer-groups --describe``), and warns
+when the rules select no topic.
 ``topics ensure`` creates the ``X_REPLICA`` and ``X`` pair of a topic on every cluster with the
 same partition count and configuration, and reports pairs that cannot match; it refuses names
 that are not Kafka topic names or that already carry the replica suffix.
@@ -25,6 +26,7 @@ from aiokafka import AIOKafkaConsumer
 from rich.console import Console
 from rich.table import Table
 
+from replicator.health import listen_problem
 from replicator.kafka import ClusterClient, client_options, translate
 from replicator.settings import Settings
 from replicator.snapshot import snapshot, topic_selection
@@ -117,8 +119,11 @@ def _warn_nothing_selected(plan: FeedPlan, selection: TopicSelection) -> None:
 
 
 def check_config(settings: Settings, as_json: bool) -> int:
-    """Print the effective configuration, whether each cluster answers and which topics each
-    feed's rules replicate; 0 if every cluster answers, else 2."""
+    """Print the effective configuration, whether the HTTP server could listen, whether each
+    cluster answers and which topics each feed's rules replicate; 0 if the server could listen
+    and every cluster answers, else 2 (as ``run`` exits on an address it cannot listen on)."""
+    address = f"{settings.http_host}:{settings.http_port}"
+    http_error = listen_problem(settings.http_host, settings.http_port)
     reachable = asyncio.run(_probe_all(settings))
     selections: dict[str, tuple[FeedPlan, TopicSelection]] = {}
     for plan in feeds_for(settings):
@@ -136,6 +141,12 @@ def check_config(settings: Settings, as_json: bool) -> int:
     replica = selections.get("replica") if settings.replica_mode else None
     document = {
         "configuration": effective,
+        "http": {
+            "address": address,
+            "listenable": http_error is None,
+            "variable": None if http_error is None else http_error.variable,
+            "error": None if http_error is None else http_error.message,
+        },
         "clusters": {a: {"reachable": e is None, "error": e} for a, e in reachable.items()},
         "topics": None if replica is None else shown(replica[1]),
         "flows": {
@@ -146,6 +157,8 @@ def check_config(settings: Settings, as_json: bool) -> int:
         print(json.dumps(document, indent=2))
     else:
         Console().print_json(json.dumps(effective))
+        listening = "can listen" if http_error is None else "CANNOT LISTEN: " + http_error.message
+        print(f"http {address}: {listening}")
         for alias, error in reachable.items():
             print(f"cluster {alias}: {'reachable' if error is None else 'UNREACHABLE: ' + error}")
         for plan, selection in selections.values():
@@ -153,6 +166,16 @@ def check_config(settings: Settings, as_json: bool) -> int:
     for plan, selection in selections.values():
         if not selection.replicated:
             _warn_nothing_selected(plan, selection)
+    for alias, cluster in sorted(settings.clusters.items()):
+        if cluster.sends_password_in_clear:
+            warn(
+                f"cluster {alias}: SASL PLAIN without TLS sends the password unencrypted "
+                f"(accepted by REPLICATOR_CLUSTERS__{alias.upper()}__ALLOW_INSECURE_PLAIN)"
+            )
+    if http_error is not None:
+        # The same line, and status, as ``run`` gives for this address.
+        print(f"configuration error: {http_error.variable}: {http_error.message}", file=sys.stderr)
+        return 2
     return 0 if all(e is None for e in reachable.values()) else 2
 
 

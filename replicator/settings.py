@@ -3,7 +3,12 @@
 Everything the replicator can be told comes from ``REPLICATOR_*`` environment variables, parsed
 once, before the event loop starts, into a frozen :class:`Settings` that is passed down. Invalid
 configuration raises :class:`~replicator.errors.ConfigError` naming the variable at fault; the CLI
-turns that into exit status 2. Secret values are ``SecretStr`` and never appear in messages.
+turns that into exit status 2. Secret values are ``SecretStr`` and never appear in messages, nor do
+credentials typed into another value (``user:secret@host:9092`` as a bootstrap server): messages
+show values through :func:`shown_servers` and :func:`shown_value`. The replicator's own topics
+(heartbeats, checkpoints, dead letters) must not be application topics
+(:func:`replicator.topology.internal_topic_problem` decides), and SASL PLAIN without TLS is refused
+unless the cluster's ``ALLOW_INSECURE_PLAIN`` accepts it.
 """
 
 from __future__ import annotations
@@ -49,8 +54,19 @@ DEFAULT_TOPIC_CONFIGS_EXCLUDE = (
 # Internal topics of Kafka, Kafka Connect and the schema registry are never replicated by default.
 DEFAULT_TOPICS_EXCLUDE = r"__.*|_schemas|_confluent.*|connect-(configs|offsets|status)"
 
+# The settings naming the replicator's own topics (never application data), in message order.
+INTERNAL_TOPIC_FIELDS = ("heartbeat_topic", "checkpoints_topic", "dead_letter_topic")
+
 _ALIAS = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-_HOST_PORT = re.compile(r"^[^\s:,]+:\d{1,5}$")
+# No '@' or '/': a host name holds neither, and credentials written into an address
+# (user:secret@host:9092, sasl://user:pass@host) would be shown wherever the address is.
+_HOST_PORT = re.compile(r"^[^\s:,@/]+:\d{1,5}$")
+# What a host:port, or a typo of one, is made of: only such text is shown back in a message.
+_ADDRESS_TEXT = re.compile(r"^[A-Za-z0-9._\-\[\]:]*$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9_+.-]*://")
+# A value that may hold a secret is never echoed in a message.
+_SECRET_HINT = re.compile(r"@|pass|secret|token|credential|api.?key", re.IGNORECASE)
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 _FLOW_NAME = re.compile(r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
@@ -110,6 +126,49 @@ class StartPosition(StrEnum):
 
     EARLIEST = "earliest"  # the whole history the source still holds
     LATEST = "latest"  # only what is written from now on
+
+
+def is_host_port(entry: str) -> bool:
+    """``entry`` is one bootstrap address, ``host:port`` (no credentials, no scheme)."""
+    return _HOST_PORT.match(entry) is not None
+
+
+def shown_servers(entries: list[str]) -> list[str]:
+    """Bootstrap entries as a message may show them: never a credential.
+
+    Credentials written into an entry become ``***`` (``user:secret@host:9092`` is shown
+    ``***@host:9092``, ``sasl://user:pass@host`` ``sasl://***@host``). Once one entry holds
+    credentials or text no address holds (``;password=...``), no other entry is shown but as
+    ``***`` either: a password may hold a comma, and the entries next to it be parts of it.
+    """
+
+    def parts(entry: str) -> tuple[str, str]:
+        scheme = _SCHEME.match(entry)
+        head = scheme.group(0) if scheme else ""
+        return head, entry[len(head) :]
+
+    suspicious = any(
+        "@" in rest or not _ADDRESS_TEXT.match(rest) for _, rest in map(parts, entries)
+    )
+    shown = []
+    for head, rest in map(parts, entries):
+        if "@" in rest:
+            host = rest.rpartition("@")[2]
+            shown.append(f"{head}***@{host if _ADDRESS_TEXT.match(host) else '***'}")
+        elif suspicious:
+            shown.append("***")
+        else:
+            shown.append(head + rest)
+    return shown
+
+
+def shown_value(value: object) -> str | None:
+    """``value`` quoted for a message, or ``None`` when it must not be shown (it may hold a
+    credential: an ``@``, or words like password, secret or token)."""
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        return None
+    text = str(value)
+    return None if _SECRET_HINT.search(text) else repr(value)
 
 
 def _readable_file(path: Path | None) -> Path | None:
@@ -200,15 +259,20 @@ class ClusterSettings(BaseModel):
         "(<name><separator><topic>, as MM2 names them); default: its alias.",
     )
 
+    allow_insecure_plain: bool = Field(
+        False,
+        description="Accept SASL_MECHANISM=PLAIN over SECURITY_PROTOCOL=SASL_PLAINTEXT, which "
+        "sends the password unencrypted (refused otherwise: use SASL_SSL, or SCRAM).",
+    )
+
     @field_validator("bootstrap_servers")
     @classmethod
     def _host_ports(cls, value: str) -> str:
         servers = [s.strip() for s in value.split(",") if s.strip()]
         if not servers:
             raise ValueError("must list at least one host:port")
-        bad = [s for s in servers if not _HOST_PORT.match(s)]
-        if bad:
-            raise ValueError(f"expected host:port[,host:port...], got {', '.join(bad)}")
+        if not all(map(is_host_port, servers)):
+            raise ValueError(bootstrap_problem(servers))
         return ",".join(servers)
 
     @property
@@ -225,6 +289,30 @@ class ClusterSettings(BaseModel):
     @property
     def uses_ssl(self) -> bool:
         return self.security_protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+
+    @property
+    def sends_password_in_clear(self) -> bool:
+        """SASL PLAIN without TLS: the password crosses the network as written."""
+        return (
+            self.sasl_mechanism is SaslMechanism.PLAIN
+            and self.security_protocol is SecurityProtocol.SASL_PLAINTEXT
+        )
+
+
+def bootstrap_problem(servers: list[str]) -> str:
+    """What is wrong with bootstrap entries of which some are not ``host:port``, showing the bad
+    ones through :func:`shown_servers` (never a credential)."""
+    shown = shown_servers(servers)
+    bad = [text for server, text in zip(servers, shown, strict=True) if not is_host_port(server)]
+    message = f"expected host:port[,host:port...]; not host:port: {', '.join(bad)}"
+    if any("@" in server for server in servers):
+        message += (
+            " (credentials never go into the address: give them in the cluster's SASL_USERNAME "
+            "and SASL_PASSWORD, with SECURITY_PROTOCOL=SASL_SSL)"
+        )
+    elif any(":" not in server for server in servers):
+        message += " (a ':' missing before the port?)"
+    return message
 
 
 class FlowSettings(BaseModel):
@@ -408,7 +496,8 @@ class Settings(BaseSettings):
     )
     dead_letter_topic: str = Field(
         "replicator.dead-letter",
-        description="Topic on the local cluster for records parked by the dead-letter policy.",
+        description="Topic on the local cluster for records parked by the dead-letter policy; "
+        "never an application topic (one the topic rules replicate or replicate into: exit 2).",
     )
     heartbeat_interval_ms: int = Field(
         1000,
@@ -418,7 +507,9 @@ class Settings(BaseSettings):
         "0: no heartbeats.",
     )
     heartbeat_topic: str = Field(
-        "heartbeats", description="The heartbeat topic of each flow's source cluster."
+        "heartbeats",
+        description="The heartbeat topic of each flow's source cluster; never an application "
+        "topic (one the topic rules replicate or replicate into: exit 2).",
     )
     sync_groups: Regex | None = Field(
         None,
@@ -439,7 +530,8 @@ class Settings(BaseSettings):
     checkpoints_topic: str = Field(
         "replicator-checkpoints",
         description="The topic, in each cluster, holding the latest translated position of each "
-        "synced group, partition and source cluster (compacted, never replicated).",
+        "synced group, partition and source cluster (compacted, never replicated); never an "
+        "application topic (one the topic rules replicate or replicate into: exit 2).",
     )
     topic_config_sync_interval_ms: int = Field(
         60_000,
@@ -501,18 +593,6 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _dead_letter(self) -> Settings:
-        # A dead-letter topic with the replica suffix would be replicated like application data.
-        if not self.dead_letter_topic.strip() or self.dead_letter_topic.endswith(
-            self.replica_suffix
-        ):
-            raise ConfigError(
-                f"{ENV_PREFIX}DEAD_LETTER_TOPIC",
-                f"must be a topic name not ending in {self.replica_suffix!r}",
-            )
-        return self
-
-    @model_validator(mode="after")
     def _topology(self) -> Settings:
         if self.local_cluster not in self.clusters:
             known = ", ".join(sorted(self.clusters)) or "none"
@@ -533,6 +613,13 @@ class Settings(BaseSettings):
             if (cluster.ssl_certfile is None) != (cluster.ssl_keyfile is None):
                 raise ConfigError(
                     var + "SSL_KEYFILE", "SSL_CERTFILE and SSL_KEYFILE must be given together"
+                )
+            if cluster.sends_password_in_clear and not cluster.allow_insecure_plain:
+                raise ConfigError(
+                    var + "SASL_MECHANISM",
+                    "PLAIN with security protocol SASL_PLAINTEXT (no TLS) sends the password "
+                    "unencrypted over the network: use SASL_SSL, or SCRAM-SHA-256/SCRAM-SHA-512; "
+                    f"to accept it anyway, set {var}ALLOW_INSECURE_PLAIN=true",
                 )
         return self
 
@@ -567,6 +654,39 @@ class Settings(BaseSettings):
                 f"is false and no flow is configured ({ENV_PREFIX}FLOWS__<NAME>__SOURCE ...): "
                 "nothing would be replicated",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _internal_topics(self) -> Settings:
+        """The replicator's own topics: Kafka topic names, distinct, never replica topics, and
+        never topics the rules replicate (after the clusters and flows are known good)."""
+        seen: dict[str, str] = {}
+        for field_name in INTERNAL_TOPIC_FIELDS:
+            variable, topic = ENV_PREFIX + field_name.upper(), getattr(self, field_name)
+            if not _TOPIC_NAME.match(topic) or topic in (".", ".."):
+                raise ConfigError(
+                    variable, "must be a Kafka topic name: letters, digits, '.', '_' and '-'"
+                )
+            if topic in seen:
+                # Blame the one moved from its default: the other is where it belongs.
+                other = seen[topic]
+                if topic == type(self).model_fields[field_name].default:
+                    variable, other = other, variable
+                raise ConfigError(variable, f"{topic!r} is {other}'s topic: give each its own")
+            seen[topic] = variable
+            # Applications write <topic><suffix>; the _REPLICA mode reads every such topic.
+            if topic.endswith(self.replica_suffix):
+                raise ConfigError(
+                    variable,
+                    f"must not end in the replica suffix {self.replica_suffix!r}: applications "
+                    "write such topics and the replicator reads them as application data",
+                )
+        # The topic rules live in topology, which imports this module.
+        from replicator.topology import internal_topic_problem
+
+        problem = internal_topic_problem(self)
+        if problem is not None:
+            raise ConfigError(*problem)
         return self
 
     @property
@@ -621,7 +741,9 @@ def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
     return sorted(unknown)
 
 
-_SECRET_FIELDS = {"sasl_password"}
+# Values never quoted in an error: secrets, and bootstrap servers (their validator shows the bad
+# entries, credentials masked).
+_UNQUOTED_FIELDS = {"sasl_password", "bootstrap_servers"}
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -652,8 +774,8 @@ def _config_error(exc: ValidationError) -> ConfigError:
             f"{ENV_PREFIX}CLUSTERS__<ALIAS>__BOOTSTRAP_SERVERS",
             "no cluster is configured; define one block per datacenter",
         )
-    if loc and str(loc[-1]) not in _SECRET_FIELDS and err["type"] != "missing":
-        raw = exc.errors(include_url=False)[0].get("input")
-        if isinstance(raw, str | int):
-            message = f"{message} (got {raw!r})"
+    if loc and str(loc[-1]) not in _UNQUOTED_FIELDS and err["type"] != "missing":
+        shown = shown_value(exc.errors(include_url=False)[0].get("input"))
+        if shown is not None:
+            message = f"{message} (got {shown})"
     return ConfigError(env_name(loc) if loc else ENV_PREFIX + "*", message)

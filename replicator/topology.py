@@ -9,18 +9,28 @@ apply the regexes to the source topic and name the target topic by the flow's na
 (identity, prefix, or MM2's ``<source><separator><topic>`` with MM2's cycle rule). One function
 decides (:meth:`TopicRules.rejection`); a :class:`TopicSelection` is its answer for one topic
 listing, and the consumer subscription is built from that answer, never from the user's regexes.
-Pure logic, no I/O.
+The replicator's own topics (heartbeats, checkpoints, dead letters) are never application data:
+the rules leave them out, and :func:`internal_topic_problem` refuses a configuration that names
+one of them after a topic the rules replicate. Pure logic, no I/O.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import NamedTuple
 
-from replicator.settings import FlowSettings, Naming, Settings, StartPosition
+from replicator.settings import (
+    ENV_PREFIX,
+    INTERNAL_TOPIC_FIELDS,
+    FlowSettings,
+    Naming,
+    OversizePolicy,
+    Settings,
+    StartPosition,
+)
 
 # The longest topic name Kafka accepts.
 _MAX_TOPIC_LENGTH = 249
@@ -70,7 +80,8 @@ class Rejection(StrEnum):
     # A prefix flow's own output (it starts with the prefix): copying it would rename it again.
     FLOW_OUTPUT = "flow_output"
     TARGET_NAME_TOO_LONG = "target_name_too_long"
-    # The replicator's own checkpoints of consumer groups: meaningful only in their cluster.
+    # The replicator's own topics (checkpoints of consumer groups, dead letters, and heartbeats
+    # in the _REPLICA mode): never application data.
     INTERNAL = "internal"
 
 
@@ -127,8 +138,9 @@ class TopicRules:
     target_name: str = ""  # the target cluster's name in topic names (MM2's cycle rule)
     # A flow's heartbeat topic: always copied, whatever the include and exclude rules say.
     heartbeat_topic: str | None = None
-    # The checkpoints topic: never copied, whatever the include and exclude rules say.
-    checkpoints_topic: str | None = None
+    # The replicator's own topics: never replicated nor written into, whatever the include and
+    # exclude rules say (a flow's: source topics; the _REPLICA mode's: real topics).
+    internal_topics: frozenset[str] = frozenset()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TopicRules:
@@ -137,6 +149,7 @@ class TopicRules:
             suffix=settings.replica_suffix,
             include=re.compile(settings.topics_include),
             exclude=re.compile(settings.topics_exclude),
+            internal_topics=internal_topics_in_use(settings),
         )
 
     @classmethod
@@ -154,7 +167,9 @@ class TopicRules:
             heartbeat_topic=settings.heartbeat_topic
             if flow.heartbeats and settings.heartbeat_interval_ms
             else None,
-            checkpoints_topic=settings.checkpoints_topic,
+            # Checkpoints are meaningful only in their cluster: never copied, even when off.
+            internal_topics=(internal_topics_in_use(settings) - {settings.heartbeat_topic})
+            | {settings.checkpoints_topic},
         )
 
     def describe(self) -> dict[str, str]:
@@ -180,6 +195,8 @@ class TopicRules:
         if target.endswith(suffix):
             # Writing into another replica topic would make the replicator read its own output.
             return Rejection.TARGET_IS_REPLICA_TOPIC
+        if target in self.internal_topics:
+            return Rejection.INTERNAL
         if not self.include.fullmatch(target):
             return Rejection.NOT_INCLUDED
         if self.exclude.fullmatch(target):
@@ -197,7 +214,7 @@ class TopicRules:
         )
 
     def _flow_rejection(self, source_topic: str) -> Rejection | None:
-        if source_topic == self.checkpoints_topic:
+        if source_topic in self.internal_topics:
             return Rejection.INTERNAL
         if not self._is_heartbeats(source_topic):
             if not self.include.fullmatch(source_topic):
@@ -287,6 +304,75 @@ class FeedPlan:
 
 
 REPLICA_FEED = "replica"
+
+
+def internal_topics_in_use(settings: Settings) -> frozenset[str]:
+    """The replicator's own topics this configuration writes: the heartbeat topic (a flow emits
+    heartbeats), the checkpoints topic (groups are synced), the dead-letter topic (its policy)."""
+    used = set()
+    if settings.heartbeat_interval_ms and any(flow.heartbeats for flow in settings.flows.values()):
+        used.add(settings.heartbeat_topic)
+    if settings.sync_groups is not None:
+        used.add(settings.checkpoints_topic)
+    if settings.record_too_large_policy is OversizePolicy.DEAD_LETTER:
+        used.add(settings.dead_letter_topic)
+    return frozenset(used)
+
+
+def internal_topic_problem(settings: Settings) -> tuple[str, str] | None:
+    """The first setting that names one of the replicator's own topics (heartbeats, checkpoints,
+    dead letters) after application data, as ``(variable, why)``; ``None`` when none does.
+
+    A topic is application data when a feed's rules, left without their exceptions for the
+    replicator's own topics, would replicate it (a source topic: ``orders_REPLICA``, a flow's
+    ``orders``) or replicate into it (``orders`` from ``orders_REPLICA``, ``dc1.orders`` from a
+    flow's ``orders``): heartbeats or checkpoints there would reach the applications, and their
+    records be read as the replicator's. Whether a feed runs the topic's writer or not, a name
+    is checked: it may be switched on later. The defaults (``heartbeats``, ...) are reserved:
+    the rules never take them for application data (:attr:`Rejection.INTERNAL`).
+    """
+    feeds: list[tuple[str, TopicRules, str]] = []
+    if settings.replica_mode:
+        rules = replace(TopicRules.from_settings(settings), internal_topics=frozenset())
+        feeds.append(("the _REPLICA mode", rules, f"{ENV_PREFIX}TOPICS_EXCLUDE"))
+    for name, flow in sorted(settings.flows.items()):
+        rules = replace(
+            TopicRules.for_flow(flow, settings), heartbeat_topic=None, internal_topics=frozenset()
+        )
+        feeds.append((f"flow {name}", rules, f"{ENV_PREFIX}FLOWS__{name.upper()}__TOPICS_EXCLUDE"))
+    for field_name in INTERNAL_TOPIC_FIELDS:
+        topic = getattr(settings, field_name)
+        reserved = Settings.model_fields[field_name].default
+        if topic == reserved:
+            continue
+        use = _application_use(topic, feeds)
+        if use is None:
+            continue
+        what, exclude = use
+        instead = f"add it to {exclude}"
+        if _application_use("__" + topic, feeds) is None:
+            instead += f", or name it '__{topic}'"
+        return (
+            ENV_PREFIX + field_name.upper(),
+            f"{topic!r} is an application topic ({what}): the replicator's own records must not "
+            f"go there; leave it unset ({reserved!r}, reserved) or give a topic the rules do not "
+            f"replicate ({instead})",
+        )
+    return None
+
+
+def _application_use(
+    topic: str, feeds: list[tuple[str, TopicRules, str]]
+) -> tuple[str, str] | None:
+    """How the first feed that does makes ``topic`` application data, and the variable that
+    would exclude it; ``None`` when no feed does."""
+    for what, rules, exclude in feeds:
+        if rules.rejection(topic) is None:
+            return f"{what} replicates it", exclude
+        source = rules.source(topic)
+        if source is not None:
+            return f"{what} replicates {source} into it", exclude
+    return None
 
 
 def home_marks(settings: Settings, flow: FlowSettings) -> tuple[str, ...]:

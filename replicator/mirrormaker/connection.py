@@ -8,7 +8,8 @@ gathers them as *offers* with a priority; :func:`cluster_env` resolves them once
 ``host:port`` bootstrap servers, the security protocol, SASL PLAIN/SCRAM credentials from
 ``sasl.jaas.config`` (:func:`parse_jaas`) or ``sasl.username``/``sasl.password``, and PEM files.
 Two clients of one cluster connecting differently, Kerberos, OAuth, JKS/PKCS12 stores, inline PEM
-and encrypted keys are refused with what to do instead. Passwords are never quoted.
+and encrypted keys are refused with what to do instead. Passwords are never quoted, nor are
+credentials written into a bootstrap address (``user:secret@host:9092``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from dataclasses import dataclass, field
 from replicator.errors import ConfigError
 from replicator.mirrormaker.translation import Builder, cluster_var
 from replicator.mirrormaker.values import parse_bool
+from replicator.settings import is_host_port, shown_servers
 
 _VarFn = Callable[[str], str]
-_HOST_PORT = re.compile(r"^[^\s:,]+:\d{1,5}$")
 
 
 @dataclass
@@ -155,10 +156,19 @@ def cluster_env(b: Builder, cluster: Cluster) -> list[str]:
             cluster.origin("bootstrap.servers"), "required: host:port[,host:port...] of the brokers"
         )
     listed = [s.strip() for s in servers.value.split(",") if s.strip()]
-    bad = [s for s in listed if not _HOST_PORT.match(s)]
+    shown = shown_servers(listed)
+    bad = [text for server, text in zip(listed, shown, strict=True) if not is_host_port(server)]
     if not listed or bad:
         got = ", ".join(bad) or "nothing"
-        hint = " (a ':' missing before the port?)" if any(":" not in s for s in bad) else ""
+        if any("@" in s for s in listed):
+            hint = (
+                " (credentials never go into the address: give them in sasl.jaas.config or "
+                "sasl.username and sasl.password)"
+            )
+        elif any(":" not in s for s in listed if not is_host_port(s)):
+            hint = " (a ':' missing before the port?)"
+        else:
+            hint = ""
         raise ConfigError(
             servers.origin, f"expected host:port[,host:port...]; {got} is not host:port{hint}"
         )

@@ -6,7 +6,9 @@ the variable; its masked and env-file forms; the operator's own variables added)
 :class:`Builder`, which accumulates variables with their origins and notes (each once, in
 order). Variable names are built here (:func:`cluster_var`, :func:`flow_var`), and the env file
 says once which of them a shell cannot ``export``. SASL passwords are the secrets: they are masked
-wherever a translation is shown.
+wherever a translation is shown. Of the cluster variables, only the operator's opt-ins that no
+MirrorMaker property can say (``REPLICATOR_CLUSTERS__<ALIAS>__ALLOW_INSECURE_PLAIN``) are taken
+from the environment.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from replicator.errors import ConfigError
 from replicator.settings import ENV_PREFIX, NESTED_DELIMITER, Settings, load_settings
 
 _SECRET_SUFFIX = NESTED_DELIMITER + "SASL_PASSWORD"
+# Cluster settings a MirrorMaker configuration cannot give: taken from the operator's environment.
+_OPERATOR_CLUSTER_FIELDS = ("ALLOW_INSECURE_PLAIN",)
 _TOPOLOGY = (f"{ENV_PREFIX}LOCAL_CLUSTER", f"{ENV_PREFIX}REPLICA_MODE")
 
 
@@ -96,13 +100,19 @@ class Translation:
         ``REPLICATOR_HTTP_PORT``, ``REPLICATOR_LOG_LEVEL`` and the like from ``environ`` are
         added, and override a translated value (with a note). Clusters, flows, the local
         cluster and the mode come from the MirrorMaker configuration only: such variables in
-        ``environ`` are left out, with a note.
+        ``environ`` are left out, with a note; but an opt-in no MirrorMaker property can say
+        (``REPLICATOR_CLUSTERS__<ALIAS>__ALLOW_INSECURE_PLAIN``) of a translated cluster is
+        added.
         """
         env, origins, notes = dict(self.env), dict(self.origins), list(self.notes)
         owned = (f"{ENV_PREFIX}CLUSTERS{NESTED_DELIMITER}", f"{ENV_PREFIX}FLOWS{NESTED_DELIMITER}")
         for name, value in sorted(environ.items()):
             upper = name.upper()
             if not upper.startswith(ENV_PREFIX):
+                continue
+            if self._operator_cluster_setting(upper):
+                env[upper] = value
+                origins[upper] = f"{name} (in the environment)"
                 continue
             if upper.startswith(owned) or upper in _TOPOLOGY:
                 notes.append(
@@ -118,6 +128,16 @@ class Translation:
             env[upper] = value
             origins[upper] = f"{name} (in the environment)"
         return replace(self, env=env, origins=origins, notes=tuple(dict.fromkeys(notes)))
+
+    def _operator_cluster_setting(self, name: str) -> bool:
+        """``name`` is an operator's opt-in for a cluster of this translation."""
+        head, _, field_name = name.rpartition(NESTED_DELIMITER)
+        servers = f"{head}{NESTED_DELIMITER}BOOTSTRAP_SERVERS"
+        return (
+            name.startswith(f"{ENV_PREFIX}CLUSTERS{NESTED_DELIMITER}")
+            and field_name in _OPERATOR_CLUSTER_FIELDS
+            and servers in self.env
+        )
 
 
 def _is_secret(name: str) -> bool:

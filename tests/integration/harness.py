@@ -216,9 +216,11 @@ class Start(Protocol):
 def replicator_cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     """Run ``replicator ARGS`` with only ``env``'s REPLICATOR_* variables; (status, out, err)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+    # check-config checks that the HTTP port is free: a port of its own, unless the test gives one.
+    port = {"REPLICATOR_HTTP_PORT": str(free_port())}
     done = subprocess.run(
         [sys.executable, "-m", "replicator", *args],
-        env={**clean, **env},
+        env={**clean, **port, **env},
         capture_output=True,
         text=True,
         timeout=600,

@@ -1,8 +1,14 @@
-"""Every command of the CLI documents itself: ``--help`` works everywhere and says something."""
+"""Every command of the CLI documents itself: ``--help`` works everywhere and says something;
+invalid configuration exits 2 naming the variable and never showing a secret; ``check-config``
+fails as ``run`` would."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +16,11 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from replicator import operations
 from replicator.cli import app
+from replicator.health import listen_problem
+from replicator.settings import Settings
+from replicator.topology import FeedPlan, TopicSelection
 
 EXPECTED = {
     "run",
@@ -114,3 +124,157 @@ def test_failover_names_the_cluster_that_does_not_answer(monkeypatch: pytest.Mon
     for wrong in (["--to", "dc3"], ["--to", "dc1"]):
         result = CliRunner().invoke(app, [*args[:5], *wrong], env=UNREACHABLE)
         assert result.exit_code == 2 and "--to" in result.stderr, result.output
+
+
+SECRET = "canary-secret-5e1d"
+DC2_SERVERS = "REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVERS"
+
+
+@pytest.fixture
+def no_replicator_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in os.environ if k.startswith("REPLICATOR_")]:
+        monkeypatch.delenv(key)
+
+
+@pytest.mark.usefixtures("no_replicator_environment")
+@pytest.mark.parametrize("command", ["check-config", "run", "lag"])
+@pytest.mark.parametrize(
+    "servers",
+    [
+        f"user:{SECRET}@kafka-1.dc2:9092",
+        f"sasl://user:{SECRET}@kafka-1.dc2",
+        f"SASL_SSL://replicator:{SECRET}@kafka-1.dc2:9093,kafka-2.dc2:9093",
+        f"{SECRET}@kafka-1.dc2:9092",
+        f"kafka-1.dc2:9092,user:{SECRET},more@kafka-2.dc2:9092",
+        f"kafka-1.dc2:9092;sasl.password={SECRET}",
+    ],
+)
+def test_credentials_in_a_bootstrap_entry_exit_2_and_are_never_shown(
+    command: str, servers: str
+) -> None:
+    result = CliRunner().invoke(app, [command], env={**UNREACHABLE, DC2_SERVERS: servers})
+    assert result.exit_code == 2, result.output
+    assert DC2_SERVERS in result.stderr
+    assert SECRET not in result.output + result.stderr
+    assert SECRET[:8] not in result.output + result.stderr
+
+
+def test_credentials_in_a_bootstrap_entry_are_not_shown_by_the_process_either() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+    env |= {**UNREACHABLE, DC2_SERVERS: f"alice:{SECRET}@kafka-1.dc2:9092"}
+    done = subprocess.run(
+        [sys.executable, "-m", "replicator", "check-config"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert DC2_SERVERS in done.stderr and "***@kafka-1.dc2:9092" in done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    assert done.stderr.count("kafka-1.dc2") == 1  # said once, not twice
+
+
+@pytest.mark.usefixtures("no_replicator_environment")
+@pytest.mark.parametrize(
+    ("extra", "variable"),
+    [
+        ({"REPLICATOR_HEARTBEAT_TOPIC": "orders"}, "REPLICATOR_HEARTBEAT_TOPIC"),
+        ({"REPLICATOR_CHECKPOINTS_TOPIC": "orders"}, "REPLICATOR_CHECKPOINTS_TOPIC"),
+        ({"REPLICATOR_DEAD_LETTER_TOPIC": "orders_REPLICA"}, "REPLICATOR_DEAD_LETTER_TOPIC"),
+        (
+            {
+                "REPLICATOR_CLUSTERS__DC2__SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                "REPLICATOR_CLUSTERS__DC2__SASL_MECHANISM": "PLAIN",
+                "REPLICATOR_CLUSTERS__DC2__SASL_USERNAME": "replicator",
+                "REPLICATOR_CLUSTERS__DC2__SASL_PASSWORD": SECRET,
+            },
+            "REPLICATOR_CLUSTERS__DC2__SASL_MECHANISM",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_refused_configuration_exits_2_naming_the_variable(
+    command: str, extra: dict[str, str], variable: str
+) -> None:
+    result = CliRunner().invoke(app, [command], env={**UNREACHABLE, **extra})
+    assert result.exit_code == 2, result.output
+    assert f"configuration error: {variable}: " in result.stderr
+    assert SECRET not in result.output + result.stderr
+
+
+@pytest.fixture
+def clusters_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check-config`` finds every cluster reachable with one replicated topic, untouched."""
+
+    async def reachable(settings: Settings) -> dict[str, str | None]:
+        return dict.fromkeys(settings.clusters)
+
+    async def selection(settings: Settings, plan: FeedPlan) -> TopicSelection:
+        return TopicSelection(("orders_REPLICA",))
+
+    monkeypatch.setattr(operations, "_probe_all", reachable)
+    monkeypatch.setattr(operations, "_selection", selection)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.usefixtures("no_replicator_environment", "clusters_answer")
+def test_check_config_fails_with_2_naming_the_variable_when_the_http_port_is_taken() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {
+            **UNREACHABLE,
+            "REPLICATOR_HTTP_HOST": "127.0.0.1",
+            "REPLICATOR_HTTP_PORT": str(port),
+        }
+        result = CliRunner().invoke(app, ["check-config"], env=env)
+        assert result.exit_code == 2, result.output
+        assert f"configuration error: REPLICATOR_HTTP_PORT: cannot listen on 127.0.0.1:{port}" in (
+            result.stderr
+        )
+        assert "already in use" in result.stderr
+        assert f"http 127.0.0.1:{port}: CANNOT LISTEN" in result.stdout
+        result = CliRunner().invoke(app, ["check-config", "--json"], env=env)
+        assert result.exit_code == 2, result.output
+        report = json.loads(result.stdout)
+        assert report["http"] == {
+            "address": f"127.0.0.1:{port}",
+            "listenable": False,
+            "variable": "REPLICATOR_HTTP_PORT",
+            "error": report["http"]["error"],
+        }
+        assert "already in use" in report["http"]["error"]
+    # Released: the same configuration passes.
+    result = CliRunner().invoke(app, ["check-config", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["http"]["listenable"] is True
+
+
+@pytest.mark.usefixtures("no_replicator_environment", "clusters_answer")
+def test_check_config_passes_on_a_free_http_port_and_leaves_it_free() -> None:
+    port = free_port()
+    env = {**UNREACHABLE, "REPLICATOR_HTTP_HOST": "127.0.0.1", "REPLICATOR_HTTP_PORT": str(port)}
+    result = CliRunner().invoke(app, ["check-config"], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"http 127.0.0.1:{port}: can listen" in result.stdout
+    with socket.socket() as again:  # check-config bound it and let it go
+        again.bind(("127.0.0.1", port))
+
+
+def test_listen_problem_names_the_variable_to_change() -> None:
+    assert listen_problem("127.0.0.1", 0) is None
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = listen_problem("127.0.0.1", taken.getsockname()[1])
+    assert busy is not None and busy.variable == "REPLICATOR_HTTP_PORT"
+    elsewhere = listen_problem("192.0.2.1", 0)  # TEST-NET-1: no address of this machine
+    assert elsewhere is not None and elsewhere.variable == "REPLICATOR_HTTP_HOST"

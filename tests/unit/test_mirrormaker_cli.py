@@ -43,6 +43,26 @@ def mm1_fixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return support.mm1_fixed(tmp_path, monkeypatch)
 
 
+def test_cli_mirror_maker_refuses_plain_without_tls_naming_the_property(plain: Path) -> None:
+    write(
+        plain,
+        "dst.properties",
+        f"bootstrap.servers=t1:9092\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        f"{PLAIN_JAAS}",
+    )
+    args = ["mirror-maker", *BASE, "--whitelist=.*", "--print-env"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "sasl.mechanism (in dst.properties)" in result.stderr
+    assert "REPLICATOR_CLUSTERS__DST__ALLOW_INSECURE_PLAIN=true" in result.stderr
+    assert SECRET not in result.output
+    opt_in = {"REPLICATOR_CLUSTERS__DST__ALLOW_INSECURE_PLAIN": "true"}
+    result = CliRunner().invoke(app, args, env=opt_in)
+    assert result.exit_code == 0, result.output
+    assert "REPLICATOR_CLUSTERS__DST__ALLOW_INSECURE_PLAIN=true" in result.stdout.splitlines()
+    assert SECRET not in result.output
+
+
 def test_cli_mirror_maker_print_env_masks_secrets(plain: Path) -> None:
     write(
         plain,

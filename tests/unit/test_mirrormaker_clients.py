@@ -31,11 +31,12 @@ def plain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_sasl_plain_and_scram_credentials(plain: Path) -> None:
     translation = translate(
         plain,
-        consumer=f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n{PLAIN_JAAS}",
-        producer=f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n{SCRAM_JAAS}",
+        consumer=f"security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n{PLAIN_JAAS}",
+        producer=f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n{SCRAM_JAAS}",
     )
     env = translation.env
-    assert env[C + "SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
+    assert env[C + "SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert env[T + "SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"  # SCRAM never sends the password
     assert (env[C + "SASL_MECHANISM"], env[C + "SASL_USERNAME"]) == ("PLAIN", "alice")
     assert (env[T + "SASL_MECHANISM"], env[T + "SASL_USERNAME"]) == ("SCRAM-SHA-512", "bob")
     assert env[C + "SASL_PASSWORD"] == env[T + "SASL_PASSWORD"] == SECRET
@@ -63,6 +64,66 @@ def test_librdkafka_style_credentials_and_an_inferred_plain_mechanism(plain: Pat
     )
     assert SECRET not in "\n".join(translation.notes)
     translation.settings()
+
+
+@pytest.mark.parametrize(
+    ("consumer", "origin"),
+    [
+        (f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n{PLAIN_JAAS}", "sasl.mechanism"),
+        (f"security.protocol=sasl_plaintext\nsasl.mechanism=plain\n{PLAIN_JAAS}", "sasl.mechanism"),
+        # No sasl.mechanism: the PlainLoginModule says PLAIN, so sasl.jaas.config is named.
+        (f"security.protocol=SASL_PLAINTEXT\n{PLAIN_JAAS}", "sasl.jaas.config"),
+        (
+            f"security.protocol=SASL_PLAINTEXT\nsasl.mechanisms=PLAIN\nsasl.username=carol\n"
+            f"sasl.password={SECRET}\n",
+            "sasl.mechanisms",
+        ),
+    ],
+)
+def test_plain_without_tls_is_refused_naming_the_property_unless_opted_in(
+    plain: Path, consumer: str, origin: str
+) -> None:
+    translation = translate(plain, consumer)
+    error = refusal(translation.settings)
+    assert error.variable == f"{origin} (in src.properties)"
+    assert "SASL_PLAINTEXT" in error.message and "unencrypted" in error.message
+    assert C + "ALLOW_INSECURE_PLAIN=true" in error.message
+    assert SECRET not in str(error)
+    # The opt-in no MirrorMaker property can say comes from the operator's environment.
+    opted = translation.with_environment({C + "ALLOW_INSECURE_PLAIN": "true"})
+    cluster = opted.settings().clusters["src"]
+    assert cluster.allow_insecure_plain and cluster.sends_password_in_clear
+    assert not any("ALLOW_INSECURE_PLAIN" in note for note in opted.notes)
+
+
+def test_the_plain_opt_in_of_a_cluster_the_translation_lacks_is_ignored(plain: Path) -> None:
+    translation = translate(plain).with_environment(
+        {"REPLICATOR_CLUSTERS__ELSEWHERE__ALLOW_INSECURE_PLAIN": "true"}
+    )
+    assert "REPLICATOR_CLUSTERS__ELSEWHERE__ALLOW_INSECURE_PLAIN" not in translation.env
+    assert any("ELSEWHERE__ALLOW_INSECURE_PLAIN" in note for note in translation.notes)
+    translation.settings()
+
+
+@pytest.mark.parametrize(
+    "servers",
+    [
+        f"alice:{SECRET}@s1:9092",
+        f"SASL_PLAINTEXT://alice:{SECRET}@s1:9092",
+        f"s0:9092,alice:{SECRET}@s1:9092",
+        f"{SECRET}@s1:9092",
+        f"s1:9092;password={SECRET}",
+    ],
+)
+def test_credentials_in_bootstrap_servers_are_refused_and_never_shown(
+    plain: Path, servers: str
+) -> None:
+    write(plain, "src.properties", f"bootstrap.servers={servers}\n")
+    write(plain, "dst.properties", "bootstrap.servers=t1:9092\n")
+    error = refusal(mirror_maker_translation, [*BASE, "--whitelist", ".*"])
+    assert error.variable == "bootstrap.servers (in src.properties)"
+    assert "not host:port" in error.message
+    assert SECRET not in str(error)
 
 
 @pytest.mark.parametrize(

@@ -101,6 +101,22 @@ def test_mm2_per_cluster_security(tmp_path: Path) -> None:
     assert SECRET not in "\n".join(translation.notes)
 
 
+def test_mm2_plain_without_tls_is_refused_naming_the_property(tmp_path: Path) -> None:
+    translation = mm2(
+        tmp_path,
+        TWO + "A->us_west.enabled=true\nA.security.protocol=SASL_PLAINTEXT\n"
+        "A.sasl.mechanism=PLAIN\nA." + PLAIN_JAAS,
+    )
+    with pytest.raises(ConfigError) as caught:
+        translation.settings()
+    assert caught.value.variable == f"A.sasl.mechanism (in {tmp_path / 'mm2.properties'})"
+    assert "unencrypted" in caught.value.message and SECRET not in str(caught.value)
+    allowed = "REPLICATOR_CLUSTERS__A__ALLOW_INSECURE_PLAIN"
+    assert allowed in caught.value.message
+    settings = translation.with_environment({allowed: "true"}).settings()
+    assert settings.clusters["a"].allow_insecure_plain
+
+
 def test_mm2_conflicting_client_credentials_are_refused(tmp_path: Path) -> None:
     error = mm2_error(
         tmp_path,

@@ -283,3 +283,29 @@ def test_a_flow_knows_what_names_its_target_in_a_renamed_copy() -> None:
     flows = {plan.name: plan for plan in feeds_for(load_settings(env)) if plan.is_flow}
     assert flows["out"].home_marks == ("dc2", "east", "from_dc2_")
     assert flows["back"].home_marks == ("dc1",)
+
+
+def test_the_replicators_own_topics_in_use_are_never_replicated_into() -> None:
+    # Heartbeats (a flow emits them), checkpoints (groups are synced), dead letters (the policy):
+    # no application record is written into them, whatever the include rule says.
+    env = {
+        **BASE,
+        "REPLICATOR_FLOWS__B__SOURCE": "dc2",
+        "REPLICATOR_FLOWS__B__TARGET": "dc3",
+        "REPLICATOR_SYNC_GROUPS": "app-.*",
+        "REPLICATOR_RECORD_TOO_LARGE_POLICY": "dead-letter",
+    }
+    replica, flow = feeds_for(load_settings(env))
+    for topic in ("heartbeats", "replicator-checkpoints", "replicator.dead-letter"):
+        assert replica.rules.rejection(topic + "_REPLICA") is Rejection.INTERNAL, topic
+    assert replica.rules.target("orders_REPLICA") == "orders"
+    # A flow copies its heartbeats (they prove the path), never checkpoints or dead letters.
+    assert flow.rules.target("heartbeats") == "heartbeats"
+    assert flow.rules.rejection("replicator-checkpoints") is Rejection.INTERNAL
+    assert flow.rules.rejection("replicator.dead-letter") is Rejection.INTERNAL
+
+
+def test_own_topics_not_in_use_leave_application_topics_of_that_name_alone() -> None:
+    r = rules()  # no flow (no heartbeats), no group sync, records too large halt
+    assert r.target("heartbeats_REPLICA") == "heartbeats"
+    assert r.target("replicator.dead-letter_REPLICA") == "replicator.dead-letter"
