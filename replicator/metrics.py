@@ -112,6 +112,15 @@ class Metrics:
             "after the last offset commit): skipped, not written again.",
             ["leg", "topic"],
         )
+        self.resume_ignored = self._declare(
+            Counter,
+            "replicator_resume_ignored_total",
+            "Resumes that found records carrying their origin's provenance which the leg did not "
+            "write in order (below a higher one, or below the committed offset without a replay "
+            "from the source log start: an application republished copies with their headers); "
+            "ignored, never taken as where the leg stands.",
+            ["leg", "topic"],
+        )
         self.resume_seconds = self._declare(
             Histogram,
             "replicator_resume_seconds",

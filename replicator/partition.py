@@ -279,17 +279,18 @@ class LegPartition:
         if self.mode is Mode.STARTING:
             self._enter(Mode.ATTACHED)
 
-    def resumed(self, tail: Tail) -> int:
+    def resumed(self, tail: Tail, log_start: int | None = None) -> int:
         """STARTING: continue after what the destination already holds of this origin.
 
         The tracker starts there, with the destination's log end as its mark, and the new
         position is committed at the next commit if it moved. Returns how many records the
         destination already held past the position (skipped, never sent again); negative when
-        the position moved back (the source log was replaced after the last commit).
+        the position moved back (the source log was replaced after the last commit and replayed
+        from ``log_start``, the source log start: :func:`resume_after`).
         """
         if self.mode is not Mode.STARTING:
             return 0
-        position = resume_after(self.position, tail)
+        position = resume_after(self.position, tail, log_start)
         moved = position != self.position
         skipped = 0
         if position is not None and self.position is not None:

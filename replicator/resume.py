@@ -3,9 +3,9 @@
 Every record a leg writes carries its exact origin (cluster, topic, partition, offset), and per
 origin partition the destination holds those records in origin order: the leg's producer keeps
 one partition's batches in order, retries a failed batch before the next and never expires one.
-So the destination itself says where a (source partition, leg) stands: after the *last* record
-of that origin it holds, provided the records of that origin read back run from the committed
-offset (or before it) to that last one; records past a gap (all above the committed offset: the
+So the destination itself says where a (source partition, leg) stands: after the *highest*
+record of that origin it holds, provided the records of that origin read back run from the
+committed offset (or before it) to it; records past a gap (all above the committed offset: the
 ones between reached a destination topic deleted since) are not trusted, and the partition
 resumes at its committed offset. When a partition starts on a leg (after a crash, a rebalance or a
 restart), the sender reads the destination partition's tail before it sends anything
@@ -13,6 +13,15 @@ restart), the sender reads the destination partition's tail before it sends anyt
 after the last offset commit are skipped, never sent again. A record is skipped only when the
 destination holds a run of records of its origin from the committed offset (or before) to a
 later record, which by the order above means the record itself is there.
+
+**Records the leg did not write.** An application may read a copy and publish it again into
+the same topic with all its headers (Kafka Streams forwards them), so a record carrying the
+origin's provenance is not always the leg's own. The leg's own records of an origin ascend; one
+below an earlier record (or below the committed offset) is another writer's, and is never taken
+as where the leg stands (counted in ``replicator_resume_ignored_total``). The one exception is a
+replay: after the source log was replaced, the leg writes it again from the source log start, and
+a run of records that begins there is the truth even below the committed offset
+(:func:`resume_after`).
 
 **Bounded reads.** The scan goes backwards from the log end in growing chunks and stops once the
 records of the origin it found reach back to the committed offset: while the origin writes,
@@ -54,6 +63,7 @@ start, and the records of the origin the new log already held are written again
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -81,23 +91,75 @@ class Tail:
     seconds: float
     origin_records: int = 0  # records of the origin in the window read
     lowest: int | None = None  # the lowest origin offset among them
+    highest: int | None = None  # the highest (None: the last one is the highest)
+    # Where the last ascending run of the origin's records began (None: the lowest): the
+    # leg's own records ascend, so a record below an earlier one starts another writer's run
+    # (an application that republished a record with its headers) or a replay.
+    run_start: int | None = None
+    first: int | None = None  # the first record of the origin in the window read
+    ascending: bool = True  # its records of the origin ascend all the way (one run)
+
+    def after(self, older: Tail) -> Tail:
+        """This window's answer, with the window just before it (``older``) read too."""
+        if older.origin_offset is None:
+            return dataclasses.replace(self, scanned=self.scanned + older.scanned)
+        if self.origin_offset is None:
+            return dataclasses.replace(older, scanned=self.scanned + older.scanned)
+        assert self.first is not None and older.lowest is not None and self.lowest is not None
+        run_start = self.run_start
+        joined = older.origin_offset < self.first
+        if self.ascending and joined:
+            run_start = older.run_start  # the last run goes on into the older window
+        return Tail(
+            self.origin_offset,
+            self.log_end,
+            self.scanned + older.scanned,
+            self.seconds + older.seconds,
+            self.origin_records + older.origin_records,
+            min(self.lowest, older.lowest),
+            max(self.highest or self.origin_offset, older.highest or older.origin_offset),
+            run_start,
+            older.first,
+            self.ascending and older.ascending and joined,
+        )
+
+    @property
+    def foreign(self) -> bool:
+        """Whether records of the origin follow a higher one: not all were written in order."""
+        return self.highest is not None and self.highest != self.origin_offset
 
 
-def resume_after(position: int | None, tail: Tail) -> int | None:
-    """Where a starting partition continues, given its position and the destination's tail.
+def resume_after(position: int | None, tail: Tail, log_start: int | None = None) -> int | None:
+    """Where a starting partition continues, given its position, the destination's tail and
+    the source log start (when known).
 
-    After the last record of its origin the destination holds, when the records read run from
-    ``position`` or before it up to that last one (a higher result: records were acknowledged
-    after the commit; a lower one: the source log was replaced and replayed after the commit).
-    At ``position`` when the window holds none, or only records past a gap (their origin offsets
-    all above ``position``: the records between are not in the destination, for instance they
-    reached a destination topic that was deleted since): those are repeated, never skipped.
+    After the highest record of its origin the destination holds, when the records read run
+    from ``position`` or before it up to it (a higher result: records were acknowledged after
+    the commit). At ``position`` when the window holds none, or only records past a gap (their
+    origin offsets all above ``position``: the records between are not in the destination, for
+    instance they reached a destination topic that was deleted since): those are repeated,
+    never skipped.
+
+    The leg writes the records of an origin in ascending order, so a record of the origin below
+    an earlier one was not written by the leg in order: an application that read a copy and
+    published it again with its headers, or a replay of the source log after it was replaced.
+    Only a replay, a run that begins at the source log start, moves a partition back below its
+    position (its last record is the truth); anything else below the position is never taken
+    as where the leg stands (the committed offset says the destination acknowledged up to it).
     """
-    if tail.origin_offset is None:
+    last = tail.origin_offset
+    if last is None:
         return position
     if position is not None and (tail.lowest is None or tail.lowest > position):
         return position
-    return tail.origin_offset + 1
+    run_start = tail.run_start if tail.run_start is not None else tail.lowest
+    replay = log_start is not None and run_start is not None and run_start <= log_start
+    if tail.foreign and not replay:
+        assert tail.highest is not None
+        last = tail.highest
+    if position is not None and last + 1 < position and not replay:
+        return position
+    return last + 1
 
 
 def marks_group(leg_group: str) -> str:
@@ -197,24 +259,19 @@ class DestinationTail:
         # can lag behind it on some brokers.
         upper: int | None = None
         top, chunk = listed_end, _FIRST_CHUNK
-        last: int | None = None
-        lowest: int | None = None
-        log_end, scanned, counted = listed_end, 0, 0
+        read: Tail | None = None  # what the windows read so far say, newest first
+        log_end = listed_end
         while True:
             begin = max(low, top - chunk)
             window = await self._reads.read(tp, origin, begin, upper, collect)
-            scanned += window.scanned
-            counted += window.origin_records
             if upper is None:
                 log_end = window.log_end
-            if last is None:
-                last = window.origin_offset  # the later window's last record wins
-            if window.lowest is not None:
-                lowest = window.lowest if lowest is None else min(lowest, window.lowest)
+            read = window if read is None else read.after(window)
+            lowest = read.lowest
             whole_run = lowest is not None and (position is None or lowest <= position)
             if (whole_run and not whole) or begin <= low:
                 seconds = time.monotonic() - began
-                return Tail(last, log_end, scanned, seconds, counted, lowest)
+                return dataclasses.replace(read, log_end=log_end, seconds=seconds)
             upper, top, chunk = begin, begin, min(chunk * 4, _MAX_CHUNK)
 
 
@@ -233,6 +290,10 @@ class _Window:
     started: bool = False
     last: int | None = None
     lowest: int | None = None
+    highest: int | None = None
+    first: int | None = None
+    run_start: int | None = None  # where the last ascending run of the origin's records began
+    ascending: bool = True
     read: int = 0
     counted: int = 0
     progress: int = -1
@@ -250,7 +311,13 @@ class _Window:
             self.read += 1
             offset = self.origin.origin_offset(record.headers)
             if offset is not None:
+                if self.last is None:
+                    self.first = self.run_start = self.highest = offset
+                elif offset <= self.last:
+                    self.run_start = offset  # not in order after the last: another run begins
+                    self.ascending = False
                 self.last = offset
+                self.highest = max(self.highest or 0, offset)
                 self.lowest = offset if self.lowest is None else min(self.lowest, offset)
                 self.counted += 1
                 if self.collect is not None and offset >= self.collect[1]:
@@ -274,7 +341,18 @@ class _Window:
         if (stop_at is not None and position >= stop_at) or stuck:
             log_end = end if end is not None else position
             self.done.set_result(
-                Tail(self.last, log_end, self.read, 0.0, self.counted, self.lowest)
+                Tail(
+                    self.last,
+                    log_end,
+                    self.read,
+                    0.0,
+                    self.counted,
+                    self.lowest,
+                    self.highest,
+                    self.run_start,
+                    self.first,
+                    self.ascending,
+                )
             )
             return True
         return False

@@ -30,6 +30,7 @@ its resume collects, from every destination partition, the source offsets alread
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -347,7 +348,14 @@ class PartitionSender:
             self._halt(f"destination topic refused: {error}")
             return False
         if tail is not None:
-            self._resumed(tail, replaying)
+            log_start = None
+            found, position = tail.origin_offset, partition.position
+            below = found is not None and position is not None and found + 1 < position
+            if not replaying and (tail.foreign or below):
+                # Only a replay from the source log start moves a partition back.
+                with contextlib.suppress(Exception):  # unknown: nothing moves back
+                    log_start = await self._log_start()
+            self._resumed(tail, replaying, log_start)
         if placement is not None and not replaying:
             partition.resumed_placed(placement.written)
             if partition.placement is None:
@@ -369,8 +377,10 @@ class PartitionSender:
             return type(error)(f"{where}: {error}")
         return ClusterUnavailable(f"reading where to resume: {error}")
 
-    def _resumed(self, tail: Tail, replaying: bool) -> None:
-        """Continue after what the destination holds (or, replaying, count what it repeats)."""
+    def _resumed(self, tail: Tail, replaying: bool, log_start: int | None = None) -> None:
+        """Continue after what the destination holds (or, replaying, count what it repeats);
+        ``log_start``: the source log start, asked when the tail holds records of the origin
+        below the position or out of order (see :func:`resume_after`)."""
         partition = self.partition
         self._metrics.resume_seconds.labels(self.leg.name).observe(tail.seconds)
         if replaying:
@@ -388,8 +398,29 @@ class PartitionSender:
                 )
             return
         before = partition.position
-        skipped = partition.resumed(tail)
-        last = tail.origin_offset
+        skipped = partition.resumed(tail, log_start)
+        found = tail.origin_offset
+        if (
+            found is not None
+            and before is not None
+            and partition.position == before + skipped
+            and (tail.foreign or found + 1 < before)
+            and (partition.position or 0) >= before
+        ):
+            # Records of this origin the leg did not write in order: not where it stands.
+            target = partition.target_topic
+            self._metrics.resume_ignored.labels(self.leg.name, target).inc()
+            self._log.warning(
+                "the destination holds records carrying this origin's provenance below the "
+                "highest one or below the committed offset, not written by this leg in order "
+                "(an application published copies with their headers): ignored, resuming "
+                "after what the leg wrote",
+                committed=before,
+                resume_at=partition.position,
+                last_found=found,
+                highest_found=tail.highest,
+            )
+        last = tail.highest if tail.highest is not None else found
         if last is not None and before is not None and skipped == 0 and last >= before:
             # Records past a gap: repeated, not skipped.
             repeated = last + 1 - before

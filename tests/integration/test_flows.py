@@ -285,3 +285,57 @@ def test_records_are_placed_by_key_where_partition_numbers_are_not_kept(
                 last[stream_of_key] = origin.offset
             assert not wanted, f"{topic}: {len(wanted)} records missing"
         assert process.metric("replicator_duplicates_possible_total") == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "stop"), [("identity", "sigterm"), ("identity", "sigkill"), ("replica", "sigkill")]
+)
+def test_a_copy_an_application_republished_with_its_headers_never_positions_a_resume(
+    replicators: Start, mode: str, stop: str
+) -> None:
+    """dc1's records reach dc2's ``orders`` (an identity flow, or the ``_REPLICA`` mode); an
+    application in dc2 reads copies and publishes them again into dc2's ``orders`` with every
+    header (Kafka Streams forwards them) while the replicator is down (SIGTERM or SIGKILL), so
+    they lie past its saved marks. It resumes after what it wrote, never after a republished
+    record: no record of dc1 reaches dc2 twice, and the ignored records are counted."""
+    source = "orders" if mode == "identity" else "orders_REPLICA"
+    with start_clusters("dc1", "dc2") as brokers:
+        for broker in brokers.values():
+            create_topics(broker, orders=2)
+        if mode == "identity":
+            env = replicator_env("dc1", brokers, replica_mode="false")
+            env |= flow_env("dc1_to_dc2", "dc1", "dc2")
+        else:
+            create_topics(brokers["dc1"], orders_REPLICA=2)
+            env = replicator_env("dc1", brokers)
+        dc1 = replicators("dc1", env)
+        dc1.wait_ready()
+        sent = produce(brokers["dc1"], source, 400, partitions=2)
+        wait_until(holds(brokers["dc2"], "orders", 400), 60, "first copies on dc2", dc1.log)
+        time.sleep(2.0)  # committed, marks saved
+        copies = [r for r in read(brokers["dc2"], "orders") if r.provenance is not None]
+        republished = [
+            Sent("orders", c.partition, -1, c.key, c.value, (*c.headers, ("republished", b"1")),
+                 c.timestamp)
+            for c in copies
+            if c.provenance is not None and c.provenance.offset in (50, 51)
+        ]  # fmt: skip
+        assert len(republished) == 4  # offsets 50 and 51 of both partitions
+        if stop == "sigkill":
+            dc1.kill()
+        else:
+            assert dc1.stop() == 0
+        produce_records(brokers["dc2"], "orders", republished)  # after the last saved marks
+        sent += produce(brokers["dc1"], source, 200, partitions=2, tag="-after")
+        dc1 = replicators("dc1", env)
+        dc1.wait_ready()
+        wait_until(holds(brokers["dc2"], "orders", 604), 60, "every copy on dc2", dc1.log)
+        time.sleep(2.0)  # a duplicate would show by now
+        stored = read(brokers["dc2"], "orders")
+        assert len(stored) == 604, f"{len(stored) - 604} records too many"
+        replicated = [r for r in stored if ("republished", b"1") not in r.headers]
+        assert_copied(replicated, sent, "dc1")
+        ignored = dc1.metric("replicator_resume_ignored_total", topic="orders")
+        assert ignored == 2, "each partition's resume on dc2 saw the republished records"
+        assert dc1.metric("replicator_duplicates_possible_total") == 0
+        assert dc1.stop() == 0

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from aiokafka import TopicPartition
 from hypothesis import given
 from hypothesis import strategies as st
 
 from replicator.offsets import OffsetTracker
 from replicator.partition import Mode
 from replicator.provenance import ORIGIN, Provenance, Tagger
-from replicator.resume import Tail, resume_after
+from replicator.resume import Tail, _Window, resume_after
+from tests.unit.sample import Record as Sample
 from tests.unit.test_partition import partition
+
+TP = TopicPartition("t", 0)
+TAGGER = Tagger("dc1", "t", 0)
 
 
 def tail(origin_offset: int | None, log_end: int = 500, lowest: int | None = 0) -> Tail:
@@ -45,8 +52,71 @@ def test_resume_continues_after_the_last_record_the_destination_holds() -> None:
     assert resume_after(100, tail(149)) == 150  # acknowledged after the last commit
     assert resume_after(100, tail(None)) == 100  # nothing of this origin since the mark
     assert resume_after(None, tail(7)) == 8  # no commit, no known log start
-    # The source log was replaced after the commit and replayed: the tail is the truth.
-    assert resume_after(5_000, tail(99)) == 100
+    # The source log was replaced after the commit and replayed from its start (0): the tail
+    # is the truth.
+    assert resume_after(5_000, tail(99), log_start=0) == 100
+    # Without a replay from the log start, a tail below the committed offset is not trusted.
+    assert resume_after(5_000, tail(99)) == 5_000
+    assert resume_after(5_000, tail(99), log_start=40) == 100  # the replay began at 40 or before
+    assert resume_after(5_000, tail(99, lowest=41), log_start=40) == 5_000
+
+
+def found(offsets: list[int]) -> Tail:
+    """The tail of a destination partition holding records of the origin at ``offsets``, in
+    destination order, read in one window (as :class:`_Window` reads them)."""
+    loop = asyncio.new_event_loop()
+    try:
+        window = _Window(TP, TAGGER, 0, None, None, loop.create_future())
+        window.take(
+            [Sample(i, headers=[(ORIGIN, f"dc1/t/0/{o}".encode())]) for i, o in enumerate(offsets)]
+        )
+        window.finished(len(offsets), len(offsets), 0.0, answered_at=1)
+        return window.done.result()
+    finally:
+        loop.close()
+
+
+def test_a_record_an_application_republished_with_its_headers_never_positions_a_resume() -> None:
+    """The leg writes an origin's records in ascending order: one below an earlier record (an
+    application read a copy and published it again, forwarding its headers) is not its own."""
+    flow = list(range(480, 500))
+    # After the leg's records: the highest one says where it stands.
+    assert resume_after(500, found([*flow, 250]), log_start=0) == 500
+    assert resume_after(490, found([*flow, 250]), log_start=0) == 500  # acknowledged after it
+    # Alone past the destination mark: below the committed offset, not a replay: ignored.
+    assert resume_after(500, found([250]), log_start=0) == 500
+    assert resume_after(500, found([250, 251, 252]), log_start=0) == 500
+    # The leg went on after the republished record: its run continues through it.
+    assert resume_after(500, found([*flow, 250, 500, 501]), log_start=0) == 502
+    # A replay of a replaced source log (from its start) after the old records: the truth.
+    assert resume_after(500, found([*flow, 0, 1, 2]), log_start=0) == 3
+    assert found([*flow, 250]).foreign and not found(flow).foreign
+
+
+@given(
+    st.lists(st.integers(0, 60), max_size=40),
+    st.lists(st.integers(1, 15), min_size=1, max_size=6),
+)
+def test_windows_read_newest_first_say_what_one_window_says(
+    offsets: list[int], cuts: list[int]
+) -> None:
+    """The scan reads the tail back in chunks, newest first (:meth:`Tail.after`): the answer
+    is the one a single read of the whole would give."""
+    whole = found(offsets)
+    chunks: list[list[int]] = []  # newest first, as the scan reads them
+    rest = list(offsets)
+    for cut in cuts:
+        chunks.insert(0, rest[:cut])
+        rest = rest[cut:]
+    chunks.insert(0, rest)
+    combined: Tail | None = None
+    for chunk in chunks:
+        window = found(chunk)
+        combined = window if combined is None else combined.after(window)
+    assert combined is not None
+    fields = ("origin_offset", "origin_records", "lowest", "highest", "run_start", "first",
+              "ascending")  # fmt: skip
+    assert {f: getattr(combined, f) for f in fields} == {f: getattr(whole, f) for f in fields}
 
 
 def test_records_past_a_gap_are_repeated_never_taken_as_written() -> None:
