@@ -32,7 +32,7 @@ from replicator.heartbeats import FlowHeartbeat
 from replicator.kafka import ClusterClient
 from replicator.leg import LegRunner
 from replicator.leg_health import PartitionQuery
-from replicator.lifecycle import Stopped, sleep_unless_stopped, unless_stopped
+from replicator.lifecycle import StopDeadline, Stopped, sleep_unless_stopped, unless_stopped
 from replicator.metrics import Metrics
 from replicator.retry import Backoff
 from replicator.settings import OversizePolicy, Settings
@@ -85,9 +85,12 @@ class ReplicatorService:
             GroupSync(settings, self.metrics, self.clusters) if settings.sync_groups else None
         )
         self.http = HttpServer(self, settings.http_host, settings.http_port)
+        # Set at the first stop request; every wait of the stop takes what is left of it.
+        self.stopping = StopDeadline(settings.shutdown_grace_ms / 1000)
 
     def request_stop(self) -> None:
         """Begin a graceful stop (what the first SIGTERM does)."""
+        self.stopping.start()
         self.stop_event.set()
 
     async def run(self) -> None:
@@ -139,11 +142,12 @@ class ReplicatorService:
                     self.clusters[leg.source],
                     self.clusters[leg.destination],
                     self.dead_letters,
+                    self.stopping,
                 )
                 for leg in plan.legs
             ]
             self.legs.extend(runners)
-            self.feeds.append(SourceFeed(self.settings, plan, self.metrics, runners))
+            self.feeds.append(SourceFeed(self.settings, plan, self.metrics, runners, self.stopping))
         try:
             await self._ensure_heartbeat_topics()
             for leg in self.legs:
@@ -159,11 +163,12 @@ class ReplicatorService:
                         for name, heartbeat in self.heartbeats.items():
                             feeds.create_task(heartbeat.run(stop), name=f"heartbeat:{name}")
                 finally:
+                    self.stopping.start()
                     stop.set()  # a feed only ends on stop, or on a failure that stops all
                     await asyncio.gather(*(leg.close_partitions() for leg in self.legs))
         finally:
             if self.dead_letters is not None:
-                await self.dead_letters.close()
+                await self.dead_letters.close(self.stopping.left())
 
     async def _ensure_heartbeat_topics(self) -> None:
         """Heartbeat topics exist before the feeds list their sources (else a rebalance follows
@@ -205,19 +210,22 @@ class ReplicatorService:
             await sleep_unless_stopped(self.stop_event, _HEARTBEAT_S)
 
     async def _probe(self, client: ClusterClient) -> None:
-        previous: str | None = "unknown"
+        was_down: bool | None = None
         backoff = Backoff(base=_PROBE_INTERVAL_S)
         while not self.stop_event.is_set():
-            try:  # a frozen cluster's probe waits out the request timeout: not at shutdown
+            try:  # not waited for at shutdown
                 await unless_stopped(client.probe(), self.stop_event)
             except Stopped:
                 return
-            if client.error != previous:
-                if client.error is None:
+            down = client.error is not None
+            # Said once per outage: the cause may read differently from one probe to the next
+            # (no answer, then refused at bootstrap); /status and /readyz show the latest.
+            if down != was_down:
+                if not down:
                     log.info("cluster reachable", cluster=client.alias)
                 else:
                     log.warning("cluster unreachable", cluster=client.alias, error=client.error)
-                previous = client.error
+                was_down = down
             await sleep_unless_stopped(self.stop_event, backoff.delay(client.retriable))
 
     # -- what /livez, /readyz, /status and /metrics show ----------------------------------------

@@ -71,24 +71,25 @@ class Committer:
             # due by its own transitions.
             await self.commit([p for tp, p in due.items() if partitions.get(tp) is p])
 
-    async def commit(self, partitions: Iterable[LegPartition]) -> None:
-        """Commit the acknowledged prefix of every partition that moved since its last commit;
-        what could not be committed (or its mark saved) is due again."""
+    async def commit(self, partitions: Iterable[LegPartition], within: float | None = None) -> None:
+        """Commit the acknowledged prefix of every partition that moved since its last commit
+        (within ``within`` seconds, else the request timeout); what could not be committed (or
+        its mark saved) is due again."""
         partitions = list(partitions)
         try:
-            await self._commit(partitions)
+            await self._commit(partitions, self._timeout if within is None else within)
         finally:
             for partition in partitions:
                 if (tracker := partition.tracker) is not None and tracker.needs_commit:
                     self._due[partition.tp] = partition
 
-    async def _commit(self, partitions: list[LegPartition]) -> None:
+    async def _commit(self, partitions: list[LegPartition], timeout: float) -> None:
         points = [
             (p, tracker, tracker.committable, tracker.mark_to_save)
             for p in partitions
             if (tracker := p.tracker) is not None and tracker.needs_commit
         ]
-        if not await self.commit_offsets({p.tp: offset for p, _, offset, _ in points}):
+        if not await self.commit_offsets({p.tp: offset for p, _, offset, _ in points}, timeout):
             return
         for _, tracker, offset, _ in points:
             tracker.mark_committed(offset)
@@ -106,12 +107,16 @@ class Committer:
             for tracker, mark in marks.values():
                 tracker.mark_saved(mark)
 
-    async def commit_offsets(self, offsets: dict[TopicPartition, int]) -> bool:
-        """Commit ``offsets`` to the leg's group; ``False`` if nothing was committed."""
+    async def commit_offsets(
+        self, offsets: dict[TopicPartition, int], timeout: float | None = None
+    ) -> bool:
+        """Commit ``offsets`` to the leg's group (within ``timeout``, else the request
+        timeout); ``False`` if nothing was committed."""
         if not offsets:
             return False
         try:
-            await asyncio.wait_for(self._consumer.commit(offsets), self._timeout)
+            within = self._timeout if timeout is None else timeout
+            await asyncio.wait_for(self._consumer.commit(offsets), within)
         except Exception as exc:
             error = translate(exc)
             self._metrics.commits.labels(self._leg, "failed").inc()

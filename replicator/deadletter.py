@@ -90,6 +90,7 @@ class DeadLetters:
         else:
             log.info("dead-letter topic created", topic=self.topic)
 
-    async def close(self) -> None:
+    async def close(self, timeout: float) -> None:
+        """Flush and close within ``timeout`` (what is left of the stop's grace)."""
         if self._producer is not None:
-            await close_quietly(self._producer.stop(), self._settings.shutdown_grace_ms / 1000)
+            await close_quietly(self._producer.stop(), timeout)

@@ -387,15 +387,37 @@ class ClusterClient:
             return self._admin
 
     async def probe(self) -> None:
-        """Ask the cluster for its metadata; record the outcome in :attr:`error`."""
-        timeout = self._settings.request_timeout_ms / 1000
+        """Ask a broker of the cluster to answer; record the outcome in :attr:`error`.
+
+        Bounded by ``REPLICATOR_PROBE_TIMEOUT_MS``, far below the request timeout: a cluster
+        behind a link that silently drops packets (connections open, nothing answered) is
+        reported within seconds."""
+        timeout = self._settings.probe_timeout_ms / 1000
+        client: AIOKafkaClient | None = None
+        node: int | None = None
         try:
             admin = await asyncio.wait_for(self.admin(), timeout)
+            client = admin._client
+            node = client.get_random_node()
             # A broker answers, and nothing to decode: describe_cluster() asks for every topic
             # (thousands of partitions decoded at every probe), and some brokers answer a
             # metadata request naming no topic with all of them too (the embedded one does:
-            # 40 ms of CPU per probe at 6,000 partitions).
-            await asyncio.wait_for(admin._send_request(ApiVersionRequest()), timeout)
+            # 40 ms of CPU per probe at 6,000 partitions). On a connection of its own, so that
+            # it never waits behind the admin requests in flight (a start's topic creation).
+            request = client.send(node, ApiVersionRequest(), group=ConnectionGroup.COORDINATION)
+            await asyncio.wait_for(request, timeout)
+        except TimeoutError:
+            self.error = (
+                f"no answer within {timeout:g} s (REPLICATOR_PROBE_TIMEOUT_MS): "
+                f"could not reach {self.bootstrap_servers}"
+            )
+            self.retriable = True
+            if client is not None and node is not None:
+                # The next probe asks afresh, not behind the request that got no answer.
+                stale = client._conns.pop((node, ConnectionGroup.COORDINATION), None)
+                if stale is not None:
+                    stale.close()
+            return
         except Exception as exc:  # kept in self.error: the caller logs it once per change
             error = translate(exc)
             self.error = self.describe_failure(error, exc)

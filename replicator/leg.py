@@ -44,6 +44,7 @@ from replicator.kafka import (
 from replicator.leg_health import LegHealth
 from replicator.lifecycle import (
     IdleWait,
+    StopDeadline,
     close_quietly,
     sleep_unless_stopped,
     wait_any,
@@ -83,8 +84,11 @@ class LegRunner:
         source_client: ClusterClient,
         destination_client: ClusterClient,
         dead_letters: DeadLetters | None = None,
+        stopping: StopDeadline | None = None,
     ) -> None:
         self.leg = leg
+        # The service's stop deadline (its own when run alone): waits at stop take what is left.
+        self._stopping = stopping or StopDeadline(settings.shutdown_grace_ms / 1000)
         self._settings = settings
         self._rules = plan.rules
         self._start_from = plan.start_from
@@ -313,7 +317,10 @@ class LegRunner:
         """Save destination marks, if the destination is up (briefly: the next commit retries)."""
         if not self.destination.ready.is_set() or self.destination_error is not None:
             raise ClusterUnavailable(f"{self.leg.destination} is not connected")
-        await self.destination.tail.save_marks(marks, _MARK_SAVE_TIMEOUT_S)
+        within = _MARK_SAVE_TIMEOUT_S
+        if self._stopping.started:
+            within = min(within, self._stopping.left())
+        await self.destination.tail.save_marks(marks, within)
 
     async def _sync_topic_configs(self, stop: asyncio.Event) -> None:
         """Destination topics' configs follow their source's (topics.py), every interval."""
@@ -358,16 +365,17 @@ class LegRunner:
                 partition.destination_end_seen(end, last_end)
 
     async def _close_clients(self) -> None:
-        grace = max(self._settings.shutdown_grace_ms / 1000, 1.0)
+        # Together, within what is left of the stop (a producer whose destination is down
+        # would wait for ever to flush; what it holds was not committed, so nothing is lost).
+        left = self._stopping.left()
+        name = self.leg.name
+        closing = [
+            close_quietly(self.destination.producer.stop(), left, f"{name} destination producer"),
+            close_quietly(self.destination.reader.stop(), left, f"{name} destination reader"),
+        ]
         if self._consumer is not None:
-            await close_quietly(self._consumer.stop(), grace, f"{self.leg.name} source consumer")
-        # A producer whose destination is down would wait for ever to flush.
-        await close_quietly(
-            self.destination.producer.stop(), grace, f"{self.leg.name} destination producer"
-        )
-        await close_quietly(
-            self.destination.reader.stop(), grace, f"{self.leg.name} destination reader"
-        )
+            closing.append(close_quietly(self._consumer.stop(), left, f"{name} source consumer"))
+        await asyncio.gather(*closing)
         self._metrics.assigned_partitions.labels(self.leg.name).set(0)
         self._log.info("leg stopped")
 
@@ -486,7 +494,7 @@ class LegRunner:
             return
         for partition in released:
             partition.stop()
-        grace = self._settings.shutdown_grace_ms / 1000
+        grace = self._stopping.for_drain()  # the whole grace at a rebalance
         senders = [self._senders.pop(p.tp) for p in released]
         await asyncio.gather(*(sender.drain(grace) for sender, _ in senders))
         results = await asyncio.gather(*(task for _, task in senders), return_exceptions=True)
@@ -499,7 +507,7 @@ class LegRunner:
                     error=repr(result),
                 )
         if self._committer is not None:
-            await self._committer.commit(released)
+            await self._committer.commit(released, self._stopping.left())
         for partition in released:
             self.health.forget(partition)
         self._health_due.set()

@@ -476,13 +476,25 @@ class Settings(BaseSettings):
     request_timeout_ms: int = Field(
         30_000, ge=1000, description="Kafka request timeout; must exceed a consumer group join."
     )
+    probe_timeout_ms: int = Field(
+        3_000,
+        ge=100,
+        description="How long a cluster has to answer the health probe (every 5 s) before it "
+        "counts as unreachable and its legs not ready: a link that drops packets without "
+        "refusing the connection is seen within this, not within REPLICATOR_REQUEST_TIMEOUT_MS.",
+    )
     send_stall_timeout_ms: int = Field(
         30_000,
         ge=100,
         description="An unacknowledged batch older than this marks its leg not ready.",
     )
     shutdown_grace_ms: int = Field(
-        20_000, ge=0, description="Time to drain in-flight sends on SIGTERM (and on rebalance)."
+        20_000,
+        ge=0,
+        description="A stop (SIGTERM) ends within this: draining in-flight sends, committing, "
+        "saving marks and closing clients share one deadline (the drain keeps a quarter of it, "
+        "at most 5 s, for the rest). A rebalance's drain may take all of it. Give the "
+        "orchestrator a few seconds more (terminationGracePeriodSeconds, docker stop -t).",
     )
     offset_reset_policy: OffsetResetPolicy = Field(
         OffsetResetPolicy.EARLIEST,

@@ -43,7 +43,7 @@ from replicator.kafka import (
     translate,
 )
 from replicator.leg import LegRunner
-from replicator.lifecycle import IdleWait, close_quietly, wait_any
+from replicator.lifecycle import IdleWait, StopDeadline, close_quietly, wait_any
 from replicator.metrics import Metrics
 from replicator.partition import Fit, LegPartition, Mode
 from replicator.records import SourceRecord
@@ -163,9 +163,15 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
     """The shared fetch of one source cluster's selected topics (one :class:`FeedPlan`)."""
 
     def __init__(
-        self, settings: Settings, plan: FeedPlan, metrics: Metrics, legs: list[LegRunner]
+        self,
+        settings: Settings,
+        plan: FeedPlan,
+        metrics: Metrics,
+        legs: list[LegRunner],
+        stopping: StopDeadline | None = None,
     ) -> None:
         self._settings = settings
+        self._stopping = stopping or StopDeadline(settings.shutdown_grace_ms / 1000)
         self.plan = plan
         self._rules = plan.rules
         self._metrics = metrics
@@ -223,8 +229,8 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             self._tasks = None
             await self._release(list(self._fanouts))
             if self._consumer is not None:
-                grace = max(self._settings.shutdown_grace_ms / 1000, 1.0)
-                await close_quietly(self._consumer.stop(), grace, "source feed consumer")
+                left = self._stopping.left()
+                await close_quietly(self._consumer.stop(), left, "source feed consumer")
             self._log.info("source feed stopped")
 
     async def _connect(self, stop: asyncio.Event) -> AIOKafkaConsumer | None:

@@ -180,13 +180,21 @@ def test_remote_frozen_longer_than_the_request_timeout_then_resumed(
         assert dc1.stop() == 0
 
 
-def test_idle_leg_reports_its_destination_down_within_seconds(replicators: Start) -> None:
-    """No traffic, so no send can stall: the leg learns of the outage from its probe."""
+@pytest.mark.parametrize("fault", ["refused", "black_hole"])
+def test_idle_leg_reports_its_destination_down_within_seconds(
+    replicators: Start, fault: str
+) -> None:
+    """No traffic, so no send can stall: the leg learns of the outage from its probe, whether
+    connections are refused or silently black-holed (open, nothing answered): within the probe's
+    own timeout (3 s) after its interval (5 s), never the request timeout (30 s)."""
     with remote_behind_proxy(replicators) as (local, dc2, proxy, dc1):
         produce(local, "orders_REPLICA", 3, 3)
         wait_until(holds(dc2, "orders", 3), 30, "first records on dc2", dc1.log)
         wait_until(lambda: dc1.metric("replicator_leg_ready", leg="dc1->dc2") == 1, 20, "ready")
-        proxy.cut()
+        if fault == "refused":
+            proxy.cut()
+        else:
+            proxy.black_hole()
         cut_at = time.monotonic()
 
         def leg(name: str) -> dict[str, object]:
@@ -204,7 +212,14 @@ def test_idle_leg_reports_its_destination_down_within_seconds(replicators: Start
         assert dc1.metric("replicator_leg_ready", leg="dc1->dc1") == 1, "only the remote leg"
         _, ready = dc1.get("/readyz")
         assert any("dc2" in problem for problem in ready["problems"]), ready
-        print(f"idle leg: dc2 down reported after {noticed:.1f}s")
+        assert noticed < 9.0, f"{fault}: reported after {noticed:.1f}s"
+        unreachable = [
+            line
+            for line in dc1.log().splitlines()
+            if "cluster unreachable" in line and "dc2" in line
+        ]
+        assert len(unreachable) == 1, unreachable  # said once, not at every probe
+        print(f"idle leg, {fault}: dc2 down reported after {noticed:.1f}s")
         proxy.restore()
         wait_until(
             lambda: dc1.metric("replicator_leg_ready", leg="dc1->dc2") == 1,
@@ -214,6 +229,41 @@ def test_idle_leg_reports_its_destination_down_within_seconds(replicators: Start
         )
         assert leg("dc1->dc2")["connected"] is True
         assert dc1.stop() == 0
+
+
+STOP_GRACE_S = 6
+
+
+@PRODUCERS
+def test_sigterm_with_a_black_holed_remote_exits_within_the_grace(
+    replicators: Start, idempotence: str
+) -> None:
+    """The remote answers nothing (connections open, no bytes) while batches to it are in
+    flight: a SIGTERM drains, commits and closes within REPLICATOR_SHUTDOWN_GRACE_MS (one
+    deadline for every wait), exits 0, and a restart once the remote is back delivers every
+    record there exactly once (what was never acknowledged was never committed)."""
+    settings = {"shutdown_grace_ms": str(STOP_GRACE_S * 1000), "idempotence": idempotence}
+    with remote_behind_proxy(replicators, **settings) as (local, dc2, proxy, dc1):
+        produce(local, "orders_REPLICA", 300, 3)
+        wait_until(holds(dc2, "orders", 300), 30, "first records on dc2", dc1.log)
+        proxy.black_hole()
+        produce(local, "orders_REPLICA", 3_000, 3, tag="-held")
+        wait_until(holds(local, "orders", 3_300), 30, "local delivery goes on", dc1.log)
+        began = time.monotonic()
+        assert dc1.stop(timeout=STOP_GRACE_S + 20) == 0
+        took = time.monotonic() - began
+        print(f"stop with dc2 black-holed took {took:.1f}s (grace {STOP_GRACE_S}s)")
+        assert took < STOP_GRACE_S + 2.0, f"stop took {took:.1f}s, grace {STOP_GRACE_S}s"
+        proxy.restore()
+        env = replicator_env("dc1", {"dc1": local, "dc2": dc2}, **settings)
+        again = replicators("dc1", env)
+        again.wait_ready()
+        wait_until(holds(dc2, "orders", 3_300), 60, "dc2 complete after the restart", again.log)
+        time.sleep(1.0)
+        check_replica(local, local)
+        report = check_replica(local, dc2)
+        assert not report.duplicates and count(dc2, "orders") == 3_300, report
+        assert again.stop() == 0
 
 
 def test_slow_remote_link(replicators: Start) -> None:
