@@ -69,6 +69,7 @@ _HEALTH_REFRESH_S = 1.0
 # a resume then reads at most this long of what other origins wrote meanwhile.
 _MARK_REFRESH_S = 30.0
 _MARK_SAVE_TIMEOUT_S = 5.0
+_SENDER_END_S = 0.2  # at least this long for a drained sender to end before it is cancelled
 _CONFIG_SYNC_CEILING_S = 600.0
 
 
@@ -497,7 +498,18 @@ class LegRunner:
         grace = self._stopping.for_drain()  # the whole grace at a rebalance
         senders = [self._senders.pop(p.tp) for p in released]
         await asyncio.gather(*(sender.drain(grace) for sender, _ in senders))
-        results = await asyncio.gather(*(task for _, task in senders), return_exceptions=True)
+        # Drained, a sender ends at once, unless it waits for room in the producer behind a
+        # batch the destination never answers (up to the request timeout): what it would hand
+        # over was not acknowledged, so it is cancelled rather than waited for.
+        tasks = [task for _, task in senders]
+        _, stuck = await asyncio.wait(
+            tasks, timeout=min(max(self._stopping.for_drain(), _SENDER_END_S), 1.0)
+        )
+        for task in stuck:
+            task.cancel()
+        if stuck:
+            self._log.info("senders waiting on the destination cancelled", partitions=len(stuck))
+        results = await asyncio.gather(*tasks, return_exceptions=True)
         for partition, result in zip(released, results, strict=True):
             if isinstance(result, Exception):  # a bug: the sender handles every Kafka error
                 self._log.error(
