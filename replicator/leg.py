@@ -411,7 +411,11 @@ class LegRunner:
         if self._closed or self._stop.is_set():
             return  # stop came while the offsets were read: start nothing
         for tp in replicated:
-            self._start(tp, resume_position(committed[tp], log_start.get(tp)))
+            self._start(
+                tp,
+                resume_position(committed[tp], log_start.get(tp)),
+                committed[tp] is not None,
+            )
         self._log.info("partitions assigned", partitions=len(self.partitions))
 
     async def _first_positions(
@@ -439,7 +443,7 @@ class LegRunner:
             )
             return {}
 
-    def _start(self, tp: TopicPartition, position: int | None) -> None:
+    def _start(self, tp: TopicPartition, position: int | None, committed: bool = False) -> None:
         assert self._tasks is not None and self._consumer is not None
         target = self._rules.target(tp.topic)
         assert target is not None
@@ -453,6 +457,7 @@ class LegRunner:
             settings.partition_queue_max_bytes,
             home=self._home,
             home_marks=self._home_marks,
+            committed=committed,
         )
         consumer = self._consumer
         # A position is always set explicitly (the consumer never resets one by itself); the

@@ -87,14 +87,24 @@ class Metrics:
         self.records_lost = self._declare(
             Counter,
             "replicator_records_lost_total",
-            "Source records deleted before they were replicated (known counts only).",
+            "Source records deleted before they were replicated (known counts only), and records "
+            "a destination lost that the source no longer held when they were replayed (at most: "
+            "the source offsets below its log start).",
+            ["leg", "topic"],
+        )
+        self.records_replayed = self._declare(
+            Counter,
+            "replicator_records_replayed_total",
+            "Records written again because their destination lost them (its partition replaced, "
+            "truncated or rebuilt empty): from the source log start up to the committed offset.",
             ["leg", "topic"],
         )
         self.partitions_replaced = self._declare(
             Counter,
             "replicator_destination_partitions_replaced_total",
-            "Destination partitions whose log was replaced (topic deleted and created again); "
-            "each is replayed from the source log start.",
+            "Destination partitions whose log was replaced or lost records (topic deleted and "
+            "created again, truncated, a cluster rebuilt empty); each is replayed from the source "
+            "log start.",
             ["leg", "topic"],
         )
         self.idempotent_producer = self._declare(

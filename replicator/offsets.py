@@ -19,12 +19,17 @@ class OffsetTracker:
     """Contiguous-acknowledgement tracking for one source partition."""
 
     def __init__(
-        self, start: int, must_commit: bool = False, destination_mark: int | None = None
+        self,
+        start: int,
+        must_commit: bool = False,
+        destination_mark: int | None = None,
+        mark_saved: bool = True,
     ) -> None:
         """Track from ``start``; ``must_commit``: ``start`` itself is not committed yet (a
         position moved back, or a resume moved it, which the leg must commit);
         ``destination_mark``: a destination offset before which every record of this partition
-        before ``start`` was written (``None``: not known)."""
+        before ``start`` was written (``None``: not known), saved already unless ``must_commit``
+        or not ``mark_saved``."""
         self._committable = start
         self._committed: int | None = None if must_commit else start
         # first offset -> (end offset, acknowledged?, destination end of the batch if written)
@@ -32,7 +37,7 @@ class OffsetTracker:
         self._ranges: OrderedDict[int, tuple[int, bool, int | None]] = OrderedDict()
         self._last_end = start
         self._mark = destination_mark
-        self._mark_saved = destination_mark if not must_commit else None
+        self._mark_saved = destination_mark if mark_saved and not must_commit else None
 
     @property
     def committable(self) -> int:

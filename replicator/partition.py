@@ -126,6 +126,7 @@ class LegPartition:
         "_unacked",
         "_watchers",
         "closed",
+        "committed_start",
         "dead_lettered",
         "destination_mark",
         "epoch",
@@ -153,9 +154,13 @@ class LegPartition:
         max_bytes: int,
         home: str | None = None,
         home_marks: tuple[str, ...] = (),
+        committed: bool = False,
     ) -> None:
         self.tp = tp
         self.target_topic = target_topic
+        # The offset the leg had committed when the partition was assigned (``committed``:
+        # ``position`` is one; ``None``: the leg never committed it, it starts by policy).
+        self.committed_start = position if committed else None
         self.mode = Mode.STARTING
         self.halt_kind: Halt | None = None
         self.position = position
@@ -279,11 +284,12 @@ class LegPartition:
         if self.mode is Mode.STARTING:
             self._enter(Mode.ATTACHED)
 
-    def resumed(self, tail: Tail, log_start: int | None = None) -> int:
+    def resumed(self, tail: Tail, log_start: int | None = None, mark_saved: bool = True) -> int:
         """STARTING: continue after what the destination already holds of this origin.
 
         The tracker starts there, with the destination's log end as its mark, and the new
-        position is committed at the next commit if it moved. Returns how many records the
+        position is committed at the next commit if it moved, the mark if none was saved
+        (``mark_saved``): a committed partition always has a mark. Returns how many records the
         destination already held past the position (skipped, never sent again); negative when
         the position moved back (the source log was replaced after the last commit and replayed
         from ``log_start``, the source log start: :func:`resume_after`).
@@ -299,7 +305,12 @@ class LegPartition:
         if position is not None:
             unsaved = self.tracker is not None and self.tracker.needs_commit  # after restart()
             self._track(
-                OffsetTracker(position, must_commit=moved or unsaved, destination_mark=tail.log_end)
+                OffsetTracker(
+                    position,
+                    must_commit=moved or unsaved,
+                    destination_mark=tail.log_end,
+                    mark_saved=mark_saved,
+                )
             )
         self.destination_mark = tail.log_end
         self.skipped_at_resume = max(skipped, 0)

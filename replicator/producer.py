@@ -18,6 +18,12 @@ landed. Two answers, chosen per destination when the producer starts:
   resumed after the last record there (:mod:`replicator.resume`), then calls :func:`unfence`.
   So a batch is written at most once, and never after a later one (no gap).
 
+Either way a destination that lost the producer's state (``UnknownProducerId``,
+``OutOfOrderSequenceNumber``: a broker restored without its data) or the partition itself
+(``UnknownTopicOrPartition``, never retried blindly) sends the partition back to its sender to
+read the destination and resume (:func:`unknown_outcome`); an idempotent producer then takes a
+new producer id, once, and numbers every partition from 0 again.
+
 Either way a partition whose batch failed for good (refused) is fenced too: the batch queued
 behind the refused one is never sent, so a later resume cannot skip the refused record.
 
@@ -27,6 +33,7 @@ back at the front, and batches never expire here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -35,6 +42,7 @@ import aiokafka.errors as kerr
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.producer.sender import InitPIDHandler, Sender, SendProduceReqHandler
+from aiokafka.producer.transaction_manager import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, PidAndEpoch
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
@@ -58,6 +66,15 @@ _MAYBE_WRITTEN = (
     kerr.RequestTimedOutError,
     kerr.NotEnoughReplicasAfterAppendError,
 )
+
+# Errors of an idempotent producer whose state the destination lost (a broker restored without
+# its data, a cluster rebuilt): nothing was written; the producer takes a new id and the
+# partition resumes from the destination, which may have lost records too.
+PRODUCER_STATE_LOST = (kerr.UnknownProducerId, kerr.OutOfOrderSequenceNumber)
+# The destination partition does not exist (any more): nothing was written. Not retried blindly
+# (aiokafka would retry for ever): the partition prepares its topic again and resumes from the
+# destination, which may have lost the records it held (a topic deleted, a cluster rebuilt).
+TOPIC_GONE = (kerr.UnknownTopicOrPartitionError,)
 
 
 class _InitProducerIdResponseV3(Response):  # type: ignore[misc]
@@ -125,6 +142,8 @@ class _FencingHandler(SendProduceReqHandler):  # type: ignore[misc]
     def _can_retry(self, error: Exception, batch: Any) -> bool:
         if self._sender._txn_manager is None and isinstance(error, _MAYBE_WRITTEN):
             return False
+        if isinstance(error, TOPIC_GONE):
+            return False
         return bool(super()._can_retry(error, batch))
 
 
@@ -146,8 +165,25 @@ class _FencingSender(Sender):  # type: ignore[misc]
             if batch.future.done() and batch.future.exception() is not None:
                 self.fenced.add(tp)  # stays muted
                 _fail_queued(self, tp)
+                if isinstance(batch.future.exception(), PRODUCER_STATE_LOST):
+                    _new_producer_id(self, batch)
                 continue
             self._muted_partitions.remove(tp)
+
+
+def _new_producer_id(sender: Sender, batch: Any) -> None:
+    """The destination no longer knows the producer id ``batch`` was sent with: ask for a new
+    one (the sender asks before its next request) and number every partition from 0 again.
+    Once per id: the other partitions' batches of the same id fail the same way."""
+    manager = sender._txn_manager
+    if manager is None or manager.transactional_id is not None:
+        return
+    sent_with = getattr(getattr(batch._builder, "_builder", None), "_producer_id", None)
+    if sent_with is not None and sent_with != manager.producer_id:
+        return  # an older id: already replaced
+    manager._pid_and_epoch = PidAndEpoch(NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+    manager._pid_waiter = asyncio.get_running_loop().create_future()
+    manager._sequence_numbers.clear()
 
 
 def _fail_queued(sender: Sender, tp: TopicPartition) -> None:
@@ -158,8 +194,10 @@ def _fail_queued(sender: Sender, tp: TopicPartition) -> None:
 
 
 def unknown_outcome(exc: BaseException) -> bool:
-    """Whether a batch failed because its outcome (or the one before it) is unknown."""
-    return isinstance(exc, (OutcomeUnknown, *_MAYBE_WRITTEN))
+    """Whether a batch failed because its outcome (or the one before it) is unknown, or the
+    destination lost the producer's state or the topic: the partition resumes from the
+    destination's tail."""
+    return isinstance(exc, (OutcomeUnknown, *_MAYBE_WRITTEN, *PRODUCER_STATE_LOST, *TOPIC_GONE))
 
 
 def fenced(producer: AIOKafkaProducer, tp: TopicPartition) -> bool:

@@ -53,6 +53,12 @@ offset (or the log start) and collects the source offsets at or after it that ar
 (:meth:`DestinationTail.written_since`); those records are skipped as they come, every other one
 is sent. Exact whatever order the partitions' batches landed in.
 
+**A destination that lost records.** A destination partition whose log ends below the saved mark,
+or that holds no record of the origin and no mark although the leg committed offsets
+(:func:`destination_lost`: the cluster was rebuilt or restored empty), lost what the leg wrote:
+it is replayed from the source log start, counted in ``replicator_records_replayed_total``; the
+records the source no longer holds are counted in ``replicator_records_lost_total``.
+
 Where the destination cannot say where the leg stands, duplicates are counted instead: a
 destination partition replaced (topic deleted and created again) is replayed from the source log
 start, and the records of the origin the new log already held are written again
@@ -160,6 +166,32 @@ def resume_after(position: int | None, tail: Tail, log_start: int | None = None)
     if position is not None and last + 1 < position and not replay:
         return position
     return last + 1
+
+
+def destination_lost(tail: Tail, mark: int | None, committed: int | None) -> str | None:
+    """Why destination partition ``tail`` holds less of the origin than the leg delivered
+    (``None``: nothing says it does); the partition is then replayed from what the source holds.
+
+    - Its log ends below ``mark``, the destination offset the leg's committed records reached:
+      the log was replaced or truncated (topic deleted and created again, a broker restored
+      without its data).
+    - No mark was ever saved, yet the leg committed source offset ``committed`` and the whole
+      partition holds no record of the origin: the cluster lost its groups with its data (a
+      rebuilt cluster, a lost volume). The leg saves a mark at its first commit of every
+      partition, so a partition it committed always has one while the cluster keeps its groups.
+    """
+    if mark is not None and tail.log_end < mark:
+        return (
+            f"its log ends at offset {tail.log_end}, below offset {mark} which the records "
+            "already committed had reached (its log was replaced or truncated)"
+        )
+    if mark is None and committed is not None and committed > 0 and tail.origin_offset is None:
+        return (
+            f"it holds no record of this origin and no mark, while source offsets up to "
+            f"{committed} were committed as written there (the cluster lost its data and "
+            "groups: rebuilt, or restored empty)"
+        )
+    return None
 
 
 def marks_group(leg_group: str) -> str:

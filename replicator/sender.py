@@ -58,6 +58,8 @@ from replicator.metrics import Metrics
 from replicator.offsets import OffsetTracker
 from replicator.partition import Halt, LegPartition, Mode, Work
 from replicator.producer import (
+    PRODUCER_STATE_LOST,
+    TOPIC_GONE,
     batch_factory,
     batch_records,
     idempotent,
@@ -65,7 +67,7 @@ from replicator.producer import (
     unknown_outcome,
 )
 from replicator.provenance import Marking
-from replicator.resume import DestinationTail, Tail
+from replicator.resume import DestinationTail, Tail, destination_lost
 from replicator.retry import Backoff, retrying
 from replicator.topics import TopicProvisioner
 from replicator.topology import Leg
@@ -132,6 +134,10 @@ class Destination:
             for key in wanted
         }
 
+    def knows(self, topic: str) -> bool:
+        """Whether the producer's metadata lists ``topic``."""
+        return bool(self.producer.client.cluster.partitions_for_topic(topic))
+
     def connected(self) -> None:
         """The producer and the reader started: senders may read and send."""
         self.idempotent = idempotent(self.producer)
@@ -156,6 +162,7 @@ class PartitionSender:
         "_log_start",
         "_metrics",
         "_preserve",
+        "_replace_cause",
         "_replaced",
         "_replicated",
         "_topics",
@@ -188,10 +195,13 @@ class PartitionSender:
         self._limit: int | None = None  # the destination topic's max.message.bytes, if known
         self._derived_seen = False  # derived records are logged once per partition
         self._copies_seen = False  # a flow's skipped copies are logged once per partition
-        # Per destination partition, the base offset of the last batch it acknowledged: a lower
-        # one later means its log was replaced (topic deleted and created again).
+        # Per destination partition, the end offset of the last batch it acknowledged: a batch
+        # written below it later means its log was replaced (topic deleted and created again,
+        # a cluster restored empty). The end, not the base: a log replaced after a single batch
+        # takes the next one at the same base.
         self._destination_offsets: dict[int, int] = {}
         self._replaced = PartitionEvent()
+        self._replace_cause = "destination partition replaced (topic deleted and created again)"
         # future -> (epoch, records) of the batches handed to the producer, not yet answered
         self._in_flight: dict[asyncio.Future[Any], tuple[int, int]] = {}
         target = partition.target_topic
@@ -269,6 +279,7 @@ class PartitionSender:
         partition = self.partition
 
         tail: Tail | None = None
+        mark: int | None = None  # the mark the tail was read from (in memory, else saved)
         placement: Placement | None = None
         destination_tp = TopicPartition(partition.target_topic, partition.tp.partition)
 
@@ -306,10 +317,12 @@ class PartitionSender:
 
         async def read_tail() -> Tail:
             """Where to resume (the last record of this origin the destination holds)."""
+            nonlocal mark
             try:
                 floor = None if replaying else partition.destination_mark
                 if floor is None and not replaying:
                     floor = await self._destination.tail.saved_mark(destination_tp)
+                mark = floor
                 return await self._destination.tail.last_written(
                     destination_tp, partition.tagger, floor, partition.position, whole=replaying
                 )
@@ -347,7 +360,16 @@ class PartitionSender:
         if error is not None:
             self._halt(f"destination topic refused: {error}")
             return False
-        if tail is not None:
+        lost = None
+        if tail is not None and not replaying:
+            tracker = partition.tracker
+            committed = partition.committed_start if tracker is None else tracker.committed
+            lost = destination_lost(tail, mark, committed)
+        if lost is not None:
+            # Replayed before anything is sent (the run loop looks at this first).
+            self._replace_cause = f"destination partition lost records: {lost}"
+            self._replaced.set()
+        elif tail is not None:
             log_start = None
             found, position = tail.origin_offset, partition.position
             below = found is not None and position is not None and found + 1 < position
@@ -355,7 +377,7 @@ class PartitionSender:
                 # Only a replay from the source log start moves a partition back.
                 with contextlib.suppress(Exception):  # unknown: nothing moves back
                     log_start = await self._log_start()
-            self._resumed(tail, replaying, log_start)
+            self._resumed(tail, replaying, log_start, mark_saved=mark is not None)
         if placement is not None and not replaying:
             partition.resumed_placed(placement.written)
             if partition.placement is None:
@@ -377,10 +399,13 @@ class PartitionSender:
             return type(error)(f"{where}: {error}")
         return ClusterUnavailable(f"reading where to resume: {error}")
 
-    def _resumed(self, tail: Tail, replaying: bool, log_start: int | None = None) -> None:
+    def _resumed(
+        self, tail: Tail, replaying: bool, log_start: int | None = None, mark_saved: bool = True
+    ) -> None:
         """Continue after what the destination holds (or, replaying, count what it repeats);
         ``log_start``: the source log start, asked when the tail holds records of the origin
-        below the position or out of order (see :func:`resume_after`)."""
+        below the position or out of order (see :func:`resume_after`); ``mark_saved``: a mark
+        was saved for this partition (else the first commit saves one)."""
         partition = self.partition
         self._metrics.resume_seconds.labels(self.leg.name).observe(tail.seconds)
         if replaying:
@@ -398,7 +423,7 @@ class PartitionSender:
                 )
             return
         before = partition.position
-        skipped = partition.resumed(tail, log_start)
+        skipped = partition.resumed(tail, log_start, mark_saved)
         found = tail.origin_offset
         if (
             found is not None
@@ -525,6 +550,11 @@ class PartitionSender:
                     batch.builder, partition.target_topic, partition=number
                 )
             except KafkaTimeoutError as exc:
+                if not self._destination.knows(partition.target_topic):
+                    # Gone from the destination's metadata (deleted, a cluster rebuilt): prepare
+                    # it again and resume from the destination.
+                    self._uncertain(tracker, TOPIC_GONE[0]())
+                    return None
                 # The destination is not draining (unreachable or slow): keep the batch, wait.
                 raise ClusterUnavailable("destination not acknowledging") from exc
             except Exception as exc:
@@ -582,11 +612,11 @@ class PartitionSender:
                 partition.acknowledged(tracker, first, outstanding.mark)
             if tracker is not partition.tracker:
                 return  # an abandoned position
-            if written and base < self._destination_offsets.get(number, -1):
+            if written and base < self._destination_offsets.get(number, 0):
                 self._replaced.set()
                 partition.wakeup.set()
             if written:
-                self._destination_offsets[number] = base
+                self._destination_offsets[number] = base + count
             self._replicated.inc(count)
             self._bytes.inc(size)
             if appended_ms > 0:
@@ -600,13 +630,21 @@ class PartitionSender:
         partition = self.partition
         if tracker is not partition.tracker:
             return  # a batch queued behind it, or of an abandoned position
-        note = f"a batch's outcome is unknown ({type(exc).__name__}): resuming from the destination"
+        name = type(exc).__name__
+        if isinstance(exc, TOPIC_GONE):
+            self._topics.forget(partition.target_topic)  # created again if need be
+            what = "the destination partition does not exist (any more)"
+        elif isinstance(exc, PRODUCER_STATE_LOST):
+            what = "the destination lost the producer's state (restored or rebuilt)"
+        else:
+            what, name = "a batch's outcome is unknown", "OutcomeUnknown"
+        note = f"{what} ({type(exc).__name__}): resuming from the destination"
         if partition.restart(note):
             target = partition.target_topic
-            self._metrics.send_errors.labels(self.leg.name, target, "OutcomeUnknown").inc()
+            self._metrics.send_errors.labels(self.leg.name, target, name).inc()
             self._log.warning(
-                "batch sent but not answered: reading the destination to resume without "
-                "writing it twice",
+                f"{what}: reading the destination to resume without writing a record twice "
+                "or losing one",
                 error=repr(exc),
                 resume_from=partition.position,
             )
@@ -640,26 +678,43 @@ class PartitionSender:
     async def _replay(self) -> None:
         """Copy the source partition again, from its log start, into the replaced destination.
 
-        The destination topic was deleted (and created again, by the replicator or the broker):
-        what this leg had delivered is gone, so it is delivered again. The records sent between
-        the deletion and its detection are duplicated, and counted as such by an audit.
+        The destination topic was deleted (and created again, by the replicator or the broker),
+        or its partition lost records (truncated, a cluster rebuilt empty: see
+        :func:`destination_lost`). What this leg had delivered is gone, so it is delivered
+        again, counted as replayed; what the source no longer holds is counted as lost. The
+        records sent between the loss and its detection are duplicated, and counted as such.
         """
         self._replaced.clear()
+        cause = self._replace_cause
+        self._replace_cause = "destination partition replaced (topic deleted and created again)"
         partition = self.partition
-        self._metrics.partitions_replaced.labels(self.leg.name, partition.target_topic).inc()
-        self._topics.forget(partition.target_topic)
+        target = partition.target_topic
+        self._metrics.partitions_replaced.labels(self.leg.name, target).inc()
+        self._topics.forget(target)
         try:
-            start = await self._log_start()
+            log_start = await self._log_start()
         except Exception as exc:
-            self._halt(f"destination partition replaced; source log start unknown: {exc!r}")
+            self._halt(f"{cause}; source log start unknown: {exc!r}")
             return
+        tracker = partition.tracker
+        reached = tracker.committable if tracker is not None else (partition.position or 0)
+        # Past the position, records the source no longer holds are the offset reset's to count.
+        start = min(log_start, reached)
+        replayed, unreplayable = reached - start, start
+        self._metrics.records_replayed.labels(self.leg.name, target).inc(replayed)
+        if unreplayable:
+            self._metrics.records_lost.labels(self.leg.name, target).inc(unreplayable)
         self._log.error(
-            "destination partition replaced (topic deleted and created again): replaying",
-            target_topic=partition.target_topic,
+            f"{cause}: replaying",
+            target_topic=target,
             replay_from=start,
+            records_replayed=replayed,
+            lost_at_most=unreplayable,
         )
         self._destination_offsets.clear()
-        note = f"destination {partition.target_topic} was deleted; replayed from offset {start}"
+        note = f"{cause}; replayed from source offset {start} ({replayed} records)"
+        if unreplayable:
+            note += f"; the {unreplayable} records before it are no longer in the source"
         partition.rewind(start, note)
         # Batches of the abandoned position still on their way land before the tail is read.
         if self._in_flight:

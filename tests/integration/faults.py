@@ -130,11 +130,19 @@ class FaultProxy:
             writer.transport.abort()
             return
         self._writers.update((writer, up_writer))
-        await asyncio.gather(
-            self._pump(reader, up_writer, _RequestFrames(self.requests, self.requests_by_client)),
-            self._pump(up_reader, writer),
-            return_exceptions=True,
-        )
+        pumps = [
+            asyncio.ensure_future(
+                self._pump(
+                    reader, up_writer, _RequestFrames(self.requests, self.requests_by_client)
+                )
+            ),
+            asyncio.ensure_future(self._pump(up_reader, writer)),
+        ]
+        # Either side closing closes the other, as a broker's death closes its clients' sockets.
+        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        for pump in pumps:
+            pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
         for w in (writer, up_writer):
             self._writers.discard(w)
             w.transport.abort()

@@ -4,10 +4,13 @@ which failures mean a batch may have been written."""
 from __future__ import annotations
 
 import aiokafka.errors as kerr
+from aiokafka import TopicPartition
+from aiokafka.producer.transaction_manager import TransactionManager
 
 from replicator.producer import (
     OutcomeUnknown,
     _InitProducerId,
+    _new_producer_id,
     idempotence_refused,
     unknown_outcome,
 )
@@ -44,3 +47,42 @@ def test_only_a_refused_producer_id_turns_idempotence_off() -> None:
     assert not idempotence_refused(kerr.KafkaConnectionError())  # unreachable: try again
     assert not idempotence_refused(kerr.SaslAuthenticationFailed())
     assert not idempotence_refused(OSError("refused"))
+
+
+def test_a_destination_that_lost_the_producer_or_the_topic_makes_the_partition_resume() -> None:
+    """Nothing was written, but the destination's state changed under the producer (restored
+    empty, topic gone): the partition reads the destination again instead of halting."""
+    for lost in (
+        kerr.UnknownProducerId(),
+        kerr.OutOfOrderSequenceNumber(),
+        kerr.UnknownTopicOrPartitionError(),
+    ):
+        assert unknown_outcome(lost), lost
+
+
+class _Builder:
+    def __init__(self, producer_id: int) -> None:
+        self._builder = type("Records", (), {"_producer_id": producer_id})()
+
+
+class _Batch:
+    def __init__(self, producer_id: int) -> None:
+        self._builder = _Builder(producer_id)
+
+
+async def test_a_lost_producer_id_is_replaced_once() -> None:
+    """The first batch refused for an unknown producer id makes the producer ask for a new id
+    and number every partition from 0; later refusals of batches sent with the old id do not
+    reset the new one."""
+    manager = TransactionManager(None, 60_000)
+    manager.set_pid_and_epoch(7, 0)
+    manager.increment_sequence_number(TopicPartition("orders", 0), 40)
+    sender = type("Sender", (), {"_txn_manager": manager})()
+    _new_producer_id(sender, _Batch(7))
+    assert not manager.has_pid()
+    assert manager.sequence_number(TopicPartition("orders", 0)) == 0
+    manager.set_pid_and_epoch(8, 0)  # what the sender's next InitProducerId gets
+    manager.increment_sequence_number(TopicPartition("orders", 0), 5)
+    _new_producer_id(sender, _Batch(7))  # another partition's batch of the old id
+    assert manager.producer_id == 8
+    assert manager.sequence_number(TopicPartition("orders", 0)) == 5

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from replicator.offsets import OffsetTracker
 from replicator.partition import Mode
 from replicator.provenance import ORIGIN, Provenance, Tagger
-from replicator.resume import Tail, _Window, resume_after
+from replicator.resume import Tail, _Window, destination_lost, resume_after
 from tests.unit.sample import Record as Sample
 from tests.unit.test_partition import partition
 
@@ -191,3 +191,34 @@ def test_a_mark_is_not_raised_past_a_batch_on_its_way() -> None:
     assert tracker.destination_mark == 50
     tracker.refresh_mark(1_000, tracker.last_end)
     assert tracker.destination_mark == 1_000
+
+
+def test_a_destination_log_below_the_saved_mark_lost_records() -> None:
+    """A log that ends below the mark the committed records reached was replaced or truncated;
+    one at or above it, whatever it holds, did not lose what the leg wrote."""
+    assert destination_lost(tail(None, log_end=0), mark=200, committed=200) is not None
+    assert destination_lost(tail(99, log_end=150), mark=200, committed=200) is not None
+    assert destination_lost(tail(None, log_end=200), mark=200, committed=200) is None
+    assert destination_lost(tail(199, log_end=900), mark=200, committed=200) is None
+
+
+def test_no_mark_and_no_record_of_a_committed_origin_means_a_destination_rebuilt() -> None:
+    """No mark is saved (the cluster lost its groups) and the whole partition holds no record of
+    an origin the leg committed: lost. Anything else is a partition never committed, or one
+    whose records are still there (a resume finds them)."""
+    assert destination_lost(tail(None, log_end=0), mark=None, committed=200) is not None
+    assert destination_lost(tail(None, log_end=50), mark=None, committed=200) is not None
+    assert destination_lost(tail(None, log_end=0), mark=None, committed=None) is None
+    assert destination_lost(tail(None, log_end=0), mark=None, committed=0) is None
+    assert destination_lost(tail(150, log_end=300), mark=None, committed=200) is None
+
+
+def test_a_resume_without_a_saved_mark_saves_one_at_the_first_commit() -> None:
+    """So that a committed partition always has a mark while its destination keeps its groups,
+    and a missing one says the destination lost them."""
+    fresh = OffsetTracker(200, destination_mark=350, mark_saved=False)
+    assert fresh.needs_commit and fresh.mark_to_save == 350
+    fresh.mark_saved(350)
+    assert not fresh.needs_commit
+    known = OffsetTracker(200, destination_mark=350)
+    assert not known.needs_commit and known.mark_to_save is None
