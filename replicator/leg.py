@@ -37,6 +37,7 @@ from replicator.deadletter import DeadLetters
 from replicator.errors import ClusterUnavailable, ReplicatorError
 from replicator.kafka import (
     ClusterClient,
+    check_position,
     committed_offsets,
     make_reader,
     start_consumer,
@@ -468,6 +469,9 @@ class LegRunner:
         async def log_start() -> int:
             return int((await consumer.beginning_offsets([tp]))[tp])
 
+        async def outside_source(position: int) -> OutOfRange | None:
+            return await check_position(consumer, tp, position)
+
         sender = PartitionSender(
             self.leg,
             partition,
@@ -478,6 +482,8 @@ class LegRunner:
             self._dead_letters,
             self.duplicates,
             self._preserve_partitions,
+            outside_source,
+            self.resets,
         )
         self.partitions[tp] = partition
         partition.watch(self._partition_changed)

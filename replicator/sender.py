@@ -55,7 +55,8 @@ from replicator.errors import (
 from replicator.kafka import track_topics, translate
 from replicator.lifecycle import PartitionEvent, sleep_unless_stopped
 from replicator.metrics import Metrics
-from replicator.offsets import OffsetTracker
+from replicator.offset_reset import OffsetResets
+from replicator.offsets import OffsetTracker, OutOfRange
 from replicator.partition import Halt, LegPartition, Mode, Work
 from replicator.producer import (
     PRODUCER_STATE_LOST,
@@ -161,10 +162,12 @@ class PartitionSender:
         "_limit",
         "_log_start",
         "_metrics",
+        "_outside_source",
         "_preserve",
         "_replace_cause",
         "_replaced",
         "_replicated",
+        "_resets",
         "_topics",
         "leg",
         "partition",
@@ -181,6 +184,8 @@ class PartitionSender:
         dead_letters: DeadLetters | None = None,
         duplicates: Counter[str] | None = None,
         preserve_partitions: bool = True,
+        outside_source: Callable[[int], Awaitable[OutOfRange | None]] | None = None,
+        resets: OffsetResets | None = None,
     ) -> None:
         self.leg = leg
         self._preserve = preserve_partitions
@@ -189,6 +194,10 @@ class PartitionSender:
         self._topics = topics
         self._metrics = metrics
         self._log_start = log_start
+        # Whether a source position is outside the source log, and the leg's reset policy: a
+        # replay from a position beyond the log end is an offset reset, not a replay.
+        self._outside_source = outside_source
+        self._resets = resets
         self._dead_letters = dead_letters
         # The leg's tally of duplicates it could not prevent, by kind (shown in /status).
         self._duplicates: Counter[str] = duplicates if duplicates is not None else Counter()
@@ -698,24 +707,37 @@ class PartitionSender:
             return
         tracker = partition.tracker
         reached = tracker.committable if tracker is not None else (partition.position or 0)
-        # Past the position, records the source no longer holds are the offset reset's to count.
-        start = min(log_start, reached)
-        replayed, unreplayable = reached - start, start
-        self._metrics.records_replayed.labels(self.leg.name, target).inc(replayed)
-        if unreplayable:
-            self._metrics.records_lost.labels(self.leg.name, target).inc(unreplayable)
-        self._log.error(
-            f"{cause}: replaying",
-            target_topic=target,
-            replay_from=start,
-            records_replayed=replayed,
-            lost_at_most=unreplayable,
-        )
+        outside = None
+        if self._outside_source is not None and self._resets is not None:
+            with contextlib.suppress(Exception):  # unknown: replayed as below
+                outside = await self._outside_source(reached)
         self._destination_offsets.clear()
-        note = f"{cause}; replayed from source offset {start} ({replayed} records)"
-        if unreplayable:
-            note += f"; the {unreplayable} records before it are no longer in the source"
-        partition.rewind(start, note)
+        if outside is not None and not outside.below_log_start and self._resets is not None:
+            # The source log was replaced too (the position is past its end): an offset reset,
+            # counted and handled by the leg's policy (start again at the log start, or halt).
+            self._log.error(f"{cause}; the source position is past the source log end")
+            self._resets.apply(partition, outside)
+            if not partition.open:
+                return
+            note = f"{cause}; {outside}"
+        else:
+            # Past the position, records the source no longer holds are the offset reset's.
+            start = min(log_start, reached)
+            replayed, unreplayable = reached - start, start
+            self._metrics.records_replayed.labels(self.leg.name, target).inc(replayed)
+            if unreplayable:
+                self._metrics.records_lost.labels(self.leg.name, target).inc(unreplayable)
+            self._log.error(
+                f"{cause}: replaying",
+                target_topic=target,
+                replay_from=start,
+                records_replayed=replayed,
+                lost_at_most=unreplayable,
+            )
+            note = f"{cause}; replayed from source offset {start} ({replayed} records)"
+            if unreplayable:
+                note += f"; the {unreplayable} records before it are no longer in the source"
+            partition.rewind(start, note)
         # Batches of the abandoned position still on their way land before the tail is read.
         if self._in_flight:
             await asyncio.wait(list(self._in_flight), timeout=self._destination.timeout)
