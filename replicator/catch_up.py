@@ -24,7 +24,7 @@ from replicator.kafka import check_position, out_of_range_positions, set_fetch_w
 from replicator.lifecycle import IdleWait, wait_any
 from replicator.offset_reset import OffsetResets
 from replicator.partition import LegPartition
-from replicator.records import SourceRecord
+from replicator.records import SourceRecord, take_poisoned, undecodable_reason
 from replicator.retry import retrying
 
 log = structlog.get_logger(__name__)
@@ -150,6 +150,21 @@ class CatchUpFetch:
             self._positions[tp] = end
             # Refused (a gap, or no longer fed alone) or full: reconcile() pauses or seeks.
             partition.take_fetched(records, start, end, fetched_ms)
+        for poison in take_poisoned(self._consumer):
+            # Stopped at a record it cannot decode: the partition halts there (source.py).
+            self._consumer.pause(poison.tp)
+            self._positions.pop(poison.tp, None)
+            partition = self._partitions.get(poison.tp)
+            if partition is not None and partition.undecodable(
+                poison.offset, undecodable_reason(poison)
+            ):
+                self._log.error(
+                    "a source record cannot be decoded: its partition halts at it",
+                    topic=poison.tp.topic,
+                    partition=poison.tp.partition,
+                    offset=poison.offset,
+                    error=poison.error,
+                )
 
     async def _out_of_range(self, positions: dict[TopicPartition, int]) -> None:
         """A partition's fetch position is outside the source log.

@@ -92,6 +92,13 @@ class Metrics:
             "the source offsets below its log start).",
             ["leg", "topic"],
         )
+        self.records_undecodable = self._declare(
+            Counter,
+            "replicator_records_undecodable_total",
+            "Source records the client cannot decode (a header key that is not UTF-8, say): the "
+            "partition halts on that leg at the record, named in /status and the log.",
+            ["leg", "topic"],
+        )
         self.records_replayed = self._declare(
             Counter,
             "replicator_records_replayed_total",

@@ -109,6 +109,9 @@ class Work:
     end: int = 0
     fetched_ms: int = 0
     epoch: int = 0
+    # The record at ``start`` cannot be decoded: the sender halts the partition there, after
+    # everything queued before it (:meth:`LegPartition.undecodable`).
+    poison: str | None = None
 
 
 class LegPartition:
@@ -135,6 +138,7 @@ class LegPartition:
         "mode",
         "new_batch",
         "placement",
+        "poisoned",
         "position",
         "skipped_at_resume",
         "tagger",
@@ -177,6 +181,8 @@ class LegPartition:
         # by a resume or restart): a resume reads the destination from there.
         self.destination_mark: int | None = None
         self.skipped_at_resume = 0  # records the destination already held when it started
+        # The record at the position cannot be decoded: nothing more is fed (see undecodable).
+        self.poisoned = False
         # Set whenever work is queued or the mode changes: the sender waits on it.
         self.wakeup = PartitionEvent()
         # The queue was found full: the watchers are told when it has room again.
@@ -228,7 +234,7 @@ class LegPartition:
     @property
     def fed_alone(self) -> bool:
         """Whether the leg's catch-up fetch must feed this partition (when it has room)."""
-        return self.mode in FED_ALONE and self.position is not None
+        return self.mode in FED_ALONE and self.position is not None and not self.poisoned
 
     @property
     def has_room(self) -> bool:
@@ -251,6 +257,8 @@ class LegPartition:
         A partition ahead of the feed (after a restart, or a catch-up fetch that outran it)
         waits for the feed rather than fetch alone: ``AHEAD`` (the feed attaches it).
         """
+        if self.poisoned:
+            return Fit.NONE
         if self.mode is Mode.ATTACHED:
             position = start if self.position is None else self.position
             if position > end:
@@ -491,6 +499,17 @@ class LegPartition:
         self._enqueue(work)
         self.position = end
         return self.has_room
+
+    def undecodable(self, offset: int, reason: str) -> bool:
+        """The record at ``offset`` cannot be decoded: nothing more is fed; once what is queued
+        before it is handed over, the sender halts the partition with ``reason``. ``False`` if
+        this partition is not open or not there (it reaches the record by its own fetch)."""
+        if not self.open or self.poisoned or self.position != offset:
+            return False
+        self.poisoned = True
+        self._enqueue(Work(0, 0, batches=[], start=offset, epoch=self.epoch, poison=reason))
+        self._changed()
+        return True
 
     # -- transitions: output (the sender) -------------------------------------------------------
 

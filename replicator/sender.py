@@ -245,6 +245,9 @@ class PartitionSender:
                 partition.wakeup.clear()  # nothing queued: sleep until work or a transition
                 await partition.wakeup.wait()
                 continue
+            if work.poison is not None:
+                self._undecodable(work)
+                return
             await self._send(work)
             partition.handed_over(work)
 
@@ -842,6 +845,15 @@ class PartitionSender:
                 "replicator-upstream",
                 derived=derived,
             )
+
+    def _undecodable(self, work: Work) -> None:
+        """Every record before it was handed over: halt at the record the client cannot decode,
+        naming it (counted once per partition and leg)."""
+        assert work.poison is not None
+        target = self.partition.target_topic
+        self._metrics.records_undecodable.labels(self.leg.name, self.partition.tp.topic).inc()
+        self._metrics.send_errors.labels(self.leg.name, target, "UndecodableRecord").inc()
+        self._halt(work.poison)
 
     def _refused(self, error: ReplicatorError) -> None:
         target = self.partition.target_topic

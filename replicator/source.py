@@ -46,7 +46,7 @@ from replicator.leg import LegRunner
 from replicator.lifecycle import IdleWait, StopDeadline, close_quietly, wait_any
 from replicator.metrics import Metrics
 from replicator.partition import Fit, LegPartition, Mode
-from replicator.records import SourceRecord
+from replicator.records import Poison, SourceRecord, take_poisoned, undecodable_reason
 from replicator.retry import retrying
 from replicator.settings import Settings, StartPosition
 from replicator.topic_watch import TopicWatch
@@ -293,6 +293,8 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 fanout = self._fanouts.get(tp)
                 if fanout is not None and records:
                     fanout.deliver(records, fetched_ms)
+            for poison in take_poisoned(consumer):
+                self._undecodable(poison)
             touched = set(fetched or ()) | self._changed
             self._changed = set()
             # Every partition is looked at in turn, a bounded slice per fetch: a log shorter than
@@ -508,6 +510,28 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
     def _drop_fanout(self, tp: TopicPartition) -> None:
         self._fanouts.pop(tp, None)
         self._held.pop(tp, None)
+
+    def _undecodable(self, poison: Poison) -> None:
+        """A fetch stopped at a record the client cannot decode, after handing over those before
+        it: the legs there halt at it (once what they queued is sent); never fetched again here
+        (a leg still behind reaches it with its own fetch)."""
+        tp = poison.tp
+        self._held.pop(tp, None)
+        self._pause(tp)
+        fanout = self._fanouts.get(tp)
+        if fanout is None:
+            return
+        reason = undecodable_reason(poison)
+        halted = [p for p in fanout.partitions if p.undecodable(poison.offset, reason)]
+        if halted:
+            self._log.error(
+                "a source record cannot be decoded: its partition halts at it",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=poison.offset,
+                error=poison.error,
+                legs=len(halted),
+            )
 
     def _pause(self, tp: TopicPartition) -> None:
         if self._consumer is not None and tp in self._consumer.assignment():

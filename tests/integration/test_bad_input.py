@@ -246,3 +246,88 @@ def test_a_record_too_large_for_the_destination_follows_the_policy(
             FaultFigures(f"record too large, policy {policy}", 300, 0, 0, peak_rss_mb(dc1), outcome)
         )
         assert dc1.stop() == 0
+
+
+class _NotUtf8(str):
+    """A header key whose bytes on the wire are not UTF-8 (the format allows it; Java clients
+    write and read such keys): aiokafka's own builder would encode the text."""
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"\xff\xfe-trace"
+
+
+async def _produce_one_undecodable_record(broker: Broker, before: int, after: int) -> None:
+    """Partition 0 of ``orders_REPLICA``: ``before`` records, one whose header key is not UTF-8,
+    then ``after`` records; partitions 1 and 2: ``before + 1 + after`` records each."""
+    from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
+
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        for i in range(before + 1 + after):
+            for partition in range(3):
+                if partition == 0 and i == before:
+                    batch = producer.create_batch()
+                    batch._builder = _DefaultRecordBatchBuilderPy(2, 0, 0, -1, -1, -1, 1 << 20)
+                    batch.append(
+                        timestamp=None, key=b"k", value=b"poison", headers=[(_NotUtf8("x"), b"1")]
+                    )
+                    await (await producer.send_batch(batch, "orders_REPLICA", partition=0))
+                    continue
+                value = f"p{partition}-{i}".encode()
+                await producer.send_and_wait(
+                    "orders_REPLICA", key=b"k", value=value, partition=partition
+                )
+    finally:
+        await producer.stop()
+
+
+def test_a_record_the_client_cannot_decode_halts_its_partition_there(replicators: Start) -> None:
+    """One record of partition 0 has a header key that is not UTF-8. The records before it
+    reach both destinations, in order; partition 0 halts at it on both legs, named (topic,
+    partition, offset) in /readyz, /status, a metric and the log; the other partitions go on."""
+    before, after = 50, 150
+    with start_clusters("dc1", "dc2") as brokers:
+        local, remote = brokers["dc1"], brokers["dc2"]
+        create_topics(local, orders_REPLICA=3)
+        run(_produce_one_undecodable_record(local, before, after))
+        dc1 = replicators("dc1", replicator_env("dc1", brokers))
+        expected = before + 2 * (before + 1 + after)
+        for cluster in (local, remote):
+            wait_until(holds(cluster, "orders", expected), 60, "all but the halted", dc1.log)
+
+        def reported() -> bool:
+            status, body = dc1.get("/readyz")
+            return (
+                status == 503
+                and sum(
+                    "orders_REPLICA[0]" in p
+                    and f"offset {before}" in p
+                    and "cannot be decoded" in p
+                    for p in body["problems"]
+                )
+                == 2
+            )
+
+        wait_until(reported, 30, "/readyz naming the record on both legs", dc1.log)
+        for cluster in (local, remote):
+            copied = read(cluster, "orders")
+            assert len(copied) == expected
+            origins = [r.provenance for r in copied]
+            assert all(p is not None for p in origins)
+            halted = [p.offset for p in origins if p is not None and p.partition == 0]
+            assert halted == list(range(before)), halted
+            for partition in (1, 2):
+                offsets = [p.offset for p in origins if p is not None and p.partition == partition]
+                assert offsets == list(range(before + 1 + after))
+        for leg in ("dc1->dc1", "dc1->dc2"):
+            assert dc1.metric("replicator_records_undecodable_total", leg=leg) == 1
+        legs = {leg["leg"]: leg for leg in dc1.get("/status")[1]["legs"]}
+        for leg in legs.values():
+            assert leg["partition_states"]["halted"] == 1
+            (reason,) = leg["halted_reasons"]
+            assert reason["example"] == "orders_REPLICA[0]", reason
+            assert f"offset {before} of orders_REPLICA/0 cannot be decoded" in reason["reason"]
+        errors = [line for line in dc1.log().splitlines() if "cannot be decoded" in line]
+        assert 1 <= len(errors) <= 3, errors  # once per fetch that met it: feed, or each leg
+        assert dc1.stop() == 0

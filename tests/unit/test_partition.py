@@ -984,3 +984,24 @@ async def test_a_partition_event_wakes_every_waiter_and_forgets_those_cancelled(
 
 def test_partition_events_weigh_less_than_asyncio_events() -> None:
     assert sys.getsizeof(PartitionEvent()._waiters) * 5 < sys.getsizeof(asyncio.Event()._waiters)
+
+
+def test_a_record_that_cannot_be_decoded_halts_the_partition_after_what_came_before() -> None:
+    """Fed up to the record, the partition takes nothing more; the sender finds a halt order
+    behind the work queued before it, and a partition elsewhere (behind, or ahead after a
+    rewind) is not affected: it reaches the record with its own fetch."""
+    p = partition(10)
+    before = p.next_work()
+    assert before is None
+    p.take_built(Target(10, new_batch), 20)
+    assert not p.undecodable(19, "elsewhere") and not p.poisoned
+    assert p.undecodable(20, "offset 20 cannot be decoded")
+    assert not p.undecodable(20, "again")  # once
+    assert p.fit(20, 30) is Fit.NONE and not p.fed_alone
+    queued = p.next_work()
+    assert queued is not None and queued.poison is None  # what came before goes first
+    order = p.next_work()
+    assert order is not None and order.poison == "offset 20 cannot be decoded"
+    assert order.start == 20 and order.records == 0
+    alone = partition(5, Mode.ALONE)
+    assert alone.undecodable(5, "at once") and not alone.fed_alone

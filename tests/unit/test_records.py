@@ -1,0 +1,85 @@
+"""A fetch that meets a record the client cannot decode (records.py): the records before it are
+handed over, the position stays on it, and the consumer that fetched it is told which."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import CorruptRecordException
+
+from replicator.records import _getall, take_poisoned
+
+TP = TopicPartition("orders_REPLICA", 0)
+
+
+class _Records:
+    """aiokafka's PartitionRecords: offsets from ``first``; the one at ``bad`` raises."""
+
+    def __init__(self, first: int, last: int, bad: int | None, error: Exception) -> None:
+        self.next_fetch_offset = first
+        self._iterator = self._records(first, last, bad, error)
+
+    def _records(self, first: int, last: int, bad: int | None, error: Exception) -> Iterator[int]:
+        for offset in range(first, last + 1):
+            if offset == bad:
+                raise error
+            self.next_fetch_offset = offset + 1
+            yield offset
+
+    def __iter__(self) -> Iterator[int]:
+        return self._iterator
+
+
+class _Result:
+    """aiokafka's FetchResult, as much of it as ``getall`` uses."""
+
+    def __init__(self, records: _Records, assignment: Any) -> None:
+        self._topic_partition = TP
+        self._partition_records: _Records | None = records
+        self._assignment = assignment
+        self.position: int | None = None
+
+    def check_assignment(self, tp: TopicPartition) -> bool:
+        return True
+
+    def has_more(self) -> bool:
+        return self._partition_records is not None
+
+    def _update_position(self) -> None:
+        assert self._partition_records is not None
+        self.position = self._partition_records.next_fetch_offset
+
+
+def _consumer(assignment: Any) -> Any:
+    return SimpleNamespace(
+        _subscription=SimpleNamespace(subscription=SimpleNamespace(assignment=assignment))
+    )
+
+
+def test_the_records_before_an_undecodable_one_are_handed_over_and_it_is_named() -> None:
+    mine, other = SimpleNamespace(active=True), SimpleNamespace(active=True)
+    bad = UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+    result = _Result(_Records(40, 99, 50, bad), mine)
+    assert _getall(result) == list(range(40, 50))
+    assert result.position == 50 and not result.has_more()
+    elsewhere = _Result(_Records(0, 9, 3, bad), other)
+    assert _getall(elsewhere) == [0, 1, 2]
+    (poison,) = take_poisoned(_consumer(mine))
+    assert (poison.tp, poison.offset) == (TP, 50) and "UnicodeDecodeError" in poison.error
+    assert take_poisoned(_consumer(mine)) == []  # taken once
+    (theirs,) = take_poisoned(_consumer(other))  # another consumer's record is kept for it
+    assert theirs.offset == 3
+
+
+def test_a_whole_fetch_is_handed_over_and_a_corrupt_batch_is_fetched_again() -> None:
+    assignment = SimpleNamespace(active=True)
+    whole = _Result(_Records(0, 4, None, ValueError()), assignment)
+    assert _getall(whole) == [0, 1, 2, 3, 4] and whole.position == 5
+    corrupt = _Result(_Records(0, 4, 2, CorruptRecordException("crc")), assignment)
+    with pytest.raises(CorruptRecordException):
+        _getall(corrupt)
+    assert take_poisoned(_consumer(assignment)) == []
