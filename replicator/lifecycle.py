@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 import structlog
@@ -73,14 +73,15 @@ class StopDeadline:
 
     CLOSE_FLOOR_S = 0.5
 
-    def __init__(self, grace_s: float) -> None:
+    def __init__(self, grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._grace = grace_s
+        self._clock = clock
         self._at: float | None = None
 
     def start(self) -> None:
         """The stop begins now (later calls keep the first deadline)."""
         if self._at is None:
-            self._at = time.monotonic() + self._grace
+            self._at = self._clock() + self._grace
 
     @property
     def started(self) -> bool:
@@ -90,7 +91,7 @@ class StopDeadline:
         """Seconds left until the deadline (the whole grace before a stop), at least ``floor``."""
         if self._at is None:
             return max(self._grace, floor)
-        return max(self._at - time.monotonic(), floor)
+        return max(self._at - self._clock(), floor)
 
     def for_drain(self) -> float:
         """What a drain may take: before a stop, the whole grace; during one, what is left but
@@ -98,7 +99,7 @@ class StopDeadline:
         if self._at is None:
             return self._grace
         reserve = min(5.0, self._grace / 4)
-        return max(self._at - time.monotonic() - reserve, 0.0)
+        return max(self._at - self._clock() - reserve, 0.0)
 
 
 class PartitionEvent(asyncio.Event):

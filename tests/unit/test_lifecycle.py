@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from replicator import lifecycle
 from replicator.lifecycle import StopDeadline
 
 
@@ -17,21 +16,19 @@ class Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    fake = Clock()
-    monkeypatch.setattr(lifecycle.time, "monotonic", fake)
-    return fake
+def clock() -> Clock:
+    return Clock()
 
 
 def test_before_a_stop_a_rebalance_drain_gets_the_whole_grace(clock: Clock) -> None:
-    deadline = StopDeadline(20.0)
+    deadline = StopDeadline(20.0, clock)
     clock.now += 100
     assert not deadline.started
     assert deadline.for_drain() == 20.0 and deadline.left() == 20.0
 
 
 def test_every_wait_of_a_stop_takes_what_is_left_of_one_deadline(clock: Clock) -> None:
-    deadline = StopDeadline(20.0)
+    deadline = StopDeadline(20.0, clock)
     deadline.start()
     # The drain leaves a reserve (a quarter of the grace, at most 5 s) for commits and closes.
     assert deadline.for_drain() == 15.0
@@ -45,6 +42,6 @@ def test_every_wait_of_a_stop_takes_what_is_left_of_one_deadline(clock: Clock) -
 
 
 def test_a_short_grace_keeps_a_quarter_of_it_for_closing(clock: Clock) -> None:
-    deadline = StopDeadline(4.0)
+    deadline = StopDeadline(4.0, clock)
     deadline.start()
     assert deadline.for_drain() == 3.0 and deadline.left() == 4.0
