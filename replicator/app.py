@@ -263,6 +263,8 @@ class ReplicatorService:
         for runner in self.legs:
             if runner.leg.destination == local or not local_only:
                 problems.extend(runner.health.problems())
+        for heartbeat in self.heartbeats.values():  # identity flows in a chain or a ring
+            problems.extend(heartbeat.problems())
         return problems
 
     def status(self, detail: PartitionQuery | None = None) -> dict[str, Any]:

@@ -16,6 +16,16 @@ writes anything. Shown per flow in ``/status`` (``flows.<name>.heartbeat``) and 
 ``replicator_heartbeat_age_seconds``, ``replicator_heartbeat_delay_seconds`` and
 ``replicator_heartbeats_emitted_total``. Failures (a cluster down) are retried by the service's one
 retry policy, shown in ``last_error`` and logged once per change.
+
+**Chains and rings of identity flows.** A flow with the same names copies only the records that
+originated in its source: a copy is never copied again, so it is a mesh's flow (every cluster
+into every other). In a chain (dc1 -> dc2 -> dc3, no flow dc1 -> dc3) or a ring, some origin's
+records would never reach some cluster, silently. The heartbeats show it: the monitor also reads
+the source's heartbeat topic, where the heartbeats of every flow into the source arrive with
+their origin's provenance. An origin seen there (other than the target) whose heartbeats never
+arrive in the target's topic, while this flow's own do, has no flow into the target: the flow is
+reported (``/readyz``, ``/status`` ``flows.<name>.heartbeat.unforwarded``, one error line)
+naming the chain (:func:`unforwarded`).
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from replicator.topology import FeedPlan
 log = structlog.get_logger(__name__)
 
 _POLL_MS = 500
+_RECENT = 20  # heartbeats read back at start, per partition of a heartbeat topic
 
 
 def heartbeat_value(plan: FeedPlan, emitted_ms: int) -> bytes:
@@ -49,6 +60,44 @@ def heartbeat_value(plan: FeedPlan, emitted_ms: int) -> bytes:
     leg = plan.legs[0]
     body = {"flow": plan.name, "source": leg.source, "target": leg.destination}
     return json.dumps({**body, "emitted_ms": emitted_ms}, separators=(",", ":")).encode()
+
+
+# An origin counts as not reaching the target once this many intervals passed with its
+# heartbeats arriving in the source and none of them in the target.
+UNFORWARDED_AFTER_INTERVALS = 5
+_UNFORWARDED_FLOOR_S = 5.0
+
+
+def unforwarded(
+    into_source: dict[str, float],
+    into_target: dict[str, float],
+    target: str,
+    watched_since: float,
+    now: float,
+    after_s: float,
+) -> list[str]:
+    """The origins whose heartbeats reached the source recently (``into_source``: origin ->
+    when last read there) but none of them the target (``into_target``) for ``after_s``
+    seconds of watching both: nothing copies that origin's records into the target, and an
+    identity flow never copies a copy. The target itself is never one (a copy back home)."""
+    if now - watched_since < after_s:
+        return []
+    return sorted(
+        origin
+        for origin, seen in into_source.items()
+        if origin != target
+        and now - seen < after_s
+        and now - into_target.get(origin, float("-inf")) >= after_s
+    )
+
+
+def _origin(headers: Any, topic: str) -> str | None:
+    """The cluster a heartbeat copied from another cluster's ``topic`` came from, if it is one."""
+    try:
+        origin = provenance.parse(headers)
+    except provenance.ProvenanceError:
+        return None
+    return origin.cluster if origin is not None and origin.topic == topic else None
 
 
 class FlowHeartbeat:
@@ -79,6 +128,13 @@ class FlowHeartbeat:
         self.delay_seconds: float | None = None
         self.emit_error: str | None = None
         self.watch_error: str | None = None
+        # Identity flows only: origins whose heartbeats were read in the source's topic and in
+        # the target's (origin -> when last read), and what the check found (see unforwarded).
+        self._identity = self.target_topic == self.topic
+        self._into_source: dict[str, float] = {}
+        self._into_target: dict[str, float] = {}
+        self._watching_since: float | None = None
+        self.unforwarded: list[str] = []
 
     async def run(self, stop: asyncio.Event) -> None:
         """Emit and watch until ``stop``."""
@@ -86,6 +142,10 @@ class FlowHeartbeat:
             tasks.create_task(self._emit(stop), name=f"heartbeat-emit:{self.plan.name}")
             if self.target_topic is not None:
                 tasks.create_task(self._watch(stop), name=f"heartbeat-watch:{self.plan.name}")
+            if self._identity:
+                tasks.create_task(
+                    self._watch_source(stop), name=f"heartbeat-watch-source:{self.plan.name}"
+                )
 
     # -- emitting into the source ---------------------------------------------------------------
 
@@ -186,27 +246,107 @@ class FlowHeartbeat:
                 for records in fetched.values():
                     for record in records:
                         self._seen(record.headers, record.timestamp)
+                self._check_chain()
         finally:
             if consumer is not None:
                 await close_quietly(consumer.stop())
 
+    async def _watch_source(self, stop: asyncio.Event) -> None:
+        """Read which origins' heartbeats arrive in the source (identity flows: see above)."""
+        consumer: AIOKafkaConsumer | None = None
+        backoff = Backoff(base=max(self._interval, 1.0))
+        try:
+            while not stop.is_set():
+                try:
+                    if consumer is None:
+                        consumer = await self._start_reader(
+                            self._source, self.plan.source, self.topic, "source"
+                        )
+                        if consumer is None:
+                            await sleep_unless_stopped(stop, self._interval)
+                            continue
+                    fetched = await consumer.getmany(timeout_ms=_POLL_MS)
+                except Exception as exc:
+                    self._failed("watch", translate(exc))
+                    if consumer is not None:
+                        await close_quietly(consumer.stop())
+                        consumer = None
+                    await sleep_unless_stopped(stop, backoff.delay(True))
+                    continue
+                now = time.monotonic()
+                for records in fetched.values():
+                    for record in records:
+                        origin = _origin(record.headers, self.topic)
+                        if origin is not None:
+                            self._into_source[origin] = now
+        finally:
+            if consumer is not None:
+                await close_quietly(consumer.stop())
+
+    def _check_chain(self) -> None:
+        if not self._identity or self._watching_since is None:
+            return
+        after = max(UNFORWARDED_AFTER_INTERVALS * self._interval, _UNFORWARDED_FLOOR_S)
+        target = self.plan.legs[0].destination
+        found = unforwarded(
+            self._into_source,
+            self._into_target,
+            target,
+            self._watching_since,
+            time.monotonic(),
+            after,
+        )
+        if found != self.unforwarded and found:
+            self._log.error(
+                "identity flows form a chain or a ring: records that reach the source from "
+                "these clusters are never copied to the target (a copy is never copied again), "
+                "and no flow copies them there; add a flow from each into the target (a mesh), "
+                "or name topics by source (NAMING=source-alias)",
+                chains=[f"{o} -> {self.plan.source} -> {target}" for o in found],
+            )
+        elif self.unforwarded and not found:
+            self._log.info("every origin reaching the source now reaches the target")
+        self.unforwarded = found
+
+    def problems(self) -> list[str]:
+        """For ``/readyz``: origins this identity flow's target never gets."""
+        target = self.plan.legs[0].destination
+        return [
+            f"flow {self.plan.name}: records of {origin} reach {self.plan.source} but never "
+            f"{target} ({origin} -> {self.plan.source} -> {target}: identity flows never copy "
+            f"a copy; add a flow {origin} -> {target}, or use source-alias names)"
+            for origin in self.unforwarded
+        ]
+
     async def _start_watch(self) -> AIOKafkaConsumer | None:
         assert self.target_topic is not None
-        admin = await self._target.admin()
-        partitions = (await describe_partitions(admin)).get(self.target_topic)
+        target = self.plan.legs[0].destination
+        consumer = await self._start_reader(self._target, target, self.target_topic, "watch")
+        if consumer is not None and self._watching_since is None:
+            self._watching_since = time.monotonic()
+        return consumer
+
+    async def _start_reader(
+        self, client: ClusterClient, alias: str, topic: str, role: str
+    ) -> AIOKafkaConsumer | None:
+        """A reader of ``topic`` in cluster ``alias`` from its newest records; ``None`` while
+        the topic does not exist."""
+        admin = await client.admin()
+        partitions = (await describe_partitions(admin)).get(topic)
         if not partitions:
             return None
-        cluster = self._settings.clusters[self.plan.legs[0].destination]
-        client_id = f"replicator-{self.plan.name}-heartbeat-watch"
+        cluster = self._settings.clusters[alias]
+        client_id = f"replicator-{self.plan.name}-heartbeat-{role}"
         consumer = make_reader(cluster, self._settings, client_id, fetch_max_wait_ms=_POLL_MS)
         try:
             await consumer.start()
-            assigned = [TopicPartition(self.target_topic, p["partition"]) for p in partitions]
+            assigned = [TopicPartition(topic, p["partition"]) for p in partitions]
             consumer.assign(assigned)
-            # The newest heartbeat already there counts: a restart shows the age at once.
+            # The newest heartbeats already there count: a restart shows the age at once (one
+            # per flow into the cluster is among the last few: it is written every interval).
             ends = await consumer.end_offsets(assigned)
             for tp, end in ends.items():
-                consumer.seek(tp, max(0, end - 1))
+                consumer.seek(tp, max(0, end - _RECENT))
         except BaseException:
             await close_quietly(consumer.stop())
             raise
@@ -217,6 +357,8 @@ class FlowHeartbeat:
             origin = provenance.parse(headers)
         except provenance.ProvenanceError:
             return
+        if origin is not None and origin.topic == self.topic:
+            self._into_target[origin.cluster] = time.monotonic()
         if origin is None or origin.cluster != self.plan.source or origin.topic != self.topic:
             return  # the target's own heartbeats, or another cluster's
         if self.last_seen_ms is not None and timestamp_ms <= self.last_seen_ms:
@@ -249,6 +391,10 @@ class FlowHeartbeat:
             "age_seconds": None if age is None else round(age, 3),
             "delay_seconds": None if self.delay_seconds is None else round(self.delay_seconds, 3),
             "last_error": self.emit_error or self.watch_error,
+            "unforwarded": [
+                f"{o} -> {self.plan.source} -> {self.plan.legs[0].destination}"
+                for o in self.unforwarded
+            ],
         }
 
     def _failed(self, what: str, error: ReplicatorError) -> None:

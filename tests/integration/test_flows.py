@@ -181,6 +181,40 @@ def test_same_name_active_active_copies_each_record_once_everywhere(
             )
             copies_here = total - len(sent[process.alias])
             assert skipped == (datacenters - 1) * copies_here, process.alias
+            # A mesh: every origin reaching a cluster also reaches every target directly.
+            assert process.get("/readyz")[0] == 200, process.get("/readyz")
+            flows = process.get("/status")[1]["flows"]
+            assert all(not flow["heartbeat"]["unforwarded"] for flow in flows.values()), flows
+
+
+def test_identity_flows_in_a_ring_are_reported_naming_the_chain(replicators: Start) -> None:
+    """dc1 -> dc2 -> dc3 -> dc1, one identity flow per replicator: a copy is never copied again,
+    so each cluster would lack one origin's records. Each replicator says so (not ready, the
+    chain named in /readyz, /status and the log) instead of staying green."""
+    ring = {"dc1": "dc2", "dc2": "dc3", "dc3": "dc1"}
+    with start_clusters(*ring) as brokers:
+        processes = {}
+        for source, target in ring.items():
+            env = replicator_env(source, brokers, replica_mode="false", heartbeat_interval_ms="500")
+            env |= flow_env(f"{source}_to_{target}", source, target)
+            processes[source] = replicators(source, env)
+        for process in processes.values():
+            process.wait_serving()
+        for source, target in ring.items():
+            origin = next(o for o, t in ring.items() if t == source)  # whose copies reach source
+            chain = f"{origin} -> {source} -> {target}"
+            process = processes[source]
+
+            def reported(process: Any = process, chain: str = chain) -> bool:
+                status, body = process.get("/readyz")
+                return status == 503 and any(chain in p for p in body["problems"])
+
+            wait_until(reported, 60, f"{source}'s replicator naming {chain}", process.log)
+            flow = process.get("/status")[1]["flows"][f"{source}_to_{target}"]
+            assert flow["heartbeat"]["unforwarded"] == [chain]
+            assert "identity flows form a chain or a ring" in process.log()
+        for process in processes.values():
+            assert process.stop() == 0
 
 
 def test_heartbeats_show_the_delay_and_a_stalled_flow_without_any_traffic(
