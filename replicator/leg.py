@@ -139,6 +139,7 @@ class LegRunner:
         self._running = asyncio.Event()
         self._partitions_closed = asyncio.Event()
         self._closed = False
+        self._producer_closed = False  # at a stop, before the feed leaves its group
         self._stop = asyncio.Event()  # the service's stop event, once run() started
         self._log = log.bind(leg=leg.name)
 
@@ -372,14 +373,31 @@ class LegRunner:
         left = self._stopping.left()
         name = self.leg.name
         closing = [
-            close_quietly(self.destination.producer.stop(), left, f"{name} destination producer"),
             close_quietly(self.destination.reader.stop(), left, f"{name} destination reader"),
         ]
+        if not self._producer_closed:
+            self._producer_closed = True
+            producer = self.destination.producer.stop()
+            closing.append(close_quietly(producer, left, f"{name} destination producer"))
         if self._consumer is not None:
             closing.append(close_quietly(self._consumer.stop(), left, f"{name} source consumer"))
         await asyncio.gather(*closing)
         self._metrics.assigned_partitions.labels(self.leg.name).set(0)
         self._log.info("leg stopped")
+
+    async def close_producer(self) -> None:
+        """At a stop, once the partitions are released and before the feed leaves its group:
+        close the destination producer (within what is left of the stop), so that no batch it
+        still holds can land after another replica took the partitions over and read the
+        destination."""
+        if self._producer_closed:
+            return
+        self._producer_closed = True
+        await close_quietly(
+            self.destination.producer.stop(),
+            self._stopping.left(),
+            f"{self.leg.name} destination producer",
+        )
 
     async def close_partitions(self) -> None:
         """Take no partition any more; release (drain, commit) those still held."""
@@ -508,7 +526,10 @@ class LegRunner:
             partition.stop()
         grace = self._stopping.for_drain()  # the whole grace at a rebalance
         senders = [self._senders.pop(p.tp) for p in released]
-        await asyncio.gather(*(sender.drain(grace) for sender, _ in senders))
+        # At a rebalance another owner starts at once; at a stop the producer is closed before
+        # the group is left (close_producer), so nothing unanswered can land after a takeover.
+        handed_over = not self._stopping.started
+        await asyncio.gather(*(sender.drain(grace, handed_over) for sender, _ in senders))
         # Drained, a sender ends at once, unless it waits for room in the producer behind a
         # batch the destination never answers (up to the request timeout): what it would hand
         # over was not acknowledged, so it is cancelled rather than waited for.

@@ -157,9 +157,10 @@ class Metrics:
             Counter,
             "replicator_duplicates_possible_total",
             "Records that may have been written twice, an upper bound, by reason: "
-            "unacknowledged_at_release (a partition given up while batches were neither "
-            "acknowledged nor refused), past_a_gap (a resume found records of its origin not "
-            "following the committed offset and repeated them).",
+            "unacknowledged_at_release (a partition given up to another owner at a rebalance "
+            "while batches were neither acknowledged nor refused; not at a stop, where the "
+            "producer is closed before the group is left), past_a_gap (a resume found records "
+            "of its origin not following the committed offset and repeated them).",
             ["leg", "topic", "reason"],
         )
         self.latency = self._declare(

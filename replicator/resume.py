@@ -42,8 +42,9 @@ the group gives a partition to its new owner only after the old owner's rebalanc
 returned, and that callback (``LegRunner.release``) stops the partition and waits for the
 batches it handed to the producer; only then does the new owner read the tail. An old owner that
 cannot get its in-flight batches acknowledged within ``REPLICATOR_SHUTDOWN_GRACE_MS`` (its
-destination stopped answering) is the one case left where a batch may land after the new owner
-read the tail: that is counted as a possible duplicate
+destination stopped answering) at a rebalance is the one case left where a batch may land after
+the new owner read the tail: that is counted as a possible duplicate (at a stop the producer is
+closed before the group is left, so nothing it held can land after a takeover)
 (``replicator_duplicates_possible_total{reason="unacknowledged_at_release"}``) and documented.
 
 **Placed by key.** A flow that places records by key (``batching.build_placed``) spreads one

@@ -251,11 +251,14 @@ class PartitionSender:
             await self._send(work)
             partition.handed_over(work)
 
-    async def drain(self, timeout: float) -> None:
+    async def drain(self, timeout: float, handed_over: bool = True) -> None:
         """Wait up to ``timeout`` for the batches already handed to the producer.
 
         Only batches whose acknowledgement can still be committed count: none of a halted
         partition (nothing is committed past the problem), none of an abandoned position.
+        Batches still unanswered may be written twice only if another owner takes the
+        partition while they can still land (``handed_over``: a rebalance). At a stop the
+        producer is closed before the group is left, and the next owner reads the destination.
         """
         if self.partition.halted:
             return
@@ -264,7 +267,14 @@ class PartitionSender:
         if not pending:
             return
         _, still = await asyncio.wait(pending, timeout=timeout)
-        if still:
+        if still and not handed_over:
+            self._log.info(
+                "stopping with batches the destination neither acknowledged nor refused: not "
+                "committed; the next owner reads the destination and sends what is missing",
+                unacknowledged_batches=len(still),
+                records=sum(self._in_flight.get(f, (0, 0))[1] for f in still),
+            )
+        elif still:
             # Whoever takes the partition next reads the destination's tail; these batches
             # may land after that read, and then be written twice.
             records = sum(self._in_flight.get(f, (0, 0))[1] for f in still)

@@ -228,6 +228,8 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         finally:
             self._tasks = None
             await self._release(list(self._fanouts))
+            if self._stopping.started:  # producers closed before another replica takes over
+                await asyncio.gather(*(leg.close_producer() for leg in self.legs))
             if self._consumer is not None:
                 left = self._stopping.left()
                 await close_quietly(self._consumer.stop(), left, "source feed consumer")
