@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -223,14 +224,46 @@ class FlowHeartbeat:
     # -- watching the target's copy -------------------------------------------------------------
 
     async def _watch(self, stop: asyncio.Event) -> None:
+        """Read the target's copy: this flow's heartbeats (age, delay) and every origin's."""
+
+        def seen(records: list[Any]) -> None:
+            for record in records:
+                self._seen(record.headers, record.timestamp)
+            self._check_chain()
+
+        await self._read(stop, self._start_watch, seen)
+
+    async def _watch_source(self, stop: asyncio.Event) -> None:
+        """Read which origins' heartbeats arrive in the source (identity flows: see above)."""
+
+        async def start() -> AIOKafkaConsumer | None:
+            return await self._start_reader(self._source, self.plan.source, self.topic, "source")
+
+        def seen(records: list[Any]) -> None:
+            now = time.monotonic()
+            for record in records:
+                origin = _origin(record.headers, self.topic)
+                if origin is not None:
+                    self._into_source[origin] = now
+
+        await self._read(stop, start, seen)
+
+    async def _read(
+        self,
+        stop: asyncio.Event,
+        start: Callable[[], Awaitable[AIOKafkaConsumer | None]],
+        seen: Callable[[list[Any]], None],
+    ) -> None:
+        """Hand what ``start``'s reader fetches to ``seen`` until ``stop``; a failed reader is
+        reported and started again; ``None`` from ``start``: the topic does not exist yet."""
         consumer: AIOKafkaConsumer | None = None
         backoff = Backoff(base=max(self._interval, 1.0))
         try:
             while not stop.is_set():
                 try:
                     if consumer is None:
-                        consumer = await self._start_watch()
-                        if consumer is None:  # the copy does not exist yet
+                        consumer = await start()
+                        if consumer is None:
                             await sleep_unless_stopped(stop, self._interval)
                             continue
                     fetched = await consumer.getmany(timeout_ms=_POLL_MS)
@@ -243,42 +276,7 @@ class FlowHeartbeat:
                     await sleep_unless_stopped(stop, backoff.delay(error.retriable))
                     continue
                 self._recovered("watch")
-                for records in fetched.values():
-                    for record in records:
-                        self._seen(record.headers, record.timestamp)
-                self._check_chain()
-        finally:
-            if consumer is not None:
-                await close_quietly(consumer.stop())
-
-    async def _watch_source(self, stop: asyncio.Event) -> None:
-        """Read which origins' heartbeats arrive in the source (identity flows: see above)."""
-        consumer: AIOKafkaConsumer | None = None
-        backoff = Backoff(base=max(self._interval, 1.0))
-        try:
-            while not stop.is_set():
-                try:
-                    if consumer is None:
-                        consumer = await self._start_reader(
-                            self._source, self.plan.source, self.topic, "source"
-                        )
-                        if consumer is None:
-                            await sleep_unless_stopped(stop, self._interval)
-                            continue
-                    fetched = await consumer.getmany(timeout_ms=_POLL_MS)
-                except Exception as exc:
-                    self._failed("watch", translate(exc))
-                    if consumer is not None:
-                        await close_quietly(consumer.stop())
-                        consumer = None
-                    await sleep_unless_stopped(stop, backoff.delay(True))
-                    continue
-                now = time.monotonic()
-                for records in fetched.values():
-                    for record in records:
-                        origin = _origin(record.headers, self.topic)
-                        if origin is not None:
-                            self._into_source[origin] = now
+                seen([record for records in fetched.values() for record in records])
         finally:
             if consumer is not None:
                 await close_quietly(consumer.stop())
