@@ -8,8 +8,10 @@ matching the regex (never its own groups) translates its positions into the targ
 checkpoint as the sync point, so a round reads only what the group consumed and the target
 received since) and appends the checkpoints to the target's checkpoints topic. With
 ``REPLICATOR_SYNC_GROUP_OFFSETS=true`` it also commits the translated positions there for groups
-with active members in the source and none in the target, and only forward
-(:func:`forward_only`): an active group is never touched, a group is never moved back.
+with no active member in the target (as MirrorMaker 2 does: a group that consumed in the source
+and closed is synced too) and only forward (:func:`forward_only`): an active group is never
+touched, a group is never moved back. A checkpoint is written only when it changed
+(:func:`unchanged`); each round's translation is still the next round's sync point.
 
 Per group and pair: the age of the newest checkpoint and its repeats (metrics and ``/status``
 ``checkpoints``); a failing round is counted per pair, shown, logged once per change, and retried
@@ -38,6 +40,17 @@ from replicator.settings import Settings
 from replicator.topology import feeds_for
 
 log = structlog.get_logger(__name__)
+
+
+def unchanged(checkpoint: Checkpoint, previous: Checkpoint | None) -> bool:
+    """Whether ``checkpoint`` says what ``previous`` (the newest kept) said: the same position in
+    the source, translated to the same position in the target (then it is not written again)."""
+    return previous is not None and (
+        checkpoint.source_offset,
+        checkpoint.target_topic,
+        checkpoint.target_offset,
+        checkpoint.repeats,
+    ) == (previous.source_offset, previous.target_topic, previous.target_offset, previous.repeats)
 
 
 @dataclass
@@ -170,41 +183,51 @@ class GroupSync:
             await producer.start()
             await reader.start()
             for group in groups:
+                previous = kept.setdefault(group, {})
                 try:
-                    jobs, _ = await translator.jobs(reader, group, None, kept.get(group, {}))
+                    jobs, _ = await translator.jobs(reader, group, None, previous)
                     moves = await translator.translate(jobs, live=True)
-                    written = await self._record(pair, group, moves, producer)
+                    latest = await self._record(pair, group, moves, previous, producer)
                 except Exception as exc:
                     failures[group] = said(exc)
                     continue
                 problems = [f"{m.topic}/{m.partition}: {m.problem}" for m in moves if m.problem]
                 if problems:
                     failures[group] = "; ".join(problems)
-                kept.setdefault(group, {}).update(((c.topic, c.partition), c) for c in written)
+                # The newest translation is the next round's sync point, written or not.
+                previous.update(((c.topic, c.partition), c) for c in latest)
         finally:
             await close_quietly(reader.stop())
             await close_quietly(producer.stop())
         return failures
 
     async def _record(
-        self, pair: Pair, group: str, moves: list[PartitionMove], producer: AIOKafkaProducer
+        self,
+        pair: Pair,
+        group: str,
+        moves: list[PartitionMove],
+        previous: dict[tuple[str, int], Checkpoint],
+        producer: AIOKafkaProducer,
     ) -> list[Checkpoint]:
-        """Write the group's checkpoints (and sync its offsets, if asked); the checkpoints."""
+        """Write the group's checkpoints that changed since ``previous`` (and sync its offsets,
+        if asked); every checkpoint of this round, written or not."""
         source, target = pair
         now = time.time()
         at_ms = int(now * 1000)
-        kept = (m.checkpoint(group, source, target, at_ms) for m in moves)
-        written = [c for c in kept if c is not None]
-        if not written:
-            return written
-        await checkpoints.write(producer, self._settings.checkpoints_topic, written)
-        self._metrics.checkpoints_written.labels(group, source, target).inc(len(written))
-        repeats = sum(c.repeats for c in written)
+        fresh = (m.checkpoint(group, source, target, at_ms) for m in moves)
+        latest = [c for c in fresh if c is not None]
+        changed = [c for c in latest if not unchanged(c, previous.get((c.topic, c.partition)))]
+        if changed:
+            await checkpoints.write(producer, self._settings.checkpoints_topic, changed)
+            self._metrics.checkpoints_written.labels(group, source, target).inc(len(changed))
+        if not latest:
+            return latest
+        repeats = sum(c.repeats for c in latest)
         synced = 0
         if self._settings.sync_group_offsets:
-            synced = await self._commit_forward(pair, group, written)
+            synced = await self._commit_forward(pair, group, latest, progressed=bool(changed))
         first = (group, pair) not in self._latest
-        self._latest[(group, pair)] = GroupCheckpoint(now, len(written), repeats, synced)
+        self._latest[(group, pair)] = GroupCheckpoint(now, len(latest), repeats, synced)
         self._metrics.checkpoint_repeats.labels(group, source, target).set(repeats)
         if first:
             log.info(
@@ -212,17 +235,24 @@ class GroupSync:
                 group=group,
                 source=source,
                 cluster=target,
-                partitions=len(written),
+                partitions=len(latest),
             )
-        return written
+        return latest
 
-    async def _commit_forward(self, pair: Pair, group: str, written: list[Checkpoint]) -> int:
-        """Commit the translated positions of a group consuming in the source and nowhere in the
-        target, where they are ahead of what it has there; the partitions committed."""
+    async def _commit_forward(
+        self, pair: Pair, group: str, written: list[Checkpoint], progressed: bool
+    ) -> int:
+        """Commit the translated positions of a group with no active member in the target,
+        where they are ahead of what it has there; the partitions committed.
+
+        As MirrorMaker 2 does, whether or not the group has members in the source (a batch
+        consumer that ran and closed, a group whose datacenter went down), provided its
+        position there moved since the previous checkpoint (``progressed``) or it has members
+        there: positions this pair's own sync committed in the source (two replicators syncing
+        both ways) do not move, so a group reset backwards in the target is not undone by its
+        copy in the source."""
         source, target = pair
-        # Only from where the group consumes, to where it does not: a group stopped in the source
-        # (and perhaps reset there) is not synced back and forth over the operator's reset.
-        if not await active_members(self._clusters[source], group):
+        if not progressed and not await active_members(self._clusters[source], group):
             return 0
         if await active_members(self._clusters[target], group):
             return 0

@@ -34,6 +34,7 @@ from replicator.errors import (
 )
 from replicator.lifecycle import LISTING_MS_PER_PARTITION, close_quietly, walk_interval
 from replicator.offsets import OutOfRange, out_of_range
+from replicator.records import as_fetched
 from replicator.settings import ClusterSettings, Settings
 
 _REFUSED = (
@@ -194,18 +195,26 @@ def make_consumer(
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
         consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
+        key_deserializer=as_fetched,  # the data path: records handed over as decoded
     )
 
 
 def make_reader(
-    cluster: ClusterSettings, settings: Settings, client_id: str, fetch_max_wait_ms: int = 10
+    cluster: ClusterSettings,
+    settings: Settings,
+    client_id: str,
+    fetch_max_wait_ms: int = 10,
+    data_path: bool = False,
 ) -> AIOKafkaConsumer:
     """A consumer of no group that reads ranges of a destination (the resume scan, the
     heartbeat watch): by default fetches answer at once at the log end, so the end is known
     without waiting. A fetch response is bounded to one partition's worth in all, however many
     partitions share the fetch: some brokers answer past the per-partition bound, and decoding
     a large answer to read a few records costs tens of milliseconds (measured on the embedded
-    broker: 85 ms per positioned read at the default 50 MB, 2.4 ms at 128 KB)."""
+    broker: 85 ms per positioned read at the default 50 MB, 2.4 ms at 128 KB).
+
+    ``data_path``: a reader on the data path (the resume scan) gets its records as decoded
+    (:mod:`replicator.records`); any other gets aiokafka's ``ConsumerRecord``."""
     return AIOKafkaConsumer(
         **client_options(cluster, settings, discovers_topics=False),
         client_id=client_id,
@@ -215,6 +224,7 @@ def make_reader(
         fetch_max_bytes=settings.max_partition_fetch_bytes,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
         consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
+        key_deserializer=as_fetched if data_path else None,
     )
 
 

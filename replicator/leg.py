@@ -183,7 +183,7 @@ class LegRunner:
 
     def _new_reader(self) -> AIOKafkaConsumer:
         destination = self._settings.clusters[self.leg.destination]
-        return make_reader(destination, self._settings, f"{self._client_id}-resume")
+        return make_reader(destination, self._settings, f"{self._client_id}-resume", data_path=True)
 
     async def start_source(self, stop: asyncio.Event) -> bool:
         """Start the source consumer; retry until it is up (``True``) or stop (``False``)."""

@@ -3,9 +3,13 @@
 The data path needs six attributes of a fetched record: offset, timestamp and its type, key, value,
 headers. aiokafka wraps every decoded record in a ``ConsumerRecord`` dataclass, which measured at
 about a quarter of the replicator's CPU time at 100-byte records. :func:`use_decoded_records` makes
-the consumers of this process hand over aiokafka's decoded records as they are. It is installed only
-by ``replicator run`` and only on the aiokafka version it was written and tested against; with any
-other version the wrapped records are used, which satisfy the same :class:`SourceRecord`.
+the data path's consumers (those made with ``key_deserializer=`` :func:`as_fetched`: the source
+feed, the catch-up fetch, the resume reader) hand over aiokafka's decoded records as they are;
+every other consumer of the process (checkpoints, group sync, failover, heartbeats, readers of a
+whole topic) gets aiokafka's ``ConsumerRecord`` unchanged. It is installed only by ``replicator
+run`` (and the MirrorMaker commands) and only on the aiokafka version it was written and tested
+against; with any other version the wrapped records are used, which satisfy the same
+:class:`SourceRecord`.
 
 **Records the client cannot decode.** The wire format allows what aiokafka cannot decode (a header
 key that is not UTF-8, which Java clients write and read): aiokafka raises while it iterates a
@@ -60,8 +64,29 @@ def payload_size(records: Sequence[SourceRecord]) -> int:
     return sum(len(r.key or b"") + len(r.value or b"") for r in records)
 
 
-def _decoded(self: Any, tp: Any, record: Any) -> Any:
+def as_fetched(data: bytes) -> bytes:
+    """The key deserializer of a consumer whose records skip aiokafka's wrapper (the marker
+    :func:`use_decoded_records` looks for; as a deserializer, it returns the key unchanged)."""
+    return data
+
+
+def _decoded(tp: Any, record: Any) -> Any:
     return record
+
+
+_wrapped_init = fetcher.PartitionRecords.__init__
+_wrapped_getall = fetcher.FetchResult.getall
+
+
+def _init(
+    self: Any, tp: Any, records: Any, aborted: Any, offset: int, key_decoder: Any, *rest: Any
+) -> None:
+    """aiokafka's ``PartitionRecords.__init__``; the records of a fetch by a consumer marked
+    with :func:`as_fetched` are handed over as decoded (one instance attribute, no cost per
+    record)."""
+    _wrapped_init(self, tp, records, aborted, offset, key_decoder, *rest)
+    if key_decoder is as_fetched:
+        self._consumer_record = _decoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +104,10 @@ _poisoned: list[tuple[Any, Poison]] = []
 
 
 def _getall(self: Any, max_records: int | None = None) -> list[Any]:
-    """aiokafka's ``FetchResult.getall``, stopping before a record it cannot decode."""
+    """aiokafka's ``FetchResult.getall``, stopping before a record it cannot decode (for the
+    consumers marked with :func:`as_fetched`; the others get aiokafka's own)."""
+    if self._partition_records is None or "_consumer_record" not in vars(self._partition_records):
+        return list(_wrapped_getall(self, max_records))
     tp = self._topic_partition
     if not self.check_assignment(tp) or not self.has_more():
         return []
@@ -136,6 +164,6 @@ def use_decoded_records() -> bool:
             aiokafka=aiokafka.__version__,
         )
         return False
-    fetcher.PartitionRecords._consumer_record = _decoded
+    fetcher.PartitionRecords.__init__ = _init
     fetcher.FetchResult.getall = _getall
     return True

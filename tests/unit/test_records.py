@@ -11,7 +11,13 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import CorruptRecordException
 
-from replicator.records import _getall, take_poisoned
+from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
+from aiokafka.consumer.subscription_state import SubscriptionState
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import ConsumerRecord
+
+from replicator.records import _decoded, _getall, as_fetched, take_poisoned, use_decoded_records
 
 TP = TopicPartition("orders_REPLICA", 0)
 
@@ -21,6 +27,7 @@ class _Records:
 
     def __init__(self, first: int, last: int, bad: int | None, error: Exception) -> None:
         self.next_fetch_offset = first
+        self._consumer_record = _decoded  # what a data-path consumer's records carry
         self._iterator = self._records(first, last, bad, error)
 
     def _records(self, first: int, last: int, bad: int | None, error: Exception) -> Iterator[int]:
@@ -83,3 +90,36 @@ def test_a_whole_fetch_is_handed_over_and_a_corrupt_batch_is_fetched_again() -> 
     with pytest.raises(CorruptRecordException):
         _getall(corrupt)
     assert take_poisoned(_consumer(assignment)) == []
+
+
+def _fetched(key_deserializer: Any) -> list[Any]:
+    """Three records fetched, as aiokafka's fetcher hands them to a consumer made with
+    ``key_deserializer``."""
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for offset in range(3):
+        builder.append(offset, 1_000 + offset, b"k%d" % offset, b"v", [("h", b"1")])
+    records = PartitionRecords(
+        TP, MemoryRecords(bytes(builder.build())), [], 0, key_deserializer, None, True, 0
+    )
+    subscription = SubscriptionState()
+    subscription.assign_from_user({TP})
+    assignment = subscription.subscription.assignment
+    assignment.state_value(TP).reset_to(0)
+    result = FetchResult(TP, assignment=assignment, partition_records=records, backoff=0)
+    return list(result.getall())
+
+
+async def test_only_the_data_paths_consumers_get_records_unwrapped() -> None:
+    """The fast path is per consumer: a checkpoint or failover reader in the same process gets
+    aiokafka's ConsumerRecord (with its topic and partition), never the bare decoded record."""
+    assert use_decoded_records()
+    wrapped = _fetched(None)
+    assert [type(r) for r in wrapped] == [ConsumerRecord] * 3
+    assert [(r.topic, r.partition, r.offset, r.key) for r in wrapped] == [
+        (TP.topic, 0, n, b"k%d" % n) for n in range(3)
+    ]
+    bare = _fetched(as_fetched)
+    assert not any(isinstance(r, ConsumerRecord) for r in bare)
+    assert [(r.offset, r.key, r.value, list(r.headers)) for r in bare] == [
+        (n, b"k%d" % n, b"v", [("h", b"1")]) for n in range(3)
+    ]
