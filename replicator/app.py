@@ -51,8 +51,13 @@ class ReplicatorService:
     """Runs the ``_REPLICA`` mode (every replica topic of the local cluster to every cluster)
     and the configured flows, each feed with its own legs."""
 
-    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, settings: Settings, metrics: Metrics | None = None, notes: tuple[str, ...] = ()
+    ) -> None:
         self.settings = settings
+        # What a MirrorMaker configuration was translated into (the tool recognised, each
+        # default that applied): shown in /status as given.
+        self.notes = notes
         self.metrics = metrics or Metrics()
         self.plans = feeds_for(settings)
         self.clusters = {
@@ -273,6 +278,7 @@ class ReplicatorService:
         return {
             "local_cluster": self.settings.local_cluster,
             "stopping": self.stop_event.is_set(),
+            "translation_notes": list(self.notes),
             "clusters": {
                 alias: {"reachable": client.error is None, "error": client.error}
                 for alias, client in self.clusters.items()

@@ -57,7 +57,7 @@ def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
                 accepted_by=f"REPLICATOR_CLUSTERS__{alias.upper()}__ALLOW_INSECURE_PLAIN",
             )
     use_decoded_records()
-    service = ReplicatorService(settings)
+    service = ReplicatorService(settings, notes=tuple(notes))
     try:
         uvloop.run(service.run())
     except (KeyboardInterrupt, SystemExit):

@@ -5,8 +5,10 @@ or ``-opt value``; a flag may be followed by ``true``/``false``) parsed as the t
 them, then one flow per ``--consumer.config`` file into the ``--producer.config`` cluster. A
 cluster's alias is its file's name (:func:`~replicator.mirrormaker.names.normalise_alias`). The
 flows keep MirrorMaker 1's consumer group (``group.id``, else ``mirrormaker``) and start where its
-consumer would (``auto.offset.reset``, latest when absent). ``--preserve.partitions=false`` places
-records by key, as MirrorMaker 1 did; the default keeps partition numbers.
+consumer would (``auto.offset.reset``; when absent, each tool's own default: MirrorMaker 1's Java
+consumer starts at the latest record, the Go mirror maker always from the earliest, see
+:func:`dialect`). ``--preserve.partitions=false`` places records by key, as MirrorMaker 1 did; the
+default keeps partition numbers.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ _OPTIONS: dict[str, str] = {
     "help": _HELP,
     "h": _HELP,
 }
+# Options only the Go mirror maker (elodina/go_kafka_client's mirrormaker) has.
+_GO_ONLY = ("prefix", "preserve.partitions", "preserve.order", "max.procs")
+GO, MIRROR_MAKER_1 = "the Go mirror maker", "MirrorMaker 1"
 _BOOL_WORDS = frozenset({"true", "false", "1", "0", "t", "f"})
 
 
@@ -162,6 +167,21 @@ def mirror_maker_translation(argv: list[str]) -> Translation:
     return b.translation()
 
 
+def dialect(by_name: dict[str, _Option]) -> tuple[str, str]:
+    """Which tool a command line is written for, and the option that says so.
+
+    Both take ``--consumer.config``, ``--producer.config`` and ``--whitelist``; only the Go mirror
+    maker has ``--prefix``, ``--preserve.partitions``, ``--preserve.order`` and ``--max.procs``.
+    Their defaults differ: the Go tool's consumer is hard-coded to start from the earliest record
+    (``AutoOffsetReset = SmallestOffset`` in its ``startConsumers``), MirrorMaker 1's is Kafka's
+    consumer (``latest``).
+    """
+    for name in _GO_ONLY:
+        if name in by_name:
+            return GO, by_name[name].shown
+    return MIRROR_MAKER_1, "none of the Go mirror maker's --prefix, --preserve.*, --max.procs"
+
+
 def _by_key(by_name: dict[str, _Option]) -> bool:
     """Whether ``--preserve.partitions=false`` asks for records placed by key."""
     preserve = by_name.get("preserve.partitions")
@@ -180,6 +200,8 @@ def _flows(
     """One flow per source into the target, with the topic rules of ``chosen``; ``servers``:
     each cluster's bootstrap servers."""
     target_servers = set(servers[target.alias])
+    tool, said_by = dialect(by_name)
+    b.note("command line", f"recognised as {tool}'s (by {said_by}): its defaults apply")
     include = exclude = None
     if chosen.name == "blacklist":
         exclude = exclusion(java_regex(b, chosen.value, chosen.shown))
@@ -243,14 +265,23 @@ def _flows(
         )
         if source.start_from is not None:
             b.set(fvar("START_FROM"), source.start_from.value, source.start_from.origin)
-        else:
+        elif tool == GO:
             origin = source.origin("auto.offset.reset")
-            b.set(fvar("START_FROM"), "latest", origin)
+            b.set(fvar("START_FROM"), "earliest", f"{origin} ({GO}'s default)")
             b.note(
                 origin,
-                "absent: Kafka's default, latest, applies: a partition without a committed "
-                "offset of this flow starts with new records (auto.offset.reset=earliest copies "
-                "the history)",
+                f"absent: {GO}'s default, earliest, applies (it always copied a topic from its "
+                "earliest record): a partition without a committed offset of this flow is "
+                "copied from its first record (auto.offset.reset=latest starts with new records)",
+            )
+        else:
+            origin = source.origin("auto.offset.reset")
+            b.set(fvar("START_FROM"), "latest", f"{origin} ({MIRROR_MAKER_1}'s default)")
+            b.note(
+                origin,
+                f"absent: {MIRROR_MAKER_1}'s default (its Kafka consumer's), latest, applies: a "
+                "partition without a committed offset of this flow starts with new records "
+                "(auto.offset.reset=earliest copies the history)",
             )
         if preserve is not None and by_key:
             b.set(fvar("PRESERVE_PARTITIONS"), "false", preserve.shown)

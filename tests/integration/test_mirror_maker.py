@@ -117,11 +117,18 @@ def test_go_mirror_maker_command_line_prefixes_the_target_topics(
             tmp_path / "targetClusterProducer.config",
             {"": brokers["dc2"].bootstrap_servers},
         )
+        # History written before it starts: the Go mirror maker copies it (its consumer always
+        # started from the earliest record), though the consumer config sets no reset.
+        history = produce(brokers["dc1"], "app_log", 120, partitions=2, tag="-history")
         args = ("mirror-maker", *mirror_maker(tmp_path, GO_COMMAND))
         process = replicators("dc2", ENV, args)
         process.wait_ready()
+        _, status = process.get("/status")
+        notes = "\n".join(status["translation_notes"])
+        assert "recognised as the Go mirror maker's (by --prefix)" in notes, notes
+        assert "absent: the Go mirror maker's default, earliest, applies" in notes, notes
         sent = {
-            "app_log": produce(brokers["dc1"], "app_log", 100, partitions=2),
+            "app_log": history + produce(brokers["dc1"], "app_log", 100, partitions=2),
             "test": produce(brokers["dc1"], "test", 30, partitions=1),
         }
         for topic, records in sent.items():

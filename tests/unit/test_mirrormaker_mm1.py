@@ -247,3 +247,32 @@ def test_flow_names_that_collide_once_dashes_are_underscores_are_numbered() -> N
     assert flow_name("a-to-b", "c", taken) == "a_to_b_to_c"
     assert flow_name("a", "b-to-c", taken) == "a_to_b_to_c_2"
     assert all(re.fullmatch(r"[a-z0-9]([a-z0-9_]*[a-z0-9])?", name) for name in taken)
+
+
+@pytest.mark.parametrize(
+    ("options", "reset", "tool", "start"),
+    [
+        # The Go mirror maker's own flags: its consumer always started from the earliest record.
+        (["--prefix", "dc1_", "--preserve.order", "--num.producers", "2"], "", "Go", "earliest"),
+        (["--preserve.partitions", "--queue.size", "100"], "", "Go", "earliest"),
+        (["-max.procs", "2"], "", "Go", "earliest"),
+        (["--preserve.order"], "auto.offset.reset=latest\n", "Go", "latest"),
+        # MirrorMaker 1 (its flags are the Go tool's too, but none of the Go tool's own): Kafka's.
+        (["--num.streams", "2", "--num.producers", "2"], "", "MirrorMaker 1", "latest"),
+        (["--queue.size", "100"], "", "MirrorMaker 1", "latest"),
+        ([], "auto.offset.reset=smallest\n", "MirrorMaker 1", "earliest"),
+    ],
+)
+def test_each_tools_defaults_apply_to_its_command_line(
+    plain: Path, options: list[str], reset: str, tool: str, start: str
+) -> None:
+    write(plain, "src.properties", "bootstrap.servers=s1:9092\ngroup.id=g\n" + reset)
+    translation = mirror_maker_translation([*BASE, "--whitelist", ".*", *options])
+    assert translation.env[F + "START_FROM"] == start
+    recognised = [n for n in translation.notes if "recognised as" in n]
+    assert len(recognised) == 1 and tool in recognised[0], translation.notes
+    if not reset:
+        (default,) = [n for n in translation.notes if n.startswith("auto.offset.reset")]
+        assert f"absent: {'the Go mirror maker' if tool == 'Go' else tool}'s default" in default
+        assert start in default
+    assert translation.settings().flows["src_to_dst"].start_from.value == start

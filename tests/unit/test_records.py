@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import CorruptRecordException
-
 from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
 from aiokafka.consumer.subscription_state import SubscriptionState
+from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import ConsumerRecord
