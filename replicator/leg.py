@@ -123,6 +123,8 @@ class LegRunner:
                 added
             ),
             on_sync_failed=metrics.topic_config_sync_failures.labels(leg.name).inc,
+            sync=settings.topic_config_sync,
+            defaults_from=settings.topic_config_defaults_from,
         )
         self.partitions: dict[TopicPartition, LegPartition] = {}
         self._senders: dict[TopicPartition, tuple[PartitionSender, asyncio.Task[None]]] = {}

@@ -113,6 +113,26 @@ class OversizePolicy(StrEnum):
     DEAD_LETTER = "dead-letter"  # park it in the local dead-letter topic and continue
 
 
+class ConfigSync(StrEnum):
+    """How destination topic configs follow their source's after creation."""
+
+    # Kept safe: a limit (retention, max.message.bytes) only ever raised, a destination's own
+    # override kept until the source changes it, a config removed at the source kept.
+    RAISE_ONLY = "raise-only"
+    # As MirrorMaker 2: every copied config follows the source, down as well as up; a source
+    # config at its default is removed on the destination (or, with defaults from the source,
+    # set to the source's value).
+    MIRROR = "mirror"
+
+
+class DefaultsFrom(StrEnum):
+    """Whose default applies to a config the source topic leaves at its default (mirror sync;
+    MirrorMaker 2's ``use.defaults.from``)."""
+
+    TARGET = "target"
+    SOURCE = "source"
+
+
 class Naming(StrEnum):
     """How a flow names a source topic on its target cluster."""
 
@@ -549,7 +569,20 @@ class Settings(BaseSettings):
         60_000,
         ge=0,
         description="How often destination topics' configs follow their source's (0: only at "
-        "creation). Limits (retention, max.message.bytes) are only ever raised.",
+        "creation), as REPLICATOR_TOPIC_CONFIG_SYNC says.",
+    )
+    topic_config_sync: ConfigSync = Field(
+        ConfigSync.RAISE_ONLY,
+        description="raise-only: limits (retention, max.message.bytes) only ever raised, a "
+        "destination's own overrides kept; mirror: every copied config follows the source, "
+        "down too, and a source default removes the destination's override (MirrorMaker 2's "
+        "sync, the default of `replicator mm2`).",
+    )
+    topic_config_defaults_from: DefaultsFrom = Field(
+        DefaultsFrom.TARGET,
+        description="With REPLICATOR_TOPIC_CONFIG_SYNC=mirror, a config at its default on the "
+        "source: target removes the destination's override (its own default applies), source "
+        "sets the source's value; MM2's use.defaults.from.",
     )
     topic_configs_exclude: Regex = Field(
         DEFAULT_TOPIC_CONFIGS_EXCLUDE,

@@ -11,18 +11,20 @@ that places records by key uses it as it is. A partition the provisioner has not
 source grew since) makes it check the topic again.
 
 Topic-level configs are copied at creation and then follow their source every
-``REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS`` (:meth:`TopicProvisioner.sync_configs`, decided by
-:func:`config_changes`), as MM2's config sync does, with what a destination was given on purpose
-kept: configs matching ``REPLICATOR_TOPIC_CONFIGS_EXCLUDE`` (MM2's ``config.properties.exclude``
-defaults) are never copied; a source override the destination lacks is set, and a source override
-that *changes* is followed, but a destination override that differs from a source value the
-replicator has not seen change is left alone (an operator's choice); a limit (retention,
-``max.message.bytes``) is only ever raised above the destination's *effective* value, so a
-destination never loses records because a source's retention was lowered. A config removed at
-the source stays on the destination. AlterConfigs replaces every override of a topic, so the full
-set is sent: the destination's own overrides with the changes. One DescribeConfigs per cluster and
-round. A destination that refuses (the embedded broker has no AlterConfigs) is reported once per
-leg, counted (``replicator_topic_config_sync_failures_total``), and retried less and less often.
+``REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS`` (:meth:`TopicProvisioner.sync_configs`); configs
+matching ``REPLICATOR_TOPIC_CONFIGS_EXCLUDE`` (MM2's ``config.properties.exclude`` defaults) are
+never copied. With ``REPLICATOR_TOPIC_CONFIG_SYNC=mirror``, exactly as MM2's sync does
+(:func:`mirrored_config_changes`: lowered too, a source default removing the destination's
+override). With ``raise-only`` (:func:`config_changes`) what a destination was given on purpose is
+kept: a source override the destination lacks is set, and a source override that *changes* is
+followed, but a destination override that differs from a source value the replicator has not seen
+change is left alone (an operator's choice); a limit (retention, ``max.message.bytes``) is only
+ever raised above the destination's *effective* value, so a destination never loses records
+because a source's retention was lowered; a config removed at the source stays on the
+destination. Changes are sent with IncrementalAlterConfigs (only what changes; the destination's
+other overrides untouched). One DescribeConfigs per cluster and round. A destination that refuses
+is reported once per leg, counted
+(``replicator_topic_config_sync_failures_total``), and retried less and less often.
 """
 
 from __future__ import annotations
@@ -36,17 +38,21 @@ from typing import Any, Protocol
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import InvalidPartitionsError
+from aiokafka.errors import IncompatibleBrokerVersion, InvalidPartitionsError
+from aiokafka.protocol.api import RequestStruct, Response
+from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
 
 from replicator.coalesce import Coalescer
 from replicator.errors import (
     AuthorizationFailed,
+    KafkaFailure,
     ReplicatorError,
     TopicMismatch,
     TopicMissing,
     TopicRefused,
 )
 from replicator.kafka import ClusterClient, broker_error, error_name, said, translate
+from replicator.settings import ConfigSync, DefaultsFrom
 
 log = structlog.get_logger(__name__)
 
@@ -219,6 +225,39 @@ def _at_least(current: str, wanted: str) -> bool:
     return have < 0 or (want >= 0 and have >= want)
 
 
+def mirrored_config_changes(
+    source: dict[str, str],
+    source_effective: dict[str, str],
+    destination: dict[str, str],
+    exclude: re.Pattern[str],
+    defaults_from: DefaultsFrom,
+) -> dict[str, str | None]:
+    """The changes that make a destination topic's copied configs its source's, as MirrorMaker
+    2's config sync makes them (``None``: delete the destination's override).
+
+    A replicable config not excluded that the source overrides is set to the source's value,
+    lower or higher; one the source leaves at its default loses the destination's override
+    (``defaults_from`` target: the destination's own default applies), or is set to the
+    source's default (``defaults_from`` source).
+    """
+    changes: dict[str, str | None] = {}
+    for name in sorted(REPLICATED_CONFIGS):
+        if exclude.fullmatch(name):
+            continue
+        current = destination.get(name)
+        if name in source:
+            wanted: str | None = source[name]
+        elif defaults_from is DefaultsFrom.SOURCE:
+            wanted = source_effective.get(name)
+            if wanted is None:
+                continue  # the source does not say its default: nothing to follow
+        else:
+            wanted = None
+        if current != wanted:
+            changes[name] = wanted
+    return changes
+
+
 def config_changes(
     source: dict[str, str],
     destination: dict[str, str],
@@ -284,9 +323,81 @@ class TopicAdmin(Protocol):
         client grew it first)."""
         ...
 
-    async def alter(self, configs: dict[str, dict[str, str]]) -> None:
-        """Replace the overrides of each topic with ``configs`` (one AlterConfigs request)."""
+    async def alter(self, configs: dict[str, dict[str, str | None]]) -> None:
+        """Set (or, ``None``, delete) these overrides of each topic, leaving its others as they
+        are (one IncrementalAlterConfigs request)."""
         ...
+
+
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
+
+
+class _IncrementalAlterConfigsResponseV0(Response):  # type: ignore[misc]
+    API_KEY = 44
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "responses",
+            Array(
+                ("error_code", Int16),
+                ("error_message", String("utf-8")),
+                ("resource_type", Int8),
+                ("resource_name", String("utf-8")),
+            ),
+        ),
+    )
+
+
+class _IncrementalAlterConfigsRequestV0(RequestStruct):  # type: ignore[misc]
+    """IncrementalAlterConfigs v0 (KIP-339): each config set or deleted on its own, the other
+    overrides of the resource untouched (AlterConfigs, deprecated, replaces them all)."""
+
+    API_KEY = 44
+    API_VERSION = 0
+    RESPONSE_TYPE = _IncrementalAlterConfigsResponseV0
+    SCHEMA = Schema(
+        (
+            "resources",
+            Array(
+                ("resource_type", Int8),
+                ("resource_name", String("utf-8")),
+                (
+                    "configs",
+                    Array(
+                        ("name", String("utf-8")),
+                        ("config_operation", Int8),
+                        ("value", String("utf-8")),
+                    ),
+                ),
+            ),
+        ),
+        ("validate_only", Boolean),
+    )
+
+
+class _IncrementalAlterConfigs:
+    """An IncrementalAlterConfigs request of topic configs (``None``: delete the override)."""
+
+    API_KEY = 44
+
+    def __init__(self, configs: dict[str, dict[str, str | None]]) -> None:
+        self._resources = [
+            (
+                ConfigResourceType.TOPIC.value,
+                topic,
+                [(name, SET if value is not None else DELETE, value) for name, value in c.items()],
+            )
+            for topic, c in sorted(configs.items())
+        ]
+
+    def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
+        low, high = versions.get(self.API_KEY, (0, -1))
+        if not low <= 0 <= high:
+            raise IncompatibleBrokerVersion(
+                "the broker does not support IncrementalAlterConfigs (Kafka 2.3 and later do)"
+            )
+        return _IncrementalAlterConfigsRequestV0(self._resources, False)
 
 
 class ClusterAdmin:
@@ -331,11 +442,20 @@ class ClusterAdmin:
                 found[topic] = exc
         return found
 
-    async def alter(self, configs: dict[str, dict[str, str]]) -> None:
+    async def alter(self, configs: dict[str, dict[str, str | None]]) -> None:
         admin = await self._client.admin()
-        await admin.alter_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, t, c) for t, c in configs.items()]
-        )
+        client = admin._client
+        response = await client.send(client.get_random_node(), _IncrementalAlterConfigs(configs))
+        refused = [
+            f"{name}: {error_name(code)}{f' ({message})' if message else ''}"
+            for code, message, _, name in response.responses
+            if code != 0
+        ]
+        if refused:
+            first = broker_error(next(r[0] for r in response.responses if r[0] != 0))
+            raise KafkaFailure(
+                f"topic configs refused: {'; '.join(refused)}", retriable=first.retriable
+            )
 
 
 class TopicProvisioner:
@@ -356,6 +476,8 @@ class TopicProvisioner:
         configs_exclude: re.Pattern[str] | None = None,
         on_grown: Callable[[str, int], None] | None = None,
         on_sync_failed: Callable[[], None] | None = None,
+        sync: ConfigSync = ConfigSync.RAISE_ONLY,
+        defaults_from: DefaultsFrom = DefaultsFrom.TARGET,
     ) -> None:
         self._source = source
         self._destination = destination
@@ -374,7 +496,9 @@ class TopicProvisioner:
         self._sources: dict[str, str] = {}  # destination topic -> its source topic
         # Config sync: the configs set per destination topic, the source overrides seen at the
         # last round, and the last failure (reported once until a round succeeds).
-        self.synced: dict[str, dict[str, str]] = {}
+        self.synced: dict[str, dict[str, str | None]] = {}
+        self._sync = sync
+        self._defaults_from = defaults_from
         self._seen: dict[str, dict[str, str]] = {}
         self.sync_error: str | None = None
         self._on_sync_failed = on_sync_failed
@@ -415,19 +539,30 @@ class TopicProvisioner:
         try:
             sources = await self._source.config_entries(sorted(set(pairs.values())))
             targets = await self._destination.config_entries(sorted(pairs))
-            changed: dict[str, dict[str, str]] = {}
-            altered: dict[str, dict[str, str]] = {}
+            changed: dict[str, dict[str, str | None]] = {}
             for target_topic, source_topic in sorted(pairs.items()):
                 entries = targets.get(target_topic, [])
                 current = _overrides(entries)
-                source = _overrides(sources.get(source_topic, []))
-                seen = self._seen.get(target_topic)
-                changes = config_changes(source, current, _effective(entries), seen, self._exclude)
+                source_entries = sources.get(source_topic, [])
+                source = _overrides(source_entries)
+                changes: dict[str, str | None]
+                if self._sync is ConfigSync.MIRROR:
+                    changes = mirrored_config_changes(
+                        source,
+                        _effective(source_entries),
+                        current,
+                        self._exclude,
+                        self._defaults_from,
+                    )
+                else:
+                    seen = self._seen.get(target_topic)
+                    changes = dict(
+                        config_changes(source, current, _effective(entries), seen, self._exclude)
+                    )
                 if changes:
                     changed[target_topic] = changes
-                    altered[target_topic] = {**current, **changes}
-            if altered:
-                await self._destination.alter(altered)
+            if changed:
+                await self._destination.alter(changed)
             for target_topic, changes in changed.items():
                 self.synced[target_topic] = {**self.synced.get(target_topic, {}), **changes}
                 log.info(

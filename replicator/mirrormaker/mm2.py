@@ -137,6 +137,7 @@ _CONFIG_SYNC_KEYS = frozenset(
         "sync.topic.configs.interval.seconds",
         "config.properties.exclude",
         "config.properties.blacklist",
+        "use.defaults.from",
     }
 )
 
@@ -154,23 +155,31 @@ def _config_sync(b: Builder, given: dict[str, tuple[str, str]]) -> None:
         if interval is not None:
             b.note(interval[1], "ignored: topic config sync is off")
     else:
-        if enabled is not None:
-            b.note(
-                enabled[1],
-                "target topics' configs follow their source every "
-                "REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS (limits only ever raised)",
-            )
+        where = enabled[1] if enabled is not None else "sync.topic.configs.enabled (default)"
+        b.set("TOPIC_CONFIG_SYNC", "mirror", where)
+        b.note(
+            where,
+            "target topics' configs follow their source's as MirrorMaker 2's sync makes them "
+            "(IncrementalAlterConfigs, every REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS): lowered "
+            "as well as raised, and a config back at its default on the source is removed on "
+            "the target (use.defaults.from=target) or given the source's value (=source)",
+        )
         if interval is not None:
             seconds = parse_int(interval[0], interval[1])
             b.set("TOPIC_CONFIG_SYNC_INTERVAL_MS", str(max(seconds, 0) * 1000), interval[1])
+        defaults = given.get("use.defaults.from")
+        if defaults is not None:
+            value = defaults[0].strip().lower()
+            if value not in ("source", "target"):
+                raise ConfigError(defaults[1], f"expected source or target, got {defaults[0]!r}")
+            b.set("TOPIC_CONFIG_DEFAULTS_FROM", value, defaults[1])
     for key in ("config.properties.exclude", "config.properties.blacklist"):
         if key in given:
             value, where = given[key]
             b.set("TOPIC_CONFIGS_EXCLUDE", java_regex(b, value, where) or "(?!)", where)
             b.note(
                 where,
-                "replaces the default exclusions, as in MirrorMaker 2; limits (retention, "
-                "max.message.bytes) are only ever raised on a target",
+                "replaces the default exclusions, as in MirrorMaker 2",
             )
             break
 

@@ -17,7 +17,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from replicator.topics import topic_overrides
+from replicator.kafka import ClusterClient
+from replicator.settings import load_settings
+from replicator.topics import ClusterAdmin, topic_overrides
 from tests.integration.harness import (
     BACKEND,
     FAULT_SUMMARY,
@@ -327,4 +329,63 @@ def test_topic_configs_follow_the_source_except_the_excluded_ones(replicators: S
             "retention.ms synced to dc2",
         )
         assert "min.insync.replicas" not in run(destination_overrides())
+        assert dc1.stop() == 0
+
+
+@pytest.mark.skipif(
+    BACKEND != "kafka",
+    reason="the embedded broker labels a topic's own configs as defaults (config source 5), so "
+    "no override is seen to follow: mirror sync runs on the Apache Kafka path "
+    "(REPLICATOR_TEST_BROKER=kafka); the decision is tested as pure logic in test_topics.py",
+)
+def test_mirror_sync_lowers_and_removes_as_mirrormaker_2_does(replicators: Start) -> None:
+    """MM2's config sync (``REPLICATOR_TOPIC_CONFIG_SYNC=mirror``, the default of ``replicator
+    mm2``): retention.bytes lowered on the source is lowered on the destination, and an override
+    removed on the source is removed there (its default applies, use.defaults.from=target)."""
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=1)
+        env = replicator_env(
+            "dc1", brokers, topic_config_sync_interval_ms="1000", topic_config_sync="mirror"
+        )
+
+        async def incremental(topic: str, configs: dict[str, str | None], at: str) -> None:
+            client = ClusterClient("probe", load_settings(env).clusters[at], load_settings(env))
+            try:
+                await ClusterAdmin(client).alter({topic: configs})
+            finally:
+                await client.close()
+
+        async def destination_overrides() -> dict[str, str]:
+            admin = await admin_client(brokers["dc2"].bootstrap_servers)
+            try:
+                return await topic_overrides(admin, "orders")
+            finally:
+                await admin.close()
+
+        run(
+            incremental(
+                "orders_REPLICA", {"retention.bytes": "2000", "segment.ms": "600000"}, "dc1"
+            )
+        )
+        dc1 = replicators("dc1", env)
+        dc1.wait_ready()
+        produce(local, "orders_REPLICA", 10, partitions=1)
+        wait_until(holds(brokers["dc2"], "orders", 10), 60, "first records on dc2")
+        wait_until(
+            lambda: run(destination_overrides()).get("retention.bytes") == "2000",
+            30,
+            "retention.bytes on dc2",
+        )
+        run(incremental("orders_REPLICA", {"retention.bytes": "1000", "segment.ms": None}, "dc1"))
+        wait_until(
+            lambda: run(destination_overrides()).get("retention.bytes") == "1000",
+            30,
+            "retention.bytes lowered on dc2",
+        )
+        wait_until(
+            lambda: "segment.ms" not in run(destination_overrides()),
+            30,
+            "segment.ms removed on dc2",
+        )
         assert dc1.stop() == 0

@@ -20,6 +20,7 @@ from replicator.errors import ClusterUnavailable, TopicMismatch, TopicMissing, T
 from replicator.kafka import assign_keeping_topics, pace_metadata
 from replicator.lifecycle import IdleWait
 from replicator.partition import LegPartition
+from replicator.settings import ConfigSync
 from replicator.source import PartitionFanout
 from replicator.topics import BrokerErrors, TopicLayout, TopicProvisioner, TopicSpec
 
@@ -78,9 +79,15 @@ class MemoryAdmin:
                 self.topics[topic] = max(self.topics[topic], count)  # (by another client)
         return found
 
-    async def alter(self, configs: dict[str, dict[str, str]]) -> None:
-        self._ask("AlterConfigs")
-        self.configs.update(configs)
+    async def alter(self, configs: dict[str, dict[str, str | None]]) -> None:
+        self._ask("IncrementalAlterConfigs")
+        for topic, changes in configs.items():
+            held = self.configs.setdefault(topic, {})
+            for name, value in changes.items():
+                if value is None:
+                    held.pop(name, None)
+                else:
+                    held[name] = value
 
 
 def provisioner(
@@ -228,7 +235,7 @@ async def test_config_sync_alters_every_changed_topic_in_one_request() -> None:
     source.configs["a_REPLICA"] = {"retention.ms": "1000"}
     source.configs["b_REPLICA"] = {"cleanup.policy": "compact"}
     assert await topics.sync_configs()
-    assert destination.requests["AlterConfigs"] == 1
+    assert destination.requests["IncrementalAlterConfigs"] == 1
     assert destination.configs["a"]["retention.ms"] == "1000"
     assert destination.configs["b"]["cleanup.policy"] == "compact"
 
@@ -369,3 +376,19 @@ def test_the_feed_waits_for_a_starting_partition_only_while_its_destination_answ
     assert fanout.blocking() == [local, remote]
     local.prepared(lambda: None)
     assert fanout.blocking() == [remote]
+
+
+async def test_mirror_sync_lowers_and_removes_in_one_incremental_request() -> None:
+    source = MemoryAdmin("dc1", {"a": 1})
+    source.configs["a"] = {"retention.bytes": "2000", "segment.ms": "600000"}
+    destination = MemoryAdmin("dc2")
+    topics = TopicProvisioner(source, destination, None, sync=ConfigSync.MIRROR)
+    await topics.ensure("a", "a", 0)
+    assert destination.configs["a"] == {"retention.bytes": "2000", "segment.ms": "600000"}
+    destination.configs["a"]["retention.ms"] = "1000"  # given on purpose: a source default
+    source.configs["a"] = {"retention.bytes": "1000"}  # lowered; segment.ms back to its default
+    assert await topics.sync_configs()
+    assert destination.configs["a"] == {"retention.bytes": "1000"}
+    assert destination.requests["IncrementalAlterConfigs"] == 1
+    assert await topics.sync_configs()  # nothing left to change: no request
+    assert destination.requests["IncrementalAlterConfigs"] == 1

@@ -9,11 +9,12 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replicator.settings import DEFAULT_TOPIC_CONFIGS_EXCLUDE
+from replicator.settings import DEFAULT_TOPIC_CONFIGS_EXCLUDE, DefaultsFrom
 from replicator.topics import (
     NEVER_LOWERED,
     REPLICATED_CONFIGS,
     config_changes,
+    mirrored_config_changes,
     partition_shortfall,
     partitions_to_add,
 )
@@ -111,3 +112,48 @@ def test_changes_never_touch_an_excluded_config_nor_lower_a_limit(
         if name in NEVER_LOWERED and name in effective:
             have, want = int(effective[name]), int(value)
             assert have >= 0 and (want < 0 or want > have)
+
+
+# -- mirror sync (MirrorMaker 2's) -------------------------------------------------------------
+
+
+def test_mirror_sync_follows_the_source_down_and_removes_what_it_removed() -> None:
+    source = {"retention.bytes": "1000", "cleanup.policy": "compact"}
+    destination = {"retention.bytes": "2000", "segment.ms": "600000", "cleanup.policy": "compact"}
+    found = mirrored_config_changes(source, {}, destination, EXCLUDE, DefaultsFrom.TARGET)
+    # Lowered as the source is; segment.ms, at its default on the source, loses its override.
+    assert found == {"retention.bytes": "1000", "segment.ms": None}
+
+
+def test_mirror_sync_with_defaults_from_the_source_sets_the_sources_default() -> None:
+    effective = {"retention.ms": "604800000", "segment.ms": "604800000"}
+    destination = {"retention.ms": "86400000"}
+    found = mirrored_config_changes({}, effective, destination, EXCLUDE, DefaultsFrom.SOURCE)
+    assert found == {"retention.ms": "604800000", "segment.ms": "604800000"}
+
+
+def test_mirror_sync_never_touches_an_excluded_config() -> None:
+    destination = {"min.insync.replicas": "2"}  # excluded by default, as in MirrorMaker 2
+    source = {"min.insync.replicas": "1"}
+    assert mirrored_config_changes(source, {}, destination, EXCLUDE, DefaultsFrom.TARGET) == {}
+
+
+@given(
+    st.dictionaries(st.sampled_from(sorted(REPLICATED_CONFIGS)), st.sampled_from(["1", "2", "-1"])),
+    st.dictionaries(st.sampled_from(sorted(REPLICATED_CONFIGS)), st.sampled_from(["1", "2", "-1"])),
+)
+def test_mirror_sync_leaves_the_copied_configs_equal_to_the_source(
+    source: dict[str, str], destination: dict[str, str]
+) -> None:
+    """Applied, the changes make every copied config not excluded the source's override (or
+    none where the source has none), and a second round changes nothing."""
+    found = mirrored_config_changes(source, {}, destination, EXCLUDE, DefaultsFrom.TARGET)
+    after = {**destination, **{k: v for k, v in found.items() if v is not None}}
+    for name, value in found.items():
+        if value is None:
+            del after[name]
+    copied = {n for n in REPLICATED_CONFIGS if not EXCLUDE.fullmatch(n)}
+    assert {n: v for n, v in after.items() if n in copied} == {
+        n: v for n, v in source.items() if n in copied
+    }
+    assert mirrored_config_changes(source, {}, after, EXCLUDE, DefaultsFrom.TARGET) == {}
