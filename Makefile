@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 ## The whole test suite: static checks, unit tests, integration tests on real brokers.
 test: lint $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 ## Throughput, latency and memory, side by side with a naive mirror and a batch-copy ceiling.
 jobs-demo: $(STAMP)

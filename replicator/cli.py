@@ -73,19 +73,25 @@ def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
 
 
 _PRINT_ENV_HELP = (
-    "Print the translated REPLICATOR_* variables as an env file (NAME=value lines, secrets "
-    "masked, the notes as # comments), then exit 0."
+    "Print the translated REPLICATOR_* variables as an env file for docker run --env-file or a "
+    "Kubernetes envFrom (NAME=value lines taken literally; a secret as a bare NAME, which docker "
+    "takes from its environment; the notes as # comments), then exit 0."
+)
+_SHELL_HELP = (
+    "With --print-env: POSIX shell lines instead (set -a; . FILE): values single-quoted, each "
+    "secret a check that the environment holds it."
 )
 
 
 @app.command(
     "mirror-maker",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    options_metavar="[--print-env] MIRRORMAKER-OPTIONS...",
+    options_metavar="[--print-env [--shell]] MIRRORMAKER-OPTIONS...",
 )
 def mirror_maker(
     ctx: typer.Context,
     print_env: bool = typer.Option(False, "--print-env", help=_PRINT_ENV_HELP),
+    shell: bool = typer.Option(False, "--shell", help=_SHELL_HELP),
 ) -> None:
     """Run a MirrorMaker 1 or Go mirror maker command line unchanged.
 
@@ -106,7 +112,7 @@ def mirror_maker(
     if any(arg in ("-h", "-help") for arg in ctx.args):
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
-    _run_translated(lambda: mirror_maker_translation(list(ctx.args)), print_env)
+    _run_translated(lambda: mirror_maker_translation(list(ctx.args)), print_env, shell)
 
 
 @app.command("mm2")
@@ -118,14 +124,16 @@ def mm2(
         ),
     ],
     print_env: bool = typer.Option(False, "--print-env", help=_PRINT_ENV_HELP),
+    shell: bool = typer.Option(False, "--shell", help=_SHELL_HELP),
 ) -> None:
     """Run the flows of a MirrorMaker 2 connect-mirror-maker.properties file unchanged.
 
     Every A->B.enabled = true becomes one flow (A's topics named A.<topic> on B under the default
     replication policy, the same names under IdentityReplicationPolicy), with its topics,
     topics.exclude, replication.factor and heartbeats (emit.heartbeats.enabled and
-    emit.heartbeats.interval.seconds). What this version does not run (checkpoints, group offset
-    sync, ACL sync) is accepted with a note saying so; custom policies, Kerberos/OAuth and JKS
+    emit.heartbeats.interval.seconds), checkpoints (emit.checkpoints.*, groups) and group offset
+    sync (sync.group.offsets.*). What this version does not run (ACL sync) is accepted with a
+    note saying so; custom policies, Kerberos/OAuth and JKS
     stores are refused (exit 2, naming the property), and so is SASL PLAIN over SASL_PLAINTEXT
     unless REPLICATOR_CLUSTERS__<ALIAS>__ALLOW_INSECURE_PLAIN=true is in the environment.
     REPLICATOR_HTTP_PORT, REPLICATOR_LOG_LEVEL and other top-level variables of the environment
@@ -133,16 +141,23 @@ def mm2(
     """
     from replicator.mirrormaker import mm2_translation
 
-    _run_translated(lambda: mm2_translation(path), print_env)
+    _run_translated(lambda: mm2_translation(path), print_env, shell)
 
 
-def _run_translated(translate: Callable[[], Translation], print_env: bool) -> None:
+def _run_translated(
+    translate: Callable[[], Translation], print_env: bool, shell: bool = False
+) -> None:
     import os
 
+    if shell and not print_env:
+        typer.echo("--shell: only with --print-env", err=True)
+        raise typer.Exit(EXIT_CONFIG)
     try:
         translation = translate().with_environment(os.environ)
         settings = translation.settings()
-        lines = translation.env_file() if print_env else []
+        lines = []
+        if print_env:
+            lines = translation.shell_file() if shell else translation.env_file()
     except ConfigError as exc:
         typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
@@ -196,10 +211,29 @@ def sandbox(
     raise typer.Exit(serve(aliases, json_output))
 
 
-def _settings() -> Settings:
+Mm2File = Annotated[
+    Path | None,
+    typer.Option(
+        "--mm2",
+        metavar="FILE",
+        help="Read the configuration from this MirrorMaker 2 file, exactly as `replicator mm2 "
+        "FILE` runs it, instead of the REPLICATOR_* variables (top-level variables still apply).",
+    ),
+]
+
+
+def _settings(mm2_file: Path | None = None) -> Settings:
+    """The configuration: the REPLICATOR_* variables, or ``mm2_file`` translated as ``replicator
+    mm2`` translates it; exit 2 naming the variable or property at fault."""
+    import os
+
     from replicator.settings import load_settings
 
     try:
+        if mm2_file is not None:
+            from replicator.mirrormaker import mm2_translation
+
+            return mm2_translation(mm2_file).with_environment(os.environ).settings()
         return load_settings()
     except ConfigError as exc:
         typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
@@ -209,6 +243,7 @@ def _settings() -> Settings:
 @app.command("check-config")
 def check_config(
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+    mm2_file: Mm2File = None,
 ) -> None:
     """Validate the environment, connect to every cluster, print the effective configuration.
 
@@ -219,12 +254,13 @@ def check_config(
     """
     from replicator.operations import check_config as check
 
-    raise typer.Exit(check(_settings(), json_output))
+    raise typer.Exit(check(_settings(mm2_file), json_output))
 
 
 @app.command()
 def lag(
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+    mm2_file: Mm2File = None,
 ) -> None:
     """Per leg, topic and partition: committed offset, source log end, and lag.
 
@@ -233,7 +269,7 @@ def lag(
     """
     from replicator.operations import lag as show_lag
 
-    raise typer.Exit(show_lag(_settings(), json_output))
+    raise typer.Exit(show_lag(_settings(mm2_file), json_output))
 
 
 @app.command()
@@ -257,6 +293,7 @@ def failover(
         help="Use the checkpoints kept in --to even if --from answers (automatic when not).",
     ),
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+    mm2_file: Mm2File = None,
 ) -> None:
     """Move a consumer group to another cluster with exact positions (from provenance).
 
@@ -269,7 +306,7 @@ def failover(
     from replicator.failover import FailoverRequest
     from replicator.failover import failover as move
 
-    settings = _settings()
+    settings = _settings(mm2_file)
     _known(settings, [source], "--from")
     _known(settings, [to], "--to")
     if source == to:
@@ -293,6 +330,7 @@ def topics_ensure(
         list[str] | None, typer.Option(help="Topic config key=value (repeatable).")
     ] = None,
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+    mm2_file: Mm2File = None,
 ) -> None:
     """Create X_REPLICA and X with the same partitions and configs on every cluster.
 
@@ -303,7 +341,7 @@ def topics_ensure(
     """
     from replicator.operations import ensure_topics
 
-    settings = _settings()
+    settings = _settings(mm2_file)
     _real_topic_names(settings, topic)
     pairs = dict(item.split("=", 1) for item in config or [] if "=" in item)
     if len(pairs) != len(config or []):
@@ -375,9 +413,15 @@ def backfill(
         help="Split each partition's range into Spark tasks of this many offsets "
         "(default: about two tasks per core, none under 50,000 offsets).",
     ),
+    mm2_file: Mm2File = None,
 ) -> None:
-    """Copy a bounded history of X_REPLICA (up to a snapshot of its end) to X on other clusters."""
-    settings = _settings()
+    """Copy a bounded history of X_REPLICA (up to a snapshot of its end) to X on other clusters.
+
+    Exits 0 when copied; 1 when a destination refused; 2 when there is nothing to copy (no topic
+    selected, a topic the source does not hold, no record since --since, or a configuration of
+    flows only), naming what.
+    """
+    settings = _settings(mm2_file)
     jobs = _spark_jobs()
     origin = _known(settings, [source or settings.local_cluster], "--from")[0]
     destinations = _known(settings, to or [a for a in settings.clusters if a != origin], "--to")
@@ -425,12 +469,15 @@ def audit(
         help="Split each partition's range into Spark tasks of this many offsets "
         "(default: about two tasks per core, none under 50,000 offsets).",
     ),
+    mm2_file: Mm2File = None,
 ) -> None:
     """Prove that clusters hold the same data: missing, duplicated, reordered, altered, looped.
 
-    Exits 0 when nothing is missing, altered, reordered or looped; 1 otherwise.
+    Exits 0 when nothing is missing, altered, reordered or looped; 1 otherwise; 2 when it would
+    check nothing (no topic selected, a topic no cluster holds, topics without a record, or a
+    configuration of flows only), naming what.
     """
-    settings = _settings()
+    settings = _settings(mm2_file)
     jobs = _spark_jobs()
     clusters = _known(settings, cluster or sorted(settings.clusters), "--cluster")
     raise typer.Exit(

@@ -404,7 +404,7 @@ class PartitionSender:
             partition.resumed_placed(placement.written)
             if partition.placement is None:
                 self._log.info(
-                    "records placed by key: the destination topic has another partition count",
+                    "records placed by key (the flow does not preserve partition numbers)",
                     destination_partitions=placement.partitions,
                     already_written=len(placement.written),
                 )

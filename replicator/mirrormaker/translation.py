@@ -67,20 +67,56 @@ class Translation:
         }
 
     def env_file(self) -> list[str]:
-        """The lines of an env file (``docker run --env-file``, ``env``): ``NAME=value`` taken
-        literally (secrets masked), then each note as a ``#`` comment. A value holding a line
-        break cannot be written so: refused, naming its origin."""
+        """The lines of an env file (``docker run --env-file``, a Kubernetes ``envFrom``):
+        ``NAME=value`` taken literally, then each note as a ``#`` comment. A secret is a bare
+        ``NAME`` line, which ``docker run --env-file`` takes from the environment it runs in
+        (its value never printed). A value holding a line break cannot be written so: refused,
+        naming its origin."""
         lines = []
-        for name, value in self.shown_env().items():
+        for name, value in self.env.items():
+            if _is_secret(name):
+                lines.append(name)
+                continue
             if "\n" in value or "\r" in value:
                 raise ConfigError(
                     self.origins.get(name, name),
                     f"holds a line break, which an env file cannot hold (as {name})",
                 )
             lines.append(f"{name}={value}")
-        notes = [*self.notes, *self.shell_notes()]
+        notes = [*self.notes, *self.secret_notes(), *self.shell_notes()]
         lines += ["# " + " ".join(note.splitlines()) for note in notes]
         return lines
+
+    def shell_file(self) -> list[str]:
+        """The same variables as POSIX shell assignments (``set -a; . FILE`` exports them):
+        each value single-quoted, so regexes and spaces arrive as given. A secret is a check
+        that the environment already holds it (its value never printed). A variable name a
+        shell cannot hold (a ``-`` from a cluster alias) is refused, naming it."""
+        lines = []
+        for name, value in self.env.items():
+            if "-" in name:
+                raise ConfigError(
+                    self.origins.get(name, name),
+                    f"{name} cannot be a shell variable (the '-' of a cluster alias): use "
+                    "--print-env without --shell (an env file), or an alias without '-'",
+                )
+            if _is_secret(name):
+                origin = re.sub(r"[^\w .,()/:=-]", "_", self.origins.get(name, "configuration"))
+                lines.append(f': "${{{name}:?must be in the environment, see {origin}}}"')
+                continue
+            lines.append(f"{name}={_quoted(value)}")
+        notes = [*self.notes, *self.secret_notes()]
+        lines += ["# " + " ".join(note.splitlines()) for note in notes]
+        return lines
+
+    def secret_notes(self) -> list[str]:
+        """One note per secret: its value is not printed, the environment must give it."""
+        return [
+            f"{name}: the secret of {self.origins.get(name, 'the configuration')} is not "
+            "printed: set it in the environment that runs the replicator"
+            for name in self.env
+            if _is_secret(name)
+        ]
 
     def shell_notes(self) -> list[str]:
         """One note if a variable name holds a ``-`` (a cluster alias's), which is a valid name
@@ -142,6 +178,11 @@ class Translation:
 
 def _is_secret(name: str) -> bool:
     return name.upper().endswith(_SECRET_SUFFIX)
+
+
+def _quoted(value: str) -> str:
+    """``value`` as one POSIX shell word, taken literally (single quotes)."""
+    return "'" + value.replace("'", "'\\''") + "'"
 
 
 def _masked(origin: str) -> str:

@@ -228,18 +228,177 @@ def run_audit(
         read_s = reading_seconds(stage_times(spark, _JOBS))
     finally:
         context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    snapshot: dict[str, dict[str, dict[str, list[int]]]] = {}
+    timings = {"read": round(read_s, 2), "compare": round(took - read_s, 2)}
+    return AuditReport(rows, _ranges(clusters), timings)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One flow's source topic, and the topic of its target that holds its copies: what the
+    audit of flows compares (``marks``: the flow's home marks, :mod:`replicator.provenance`)."""
+
+    source: str
+    topic: str
+    target: str
+    target_topic: str
+    marks: tuple[str, ...] = ()
+
+
+def narrowed_flows(
+    spark: SparkSession, frame: DataFrame, routes: list[Route], tasks: int
+) -> DataFrame:
+    """The records of ``frame`` (every source and target topic of ``routes``) as :func:`_scan`
+    describes them, for flows, plus ``dests`` on a source record: the targets it is expected
+    in.
+
+    A record of a flow's source topic is expected in each target the flow's loop rule sends it
+    to (:func:`replicator.provenance.marking` with the flow's home: a record naming its own
+    topic is a copy from elsewhere, a renamed copy of the target's data goes not back there);
+    one no flow sends anywhere is not counted (identity flows both ways read each other's
+    copies: by design, not a fault), unless its provenance is malformed. A record of a flow's
+    target topic is a copy when its provenance names a flow's source cluster and topic into it;
+    anything else there is ``untagged``, unless the topic is also a flow's source (then it is
+    counted as a source record). One pass over the records: a topic that is both a source and
+    a target gives each record both roles.
+    """
+    by_source: dict[tuple[str, str], list[tuple[str, list[str]]]] = {}
+    by_target: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for r in routes:
+        by_source.setdefault((r.source, r.topic), []).append((r.target, list(r.marks)))
+        by_target.setdefault((r.target, r.target_topic), []).append((r.source, r.topic))
+    sources = spark.createDataFrame(
+        [(c, t, v) for (c, t), v in by_source.items()],
+        "s_cluster string, s_topic string, "
+        "s_routes array<struct<r_target:string,r_marks:array<string>>>",
+    )
+    targets = spark.createDataFrame(
+        [(c, t, v) for (c, t), v in by_target.items()],
+        "t_cluster string, t_topic string, t_origins array<struct<o:string,t:string>>",
+    )
+    p = (
+        parsed(frame)
+        .join(
+            sf.broadcast(sources),
+            (sf.col("cluster") == sf.col("s_cluster")) & (sf.col("topic") == sf.col("s_topic")),
+            "left",
+        )
+        .join(
+            sf.broadcast(targets),
+            (sf.col("cluster") == sf.col("t_cluster")) & (sf.col("topic") == sf.col("t_topic")),
+            "left",
+        )
+    )
+    own = marking()
+    topic, origin_topic = sf.col("topic"), sf.col("o_topic")
+    renamed_by = sf.lower(sf.expr("substring(topic, 1, length(topic) - length(o_topic))"))
+
+    def sends(route: Column) -> Column:
+        """Whether the flow of ``route`` replicates the record (its loop rule)."""
+        home_copy = (
+            (sf.col("o_cluster") == route["r_target"])
+            & topic.endswith(origin_topic)
+            & sf.exists(route["r_marks"], lambda m: sf.instr(renamed_by, m) > 0)
+        )
+        return own.isin(*REPLICATED) & ~sf.coalesce(
+            (own == Marking.DERIVED.value) & home_copy, sf.lit(False)
+        )
+
+    dests = sf.filter(
+        sf.transform("s_routes", lambda r: sf.when(sends(r), r["r_target"])),
+        lambda d: d.isNotNull(),
+    )
+    is_copy = sf.coalesce(
+        sf.col("p_valid")
+        & sf.exists(
+            "t_origins",
+            lambda o: (o["o"] == sf.col("o_cluster")) & (o["t"] == sf.col("o_topic")),
+        ),
+        sf.lit(False),
+    )
+    as_source = sf.when(
+        sf.col("s_routes").isNotNull(),
+        sf.struct(
+            sf.when(sf.size(dests) > 0, sf.lit(_SOURCE))
+            .when(own == Marking.MALFORMED.value, sf.lit(_REFUSED))
+            .alias("kind"),
+            own.alias("mark"),
+            topic.alias("g_topic"),
+            sf.col("cluster").alias("g_origin"),
+            sf.col("partition").alias("g_partition"),
+            sf.col("offset").alias("g_offset"),
+            dests.alias("dests"),
+        ),
+    )
+    as_target = sf.when(
+        sf.col("t_origins").isNotNull(),
+        sf.struct(
+            sf.when(is_copy, sf.lit(_COPY))
+            .when(sf.col("s_routes").isNull(), sf.lit(_UNTAGGED))
+            .alias("kind"),
+            sf.lit(None).cast("string").alias("mark"),
+            sf.when(is_copy, origin_topic).otherwise(topic).alias("g_topic"),
+            sf.when(is_copy, sf.col("o_cluster")).otherwise(sf.col("cluster")).alias("g_origin"),
+            sf.when(is_copy, sf.col("o_partition"))
+            .otherwise(sf.col("partition"))
+            .alias("g_partition"),
+            sf.when(is_copy, sf.col("o_offset")).otherwise(sf.col("offset")).alias("g_offset"),
+            sf.lit(None).cast("array<string>").alias("dests"),
+        ),
+    )
+    roles = p.select(
+        "cluster",
+        "partition",
+        "offset",
+        _digest().alias("digest"),
+        sf.explode(sf.filter(sf.array(as_source, as_target), lambda r: r.isNotNull())).alias("r"),
+    )
+    narrow = roles.filter(sf.col("r.kind").isNotNull()).select(
+        "cluster", "partition", "offset", "r.*", "digest"
+    )
+    return narrow.repartition(tasks, *_AT)
+
+
+def run_flow_audit(
+    spark: SparkSession, fmt: str, clusters: list[ClusterInput], routes: list[Route]
+) -> AuditReport:
+    """Audit ``routes`` (every flow's source topics) across ``clusters`` (each with its
+    snapshot of the topics it plays in): the same report as :func:`run_audit`, where a copy
+    is expected only in its flow's target."""
+    began = time.monotonic()
+    tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "8")
+    frame: DataFrame | None = None
+    for cluster in clusters:
+        read = read_snapshot(spark, fmt, cluster).withColumn("cluster", sf.lit(cluster.alias))
+        frame = read if frame is None else frame.unionByName(read)
+    assert frame is not None
+    scanned = narrowed_flows(spark, frame, routes, tasks)
+    context = spark.sparkContext
+    context.setJobGroup(_JOBS, "audit")
+    try:
+        rows = compare(spark, scanned, None)
+        took = time.monotonic() - began
+        read_s = reading_seconds(stage_times(spark, _JOBS))
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    timings = {"read": round(read_s, 2), "compare": round(took - read_s, 2)}
+    return AuditReport(rows, _ranges(clusters), timings)
+
+
+def _ranges(clusters: list[ClusterInput]) -> dict[str, dict[str, dict[str, list[int]]]]:
+    """The snapshots, as the report shows them."""
+    shown: dict[str, dict[str, dict[str, list[int]]]] = {}
     for c in clusters:
         for tp, (start, end) in sorted(c.snapshot.items()):
-            snapshot.setdefault(c.alias, {}).setdefault(tp.topic, {})[str(tp.partition)] = [
+            shown.setdefault(c.alias, {}).setdefault(tp.topic, {})[str(tp.partition)] = [
                 start,
                 end,
             ]
-    timings = {"read": round(read_s, 2), "compare": round(took - read_s, 2)}
-    return AuditReport(rows, snapshot, timings)
+    return shown
 
 
-def compare(spark: SparkSession, scanned: DataFrame, aliases: list[str]) -> list[PartitionReport]:
+def compare(
+    spark: SparkSession, scanned: DataFrame, aliases: list[str] | None
+) -> list[PartitionReport]:
     """The per-partition report from the scanned records (Spark columns only).
 
     Everything below is partitioned as ``scanned`` is (by source partition), so it needs no
@@ -257,12 +416,20 @@ def compare(spark: SparkSession, scanned: DataFrame, aliases: list[str]) -> list
         sf.max(source.cast("int")).over(key).alias("has_source"),
         sf.sum(source.cast("int")).over(Window.partitionBy(*_AT).orderBy("g_offset")).alias("rank"),
     )
-    expected = (
-        ranked.filter(source)
-        .groupBy(*_AT)
-        .agg(sf.count("*").alias("expected"))
-        .crossJoin(spark.createDataFrame([(a,) for a in aliases], "dest string"))
-    )
+    if aliases is None:  # flows: each source record names the targets it is expected in
+        expected = (
+            ranked.filter(source)
+            .select(*_AT, sf.explode("dests").alias("dest"))
+            .groupBy(*_AT, "dest")
+            .agg(sf.count("*").alias("expected"))
+        )
+    else:  # the _REPLICA mode: every source record is expected in every cluster
+        expected = (
+            ranked.filter(source)
+            .groupBy(*_AT)
+            .agg(sf.count("*").alias("expected"))
+            .crossJoin(spark.createDataFrame([(a,) for a in aliases], "dest string"))
+        )
     firsts = (
         ranked.filter((sf.col("kind") == _COPY) & (sf.col("has_source") == 1))
         .groupBy(sf.col("cluster").alias("dest"), *_AT, "g_offset")

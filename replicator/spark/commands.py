@@ -11,12 +11,15 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 import structlog
+from aiokafka import TopicPartition
+from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.table import Table
 
@@ -26,16 +29,17 @@ from replicator.kafka import ClusterClient, client_options
 from replicator.logs import configure_logging
 from replicator.retry import retrying
 from replicator.settings import Settings
-from replicator.spark.audit import COUNTS, AuditReport, run_audit
+from replicator.spark.audit import COUNTS, AuditReport, Route, run_audit, run_flow_audit
 from replicator.spark.backfill import BackfillResult, hand_over, run_backfill
 from replicator.spark.frames import ClusterInput
 from replicator.spark.kafka_source import spark_options
 from replicator.spark.progress import spark_progress
 from replicator.spark.session import kafka_format, spark_session
 from replicator.topics import ClusterAdmin, TopicProvisioner
-from replicator.topology import Leg, TopicRules
+from replicator.topology import Leg, TopicRules, feeds_for
 
 err = Console(stderr=True)
+EXIT_CONFIG = 2  # the job was pointed at nothing: named, never reported as success
 _log = structlog.get_logger("replicator.backfill")
 _PREPARE_S = 60.0  # how long the backfill waits for its destination topics
 _SHORT = {
@@ -78,6 +82,105 @@ def real_topics(settings: Settings, cluster: str, chosen: list[str]) -> list[str
     return sorted({t for r in found if (t := rules.target(r)) is not None})
 
 
+def nothing_to_check(
+    chosen: list[str],
+    snapshots: dict[str, dict[TopicPartition, tuple[int, int]]],
+    suffix: str,
+    named: bool,
+) -> list[str]:
+    """Why a bulk job over the real topics ``chosen`` (``named``: given with ``--topic``) and
+    the clusters' ``snapshots`` would check nothing: one line per topic that no cluster holds,
+    or whose topics hold no record anywhere; one line if nothing was chosen. Empty: go on.
+
+    A job that checked nothing never reports success (it exits 2 with these lines)."""
+    if not chosen:
+        return [
+            "the topic selection matches nothing: no replica topic is replicated by the topic "
+            "rules (REPLICATOR_TOPICS_INCLUDE / _EXCLUDE); name one with --topic"
+        ]
+    problems = []
+    where = ", ".join(sorted(snapshots))
+    for topic in chosen:
+        names = {topic, topic + suffix}
+        ranges = [r for taken in snapshots.values() for tp, r in taken.items() if tp.topic in names]
+        if not ranges:
+            how = "given with --topic" if named else "selected"
+            problems.append(
+                f"topic {topic} ({how}): neither {topic} nor {topic}{suffix} exists in {where}"
+            )
+        elif all(end <= start for start, end in ranges):
+            problems.append(
+                f"topic {topic}: no record to check: {topic} and {topic}{suffix} are empty in "
+                f"{where}"
+            )
+    return problems
+
+
+def flow_routes(
+    settings: Settings, clusters: list[str], topics: list[str]
+) -> tuple[list[Route], list[str]]:
+    """What the flows between ``clusters`` replicate (each source topic their rules select, of
+    ``topics`` if given, and its target topic; not the heartbeat topic), and why any named
+    topic is not replicated."""
+    routes: list[Route] = []
+    for plan in feeds_for(settings):
+        leg = plan.legs[0]
+        if not plan.is_flow or leg.source not in clusters or leg.destination not in clusters:
+            continue
+        found = asyncio.run(snapshot.replica_topics(_client(settings, plan.source), plan.rules))
+        for topic in found:
+            if topic == settings.heartbeat_topic:
+                continue  # the replicator's own, always in motion: its age is in /status
+            target = plan.rules.target(topic)
+            if target is not None and (not topics or topic in topics):
+                routes.append(Route(plan.source, topic, leg.destination, target, plan.home_marks))
+    problems = [
+        f"topic {t} (given with --topic): no flow between {', '.join(clusters)} replicates it "
+        "(not in its source, or not selected by the flow's topic rules)"
+        for t in topics
+        if not any(r.topic == t for r in routes)
+    ]
+    if not routes and not topics:
+        problems.append(
+            f"the flows between {', '.join(clusters)} select no topic: nothing to compare"
+        )
+    return routes, problems
+
+
+def nothing_in_routes(
+    routes: list[Route], snapshots: dict[str, dict[TopicPartition, tuple[int, int]]]
+) -> list[str]:
+    """The routes whose source and target topics hold no record at all: nothing to check."""
+    problems = []
+    for r in routes:
+        ranges = [
+            rng
+            for alias, topic in ((r.source, r.topic), (r.target, r.target_topic))
+            for tp, rng in snapshots.get(alias, {}).items()
+            if tp.topic == topic
+        ]
+        if all(end <= start for start, end in ranges):
+            problems.append(
+                f"flow {r.source} -> {r.target}, topic {r.topic}: no record to check: "
+                f"{r.topic} in {r.source} and {r.target_topic} in {r.target} are empty"
+            )
+    return problems
+
+
+def _flows_only(settings: Settings, job: str) -> bool:
+    """Refuse (``True``, said on stderr) a backfill on a configuration without the replica
+    mode: it copies ``<topic>_REPLICA`` into ``<topic>``, which flows do not have (a flow's
+    history is copied by the flow itself: ``START_FROM=earliest``)."""
+    if settings.replica_mode:
+        return False
+    err.print(
+        f"{job}: REPLICATOR_REPLICA_MODE=false: this configuration has only flows, and {job} "
+        "copies <topic>_REPLICA into <topic>; a flow copies its source's history itself "
+        "(its START_FROM=earliest, or its committed offsets moved back): nothing to do here"
+    )
+    return True
+
+
 def backfill(
     settings: Settings,
     source: str,
@@ -91,6 +194,8 @@ def backfill(
     max_offsets_per_task: int = 0,
 ) -> int:
     configure_logging(settings.log_level, settings.log_format)  # to stderr: stdout is the result
+    if _flows_only(settings, "backfill"):
+        return EXIT_CONFIG
     suffix = settings.replica_suffix
     chosen = real_topics(settings, source, topics)
     options = {alias: spark_options(c) for alias, c in settings.clusters.items()}
@@ -101,6 +206,17 @@ def backfill(
         snapshot.take(_client(settings, source), read, since_ms),
         max_offsets_per_task,
     )
+    # Only what the backfill reads counts: a topic with none of it there has nothing to copy.
+    problems = nothing_to_check(
+        chosen,
+        {source: {tp: r for tp, r in origin.snapshot.items() if tp.topic in read}},
+        "" if copy_real_topics else suffix,
+        named=bool(topics),
+    )
+    if problems:
+        for problem in problems:
+            err.print(f"backfill: {problem}")
+        return EXIT_CONFIG
     total = sum(end - start for start, end in origin.snapshot.values())
     err.print(f"backfill {source} -> {', '.join(destinations)}: {read}, {total} offsets")
     present = {tp.topic for tp in origin.snapshot}
@@ -225,6 +341,16 @@ def audit(
     allow_lag: bool,
     max_offsets_per_task: int = 0,
 ) -> int:
+    if not settings.replica_mode:
+        return _audit_flows(
+            settings, clusters, topics, master, json_path, allow_lag, max_offsets_per_task
+        )
+    if settings.flows:
+        err.print(
+            "audit: the _REPLICA mode's topics only; the flows of this configuration are "
+            "audited from a configuration of flows only (REPLICATOR_REPLICA_MODE=false, or "
+            "--mm2 FILE)"
+        )
     suffix = settings.replica_suffix
     chosen = real_topics(settings, settings.local_cluster, topics)
     wanted = [t + suffix for t in chosen] + chosen
@@ -234,13 +360,79 @@ def audit(
         options = spark_options(settings.clusters[alias])
         taken = snapshot.take(_client(settings, alias), wanted)
         inputs.append(ClusterInput(alias, options, taken, max_offsets_per_task))
+    problems = nothing_to_check(
+        chosen, {c.alias: c.snapshot for c in inputs}, suffix, named=bool(topics)
+    )
+    if problems:
+        for problem in problems:
+            err.print(f"audit: {problem}")
+        return EXIT_CONFIG
     err.print(f"audit of {chosen} on {', '.join(clusters)}")
+    return _audit_report(
+        began,
+        master,
+        lambda spark: run_audit(spark, kafka_format(spark), inputs, chosen, suffix),
+        json_path,
+        allow_lag,
+    )
+
+
+def _audit_flows(
+    settings: Settings,
+    clusters: list[str],
+    topics: list[str],
+    master: str,
+    json_path: str | None,
+    allow_lag: bool,
+    max_offsets_per_task: int,
+) -> int:
+    """The audit of a configuration of flows: each flow's source topics against their copies
+    in its target, by provenance."""
+    began = time.monotonic()
+    routes, problems = flow_routes(settings, clusters, topics)
+    plays: dict[str, set[str]] = {alias: set() for alias in clusters}
+    for r in routes:
+        plays[r.source].add(r.topic)
+        plays[r.target].add(r.target_topic)
+    inputs = [
+        ClusterInput(
+            alias,
+            spark_options(settings.clusters[alias]),
+            snapshot.take(_client(settings, alias), sorted(plays[alias])) if plays[alias] else {},
+            max_offsets_per_task,
+        )
+        for alias in clusters
+    ]
+    problems += nothing_in_routes(routes, {c.alias: c.snapshot for c in inputs})
+    if problems:
+        for problem in problems:
+            err.print(f"audit: {problem}")
+        return EXIT_CONFIG
+    shown = ", ".join(f"{r.source}:{r.topic} -> {r.target}:{r.target_topic}" for r in routes)
+    err.print(f"audit of the flows' topics {shown}")
+    return _audit_report(
+        began,
+        master,
+        lambda spark: run_flow_audit(spark, kafka_format(spark), inputs, routes),
+        json_path,
+        allow_lag,
+    )
+
+
+def _audit_report(
+    began: float,
+    master: str,
+    run: Callable[[SparkSession], AuditReport],
+    json_path: str | None,
+    allow_lag: bool,
+) -> int:
+    """Run an audit in a Spark session of ``master``, print its report; the exit status."""
     snapshot_s = time.monotonic() - began
     spark = spark_session(master, "replicator-audit")
     try:
         start_s = time.monotonic() - began - snapshot_s
         with spark_progress(spark, "audit"):
-            report = run_audit(spark, kafka_format(spark), inputs, chosen, suffix)
+            report = run(spark)
     finally:
         spark.stop()
     report.timings = {

@@ -321,9 +321,9 @@ def test_records_are_placed_by_key_where_partition_numbers_are_not_kept(
         assert process.metric("replicator_duplicates_possible_total") == 0
 
 
-@pytest.mark.parametrize(
-    ("mode", "stop"), [("identity", "sigterm"), ("identity", "sigkill"), ("replica", "sigkill")]
-)
+# Both modes and both stops, not every pairing (the suite's time): the resume decision is the
+# same for a stop and a kill once the destination holds the republished record.
+@pytest.mark.parametrize(("mode", "stop"), [("identity", "sigterm"), ("replica", "sigkill")])
 def test_a_copy_an_application_republished_with_its_headers_never_positions_a_resume(
     replicators: Start, mode: str, stop: str
 ) -> None:

@@ -9,9 +9,11 @@ each, in order, where the original tool would have put them.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from tests.integration.harness import (
@@ -20,6 +22,7 @@ from tests.integration.harness import (
     create_topics,
     holds,
     produce,
+    produce_records,
     read,
     replicator_cli,
     run,
@@ -175,6 +178,37 @@ def test_mirror_maker_2_file_runs_its_flow_with_mm2_names(
         assert len(stored) == len(sent) + len(later)
         assert_copied(stored, sent + later, "source")
         assert "source.other" not in topics(destination), "a topic the file does not list"
+
+        # The audit, pointed at the same file, proves the target equal to the source, and finds
+        # a copy written twice (a duplicate is reported, not failed: provenance tells it apart).
+        twice = stored[7]
+        produce_records(destination, renamed, [replace(twice, offset=-1)])
+        status, out, err = replicator_cli(ENV, "audit", "--mm2", str(config), "--json", "-")
+        assert status == 0, err
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["totals"] == {
+            "expected": 120,
+            "delivered": 120,
+            "missing": 0,
+            "lag": 0,
+            "duplicates": 1,
+            "out_of_order": 0,
+            "mismatched": 0,
+            "untagged": 0,
+            "loops": 0,
+            "malformed": 0,
+        }, report["totals"]
+        (doubled,) = [p for p in report["partitions"] if p["duplicates"]]
+        assert (doubled["cluster"], doubled["topic"], doubled["origin"]) == (
+            "destination",
+            "toa.evehicles-latest-dev",
+            "source",
+        )
+        assert twice.provenance is not None
+        assert doubled["partition"] == twice.provenance.partition
+        # A topic no flow replicates is named, never "OK".
+        status, out, err = replicator_cli(ENV, "audit", "--mm2", str(config), "--topic", "other")
+        assert status == 2 and "topic other (given with --topic): no flow" in " ".join(err.split())
 
 
 def test_a_zookeeper_era_file_is_refused_naming_the_setting_and_runs_once_it_names_brokers(

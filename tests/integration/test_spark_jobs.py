@@ -171,10 +171,44 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
         copies = _copy(sent, "orders")
         env = replicator_env("dc1", brokers)
 
+        # Pointed at nothing, the jobs never pass: a topic no cluster holds, and one that holds
+        # no record yet, are named (exit 2, before Spark starts).
+        create_topics(local, empty_REPLICA=1)
+        for job in ("audit", "backfill"):
+            for topic, why in (
+                ("nosuchtopic", "neither nosuchtopic nor nosuchtopic_REPLICA exists in dc1"),
+                ("empty", "topic empty: no record to check"),
+            ):
+                status, out, err = replicator_cli(env, job, "--topic", topic)
+                said = " ".join(err.split())
+                assert status == 2 and why in said and "OK" not in out, (job, out, err)
+
         produce_records(local, "orders", copies)
         produce_records(remote, "orders", copies)
-        status, clean = _audit(env, "orders")
-        assert status == 0, clean
+
+        # The same history, with one fault of each kind, on dc2's "payments"; both topics are
+        # audited in one run (one Spark job), each reported on its own.
+        for broker in (local, remote):
+            create_topics(broker, payments_REPLICA=3, payments=3)
+        paid = produce(local, "payments_REPLICA", 300, partitions=3)
+        faulty = _inject_faults(_copy(paid, "payments"), paid)
+        produce_records(local, "payments", [*_copy(paid, "payments")])
+        produce_records(remote, "payments", faulty)
+        looped = _copy(paid[:1], "payments_REPLICA")  # replicated data published again
+        broken = _malformed("payments_REPLICA", 2, paid[0].timestamp)
+        produce_records(remote, "payments_REPLICA", [*looped, broken])
+        status, both = _audit(env, "orders", "--topic", "payments")
+        assert status == 1, both
+
+        def of(topic: str) -> dict[str, Any]:
+            partitions = [p for p in both["partitions"] if p["topic"] == topic]
+            totals = {c: sum(p[c] for p in partitions) for c in both["totals"]}
+            return {"partitions": partitions, "totals": totals}
+
+        clean, found = of("orders"), of("payments")
+        assert {c: clean["totals"][c] + found["totals"][c] for c in both["totals"]} == both[
+            "totals"
+        ]
         totals = clean["totals"]
         assert totals["expected"] == totals["delivered"] == 602, totals
         assert {k: v for k, v in totals.items() if k not in ("expected", "delivered")} == {
@@ -188,18 +222,6 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
             "malformed": 0,
         }
 
-        # The same history, with one fault of each kind, on dc2's "payments".
-        for broker in (local, remote):
-            create_topics(broker, payments_REPLICA=3, payments=3)
-        paid = produce(local, "payments_REPLICA", 300, partitions=3)
-        faulty = _inject_faults(_copy(paid, "payments"), paid)
-        produce_records(local, "payments", [*_copy(paid, "payments")])
-        produce_records(remote, "payments", faulty)
-        looped = _copy(paid[:1], "payments_REPLICA")  # replicated data published again
-        broken = _malformed("payments_REPLICA", 2, paid[0].timestamp)
-        produce_records(remote, "payments_REPLICA", [*looped, broken])
-        status, found = _audit(env, "payments")
-        assert status == 1, found
         assert found["totals"] == {
             "expected": 600,
             "delivered": 599,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from tests.unit.test_mirrormaker_support import (
     PLAIN_JAAS,
     SAMPLES,
     SECRET,
+    F,
     write,
 )
 
@@ -73,9 +75,46 @@ def test_cli_mirror_maker_print_env_masks_secrets(plain: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert "REPLICATOR_LOCAL_CLUSTER=dst" in lines
-    assert "REPLICATOR_CLUSTERS__DST__SASL_PASSWORD=<secret: from dst.properties>" in lines
-    assert any(line.startswith("# ") for line in lines)
+    # A bare name: docker run --env-file takes its value from the environment it runs in.
+    assert "REPLICATOR_CLUSTERS__DST__SASL_PASSWORD" in lines
+    assert any("SASL_PASSWORD: the secret of" in line for line in lines if line.startswith("# "))
     assert SECRET not in result.output
+
+
+def test_cli_print_env_shell_is_sourced_by_a_posix_shell_as_given(plain: Path) -> None:
+    """``--print-env --shell``: ``set -a; . FILE`` exports exactly the translated variables,
+    regexes with shell syntax in them included; a secret must come from the environment."""
+    write(
+        plain,
+        "dst.properties",
+        f"bootstrap.servers=t1:9092\nsecurity.protocol=SASL_SSL\n{PLAIN_JAAS}",
+    )
+    whitelist = "--whitelist=pay(ments|outs) .*|it's$x|a;b&`c`"
+    args = ["mirror-maker", *BASE, whitelist, "--print-env", "--shell"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert SECRET not in result.output
+    script = plain / "replicator.env"
+    script.write_text(result.stdout)
+    sourced = "set -a; . ./replicator.env; env -0"
+    password = "REPLICATOR_CLUSTERS__DST__SASL_PASSWORD"
+    done = subprocess.run(
+        ["sh", "-c", sourced], cwd=plain, env={password: SECRET}, capture_output=True, check=True
+    )
+    exported = dict(
+        item.split("=", 1)
+        for item in done.stdout.decode().split("\0")
+        if item.startswith("REPLICATOR_")
+    )
+    translation = mirror_maker_translation([*BASE, whitelist])
+    assert exported == translation.env
+    assert exported[F + "TOPICS_INCLUDE"] == "pay(ments|outs) .*|it's$x|a;b&`c`"
+    missing = subprocess.run(
+        ["sh", "-c", sourced], cwd=plain, env={}, capture_output=True, check=False
+    )
+    assert missing.returncode != 0 and password in missing.stderr.decode()
+    alone = CliRunner().invoke(app, ["mirror-maker", *BASE, "--whitelist=a", "--shell"])
+    assert alone.exit_code == 2 and "--shell: only with --print-env" in alone.stderr
 
 
 def test_cli_mirror_maker_refusals_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
