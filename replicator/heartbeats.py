@@ -1,12 +1,18 @@
 """Heartbeats: each flow proves its whole path on an interval, with or without traffic.
 
-As MirrorMaker 2 does, every flow writes a small heartbeat record into its source cluster's
-heartbeat topic (``REPLICATOR_HEARTBEAT_TOPIC``, created with one partition if missing) every
+Every flow writes a small heartbeat record into its source cluster's heartbeat topic
+(``REPLICATOR_HEARTBEAT_TOPIC``, created with one partition if missing) every
 ``REPLICATOR_HEARTBEAT_INTERVAL_MS``: key the flow's name, value ``{"flow", "source", "target",
 "emitted_ms"}`` in JSON, timestamp the emission time. The flow copies that topic like any other
 (its rules always select it; the target's copy is named by the flow's policy: ``heartbeats``,
 ``dc1_heartbeats``, ``dc1.heartbeats``), so a heartbeat reaching the target has been through the
 same fetch, build, send and acknowledgement as the application's records.
+
+Under ``REPLICATOR_HEARTBEAT_PLACEMENT=mirrormaker2`` (``replicator mm2``) they go where MirrorMaker
+2 puts them, in its record format (:func:`mm2_heartbeat`): a flow A->B writes ``A->B`` into B's
+topic, and (``REVERSE_HEARTBEATS``: no flow runs B->A, whose heartbeats MirrorMaker 2 still
+emits) ``B->A`` into A's, which the flow copies as ``A.heartbeats`` under every naming policy
+(:func:`emissions`). The monitor is the same.
 
 The monitor reads the target's copy from its end and keeps, of the records whose provenance
 names the flow's source cluster, the newest: ``last seen`` (when it was emitted) and the
@@ -32,8 +38,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -46,7 +55,7 @@ from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.metrics import Metrics
 from replicator.producer import idempotence_refused, make_producer
 from replicator.retry import Backoff
-from replicator.settings import Settings
+from replicator.settings import HeartbeatPlacement, Settings
 from replicator.topics import describe_partitions, ensure_single_partition
 from replicator.topology import FeedPlan
 
@@ -61,6 +70,57 @@ def heartbeat_value(plan: FeedPlan, emitted_ms: int) -> bytes:
     leg = plan.legs[0]
     body = {"flow": plan.name, "source": leg.source, "target": leg.destination}
     return json.dumps({**body, "emitted_ms": emitted_ms}, separators=(",", ":")).encode()
+
+
+def mm2_heartbeat(source: str, target: str, emitted_ms: int) -> tuple[bytes, bytes]:
+    """A heartbeat record as MirrorMaker 2 writes it (its ``Heartbeat``): the key the two
+    cluster aliases (``sourceClusterAlias``, ``targetClusterAlias``: Kafka protocol strings),
+    the value version 0 and the timestamp (int16, int64, big-endian)."""
+
+    def string(text: str) -> bytes:
+        raw = text.encode()
+        return struct.pack(">h", len(raw)) + raw
+
+    return string(source) + string(target), struct.pack(">hq", 0, emitted_ms)
+
+
+@dataclass(frozen=True)
+class Emission:
+    """Where one flow writes heartbeats: a cluster's heartbeat topic, and the record's key and
+    value (``value(emitted_ms)``)."""
+
+    alias: str
+    client: ClusterClient
+    key: bytes
+    value: Callable[[int], bytes]
+
+
+def emissions(
+    settings: Settings, plan: FeedPlan, source: ClusterClient, target: ClusterClient
+) -> list[Emission]:
+    """Where ``plan``'s heartbeats go: into its source (placement ``source``), or as MirrorMaker 2
+    writes them (``mirrormaker2``): into the target as ``source->target``, and, when the flow's
+    ``reverse_heartbeats`` says (no flow runs the reverse direction), into the source as
+    ``target->source``, which the flow then copies."""
+    leg = plan.legs[0]
+    if settings.heartbeat_placement is HeartbeatPlacement.SOURCE:
+        key = plan.name.encode()
+        return [Emission(leg.source, source, key, partial(heartbeat_value, plan))]
+    flow = settings.flows[plan.name]
+    found = []
+    if flow.heartbeats:
+        key, _ = mm2_heartbeat(leg.source, leg.destination, 0)
+        value = partial(_mm2_value, leg.source, leg.destination)
+        found.append(Emission(leg.destination, target, key, value))
+    if flow.reverse_heartbeats:
+        key, _ = mm2_heartbeat(leg.destination, leg.source, 0)
+        value = partial(_mm2_value, leg.destination, leg.source)
+        found.append(Emission(leg.source, source, key, value))
+    return found
+
+
+def _mm2_value(source: str, target: str, emitted_ms: int) -> bytes:
+    return mm2_heartbeat(source, target, emitted_ms)[1]
 
 
 # An origin counts as not reaching the target once this many intervals passed with its
@@ -102,7 +162,8 @@ def _origin(headers: Any, topic: str) -> str | None:
 
 
 class FlowHeartbeat:
-    """Emits one flow's heartbeats into its source and watches them arrive at its target."""
+    """Emits one flow's heartbeats (:func:`emissions`: into its source, or where MirrorMaker 2
+    puts them) and watches them arrive at its target."""
 
     def __init__(
         self,
@@ -116,6 +177,7 @@ class FlowHeartbeat:
         self.plan = plan
         self._source = source
         self._target = target
+        self.emissions = emissions(settings, plan, source, target)
         self.topic = settings.heartbeat_topic
         self.target_topic = plan.rules.target(self.topic)
         self._interval = settings.heartbeat_interval_ms / 1000
@@ -140,7 +202,11 @@ class FlowHeartbeat:
     async def run(self, stop: asyncio.Event) -> None:
         """Emit and watch until ``stop``."""
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._emit(stop), name=f"heartbeat-emit:{self.plan.name}")
+            for emission in self.emissions:
+                tasks.create_task(
+                    self._emit(stop, emission),
+                    name=f"heartbeat-emit:{self.plan.name}:{emission.alias}",
+                )
             if self.target_topic is not None:
                 tasks.create_task(self._watch(stop), name=f"heartbeat-watch:{self.plan.name}")
             if self._identity:
@@ -150,20 +216,17 @@ class FlowHeartbeat:
 
     # -- emitting into the source ---------------------------------------------------------------
 
-    async def _emit(self, stop: asyncio.Event) -> None:
+    async def _emit(self, stop: asyncio.Event, emission: Emission) -> None:
         producer: AIOKafkaProducer | None = None
         backoff = Backoff(base=max(self._interval, 1.0))
         try:
             while not stop.is_set():
                 try:
                     if producer is None:
-                        producer = await self._start_producer()
+                        producer = await self._start_producer(emission)
                     now = int(time.time() * 1000)
                     sent = producer.send_and_wait(
-                        self.topic,
-                        key=self.plan.name.encode(),
-                        value=heartbeat_value(self.plan, now),
-                        timestamp_ms=now,
+                        self.topic, key=emission.key, value=emission.value(now), timestamp_ms=now
                     )
                     # Batches never expire here: an unreachable source is a timeout, reported.
                     await asyncio.wait_for(sent, self._settings.request_timeout_ms / 1000)
@@ -184,11 +247,19 @@ class FlowHeartbeat:
                 await close_quietly(producer.stop())
 
     async def ensure_topic(self) -> None:
-        """Create the source's heartbeat topic if it is missing (one partition, compacted).
+        """Create the heartbeat topic of every cluster the flow writes heartbeats into if it is
+        missing (one partition, compacted).
 
         Called before the flow's feed first lists its topics: a topic appearing later changes
         the feed's subscription, which costs a rebalance."""
-        admin = await self._source.admin()
+        source = self.plan.source
+        # The source's first: its feed lists the source's topics (a target that does not answer
+        # yet is left to the emitter's retries).
+        for emission in sorted(self.emissions, key=lambda e: e.alias != source):
+            await self._ensure_topic(emission)
+
+    async def _ensure_topic(self, emission: Emission) -> None:
+        admin = await emission.client.admin()
         compacted = {"cleanup.policy": "compact"}
         errors = await ensure_single_partition(
             admin, self.topic, self.plan.replication_factor, compacted
@@ -196,13 +267,18 @@ class FlowHeartbeat:
         if errors is None:
             return
         if errors:
-            self._log.warning("heartbeat topic not created", topic=self.topic, errors=errors)
+            self._log.warning(
+                "heartbeat topic not created",
+                cluster=emission.alias,
+                topic=self.topic,
+                errors=errors,
+            )
         else:
-            self._log.info("heartbeat topic created", topic=self.topic)
+            self._log.info("heartbeat topic created", cluster=emission.alias, topic=self.topic)
 
-    async def _start_producer(self) -> AIOKafkaProducer:
-        await self.ensure_topic()
-        cluster = self._settings.clusters[self.plan.source]
+    async def _start_producer(self, emission: Emission) -> AIOKafkaProducer:
+        await self._ensure_topic(emission)
+        cluster = self._settings.clusters[emission.alias]
         client_id = f"replicator-{self.plan.name}-heartbeat"
         producer = make_producer(
             cluster, self._settings, client_id, enable_idempotence=self._idempotence
@@ -213,8 +289,11 @@ class FlowHeartbeat:
             await close_quietly(producer.stop())
             if self._idempotence and idempotence_refused(exc):
                 self._idempotence = False  # as the legs do: heartbeats need no deduplication
-                self._log.info("the source refused an idempotent producer: heartbeats go without")
-                return await self._start_producer()
+                self._log.info(
+                    "the cluster refused an idempotent producer: heartbeats go without",
+                    cluster=emission.alias,
+                )
+                return await self._start_producer(emission)
             raise
         except BaseException:
             await close_quietly(producer.stop())

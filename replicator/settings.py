@@ -125,6 +125,18 @@ class ConfigSync(StrEnum):
     MIRROR = "mirror"
 
 
+class HeartbeatPlacement(StrEnum):
+    """Where a flow writes its heartbeats, and how its target names the copy."""
+
+    # Into the source's heartbeat topic, copied to the target under the flow's naming: its age
+    # and delay prove the whole path (the default of `replicator run`).
+    SOURCE = "source"
+    # As MirrorMaker 2 (the default of `replicator mm2`): into the target's heartbeat topic, and
+    # into the source's for the reverse direction when no flow runs it; the copy is named
+    # <source>.heartbeats under every naming policy, so MirrorClient-style tools find upstreams.
+    MIRRORMAKER2 = "mirrormaker2"
+
+
 class DefaultsFrom(StrEnum):
     """Whose default applies to a config the source topic leaves at its default (mirror sync;
     MirrorMaker 2's ``use.defaults.from``)."""
@@ -380,7 +392,14 @@ class FlowSettings(BaseModel):
     heartbeats: bool = Field(
         True,
         description="Emit heartbeats into the source's heartbeat topic and watch them arrive "
-        "(REPLICATOR_HEARTBEAT_INTERVAL_MS).",
+        "(REPLICATOR_HEARTBEAT_INTERVAL_MS); with REPLICATOR_HEARTBEAT_PLACEMENT=mirrormaker2, "
+        "into the target's.",
+    )
+    reverse_heartbeats: bool = Field(
+        False,
+        description="With REPLICATOR_HEARTBEAT_PLACEMENT=mirrormaker2: also emit the reverse "
+        "direction's heartbeats into the source (as MirrorMaker 2's herder of a direction no "
+        "flow runs does), so the flow copies them and its path is proven end to end.",
     )
 
     @field_validator("source", "target")
@@ -537,6 +556,13 @@ class Settings(BaseSettings):
         description="How often each flow writes a heartbeat into its source's heartbeat topic "
         "(copied to the target like any topic, so its age and delay prove the whole path); "
         "0: no heartbeats.",
+    )
+    heartbeat_placement: HeartbeatPlacement = Field(
+        HeartbeatPlacement.SOURCE,
+        description="source: each flow writes into its source's heartbeat topic and copies it "
+        "under its naming; mirrormaker2: as MirrorMaker 2, into the target's heartbeat topic "
+        "(and, REVERSE_HEARTBEATS, the source's), the copy named <source>.heartbeats under "
+        "every naming policy.",
     )
     heartbeat_topic: str = Field(
         "heartbeats",

@@ -26,6 +26,7 @@ from replicator.settings import (
     ENV_PREFIX,
     INTERNAL_TOPIC_FIELDS,
     FlowSettings,
+    HeartbeatPlacement,
     Naming,
     OversizePolicy,
     Settings,
@@ -138,6 +139,9 @@ class TopicRules:
     target_name: str = ""  # the target cluster's name in topic names (MM2's cycle rule)
     # A flow's heartbeat topic: always copied, whatever the include and exclude rules say.
     heartbeat_topic: str | None = None
+    # MirrorMaker 2's heartbeat names: the copy is <source><separator><topic> whatever the
+    # naming policy, and other clusters' copies travel on (never back: the cycle rule).
+    heartbeats_renamed: bool = False
     # The replicator's own topics: never replicated nor written into, whatever the include and
     # exclude rules say (a flow's: source topics; the _REPLICA mode's: real topics).
     internal_topics: frozenset[str] = frozenset()
@@ -165,8 +169,9 @@ class TopicRules:
             source_name=source.topic_alias or flow.source,
             target_name=target.topic_alias or flow.target,
             heartbeat_topic=settings.heartbeat_topic
-            if flow.heartbeats and settings.heartbeat_interval_ms
+            if (flow.heartbeats or flow.reverse_heartbeats) and settings.heartbeat_interval_ms
             else None,
+            heartbeats_renamed=settings.heartbeat_placement is HeartbeatPlacement.MIRRORMAKER2,
             # Checkpoints are meaningful only in their cluster: never copied, even when off.
             internal_topics=(internal_topics_in_use(settings) - {settings.heartbeat_topic})
             | {settings.checkpoints_topic},
@@ -209,9 +214,8 @@ class TopicRules:
         beats = self.heartbeat_topic
         if beats is None:
             return False
-        return topic == beats or (
-            self.naming is Naming.SOURCE_ALIAS and topic.endswith(self.separator + beats)
-        )
+        renamed = self.naming is Naming.SOURCE_ALIAS or self.heartbeats_renamed
+        return topic == beats or (renamed and topic.endswith(self.separator + beats))
 
     def _flow_rejection(self, source_topic: str) -> Rejection | None:
         if source_topic in self.internal_topics:
@@ -221,7 +225,10 @@ class TopicRules:
                 return Rejection.NOT_INCLUDED
             if self.exclude.fullmatch(source_topic):
                 return Rejection.EXCLUDED
-        if self.naming is Naming.SOURCE_ALIAS and self._is_cycle(source_topic):
+        heartbeats_renamed = self.heartbeats_renamed and self._is_heartbeats(source_topic)
+        if (self.naming is Naming.SOURCE_ALIAS or heartbeats_renamed) and self._is_cycle(
+            source_topic
+        ):
             return Rejection.REMOTE_TOPIC_OF_TARGET
         if self.naming is Naming.PREFIX and source_topic.startswith(self.prefix):
             return Rejection.FLOW_OUTPUT
@@ -236,6 +243,8 @@ class TopicRules:
         return self.target_name in parts[:-1]
 
     def _name(self, source_topic: str) -> str:
+        if self.heartbeats_renamed and self._is_heartbeats(source_topic):
+            return f"{self.source_name}{self.separator}{source_topic}"
         if self.naming is Naming.PREFIX:
             return self.prefix + source_topic
         if self.naming is Naming.SOURCE_ALIAS:
@@ -255,6 +264,8 @@ class TopicRules:
         :meth:`target`)."""
         if self.suffix is not None:
             candidate = target_topic + self.suffix
+        elif self.heartbeats_renamed and self._is_heartbeats(target_topic):
+            candidate = target_topic[len(self.source_name) + len(self.separator) :]
         elif self.naming is Naming.PREFIX:
             candidate = target_topic[len(self.prefix) :]
         elif self.naming is Naming.SOURCE_ALIAS:

@@ -382,6 +382,9 @@ def mm2_translation(path: Path) -> Translation:
         flow = flow_name(source.alias, target.alias, flows)
         _flow(b, flow, source, target, f"{source_name}->{target_name}.", scoped, label)
         heartbeats.flow(b, flow, scoped)
+        if (target_name, source_name) not in enabled:
+            reverse = {**top, **flow_props.get((target_name, source_name), {})}
+            heartbeats.reverse(b, flow, f"{target_name}->{source_name}", reverse)
     heartbeats.finish(b)
     return b.translation()
 

@@ -4,9 +4,12 @@
 ``REPLICATOR_FLOWS__<NAME>__HEARTBEATS`` (true is the default, as in MirrorMaker 2);
 ``emit.heartbeats.interval.seconds`` becomes ``REPLICATOR_HEARTBEAT_INTERVAL_MS``, one setting for
 every flow: where flows disagree the smallest interval applies to all, with a note. A negative
-interval turns a flow's heartbeats off, as MirrorMaker 2 reads it. Where they go differs from
-MirrorMaker 2 (which writes them into the target's ``heartbeats`` topic): each flow writes into
-its source's heartbeat topic and copies it like any other topic (``replicator/heartbeats.py``).
+interval turns a flow's heartbeats off, as MirrorMaker 2 reads it. They go where MirrorMaker 2
+puts them (``REPLICATOR_HEARTBEAT_PLACEMENT=mirrormaker2``): a flow A->B writes ``A->B``
+heartbeats into B's ``heartbeats``; where no flow B->A is enabled, MirrorMaker 2 still runs that
+direction's heartbeat connector (unless ``B->A.emit.heartbeats.enabled=false``), which writes
+``B->A`` heartbeats into A's ``heartbeats``: the flow's ``REVERSE_HEARTBEATS``. A's topic is
+copied to B as ``A.heartbeats`` under every replication policy, identity included.
 """
 
 from __future__ import annotations
@@ -23,14 +26,13 @@ KEYS = frozenset({ENABLED, INTERVAL})
 _DEFAULT_SECONDS = 1  # MirrorMaker 2's emit.heartbeats.interval.seconds, and the replicator's 1 s
 
 WHERE_NOTE = (
-    "each flow writes a heartbeat into its source cluster's REPLICATOR_HEARTBEAT_TOPIC "
-    "(heartbeats) and copies that topic like any other, so on the target it arrives under the "
-    "flow's naming (<source>.heartbeats under MirrorMaker 2's default policy; MirrorMaker 2 "
-    "writes its own into the target's heartbeats); /status and the metrics show each flow's "
-    "heartbeat age and delay"
+    "as MirrorMaker 2 writes them (REPLICATOR_HEARTBEAT_PLACEMENT=mirrormaker2): each flow "
+    "writes its heartbeats into its target's heartbeats topic (MirrorMaker 2's record format), "
+    "and copies its source's as <source>.heartbeats under every policy; /status and the "
+    "metrics show each flow's heartbeat age and delay, read from that copy"
 )
 TOPIC_NOTE = (
-    "not used: the heartbeat topic is created on each flow's source (if missing) with one "
+    "not used: a heartbeat topic is created where heartbeats are written (if missing) with one "
     "partition, compacted, and the flow's REPLICATION_FACTOR (else "
     "REPLICATOR_DESTINATION_REPLICATION_FACTOR, else 3, or fewer on a smaller cluster)"
 )
@@ -84,13 +86,35 @@ class Heartbeats:
         self._explain(b, interval[1])
         self.intervals.append(_Interval(flow, seconds * 1000, interval[1]))
 
+    def reverse(self, b: Builder, flow: str, pair: str, scoped: dict[str, tuple[str, str]]) -> None:
+        """The heartbeats MirrorMaker 2 writes into ``flow``'s source for the reverse direction
+        ``pair`` (``B->A``), which no flow runs: on unless its properties (``scoped``) turn
+        them off."""
+        enabled = scoped.get(ENABLED)
+        interval = scoped.get(INTERVAL)
+        if enabled is not None and parse_bool(enabled[0]) is False:
+            return
+        if interval is not None and parse_int(interval[0], interval[1]) < 0:
+            return
+        where = (enabled or interval or (None, f"{pair}.{ENABLED} (MirrorMaker 2's default)"))[1]
+        b.set(flow_var(flow, "REVERSE_HEARTBEATS"), "true", where)
+        b.note(
+            where,
+            f"no flow {pair} is enabled, but MirrorMaker 2 runs its heartbeats: {pair} "
+            f"heartbeats are written into {pair.split('->')[1]}'s heartbeats topic (write access "
+            f"there; {pair}.{ENABLED}=false turns them off) and copied by flow {flow}, proving "
+            "its path",
+        )
+
     def _explain(self, b: Builder, origin: str) -> None:
         if not self.explained:
             b.note(origin, WHERE_NOTE)
             self.explained = True
 
     def finish(self, b: Builder) -> None:
-        """``REPLICATOR_HEARTBEAT_INTERVAL_MS``: the smallest interval of the flows that emit."""
+        """``REPLICATOR_HEARTBEAT_INTERVAL_MS``: the smallest interval of the flows that emit;
+        and MirrorMaker 2's placement of heartbeats, for every flow."""
+        b.set("HEARTBEAT_PLACEMENT", "mirrormaker2", f"{self.label} (MirrorMaker 2's heartbeats)")
         used = {i.origin for i in self.intervals}
         for origin in self.given:
             if origin not in used:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import struct
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from replicator.readback import StoredRecord
 from tests.integration.harness import (
     Start,
     _create_topics,
@@ -62,6 +65,20 @@ def pointed_at(sample: Path, copy: Path, servers: dict[str, str]) -> Path:
         text = line.sub(f"{prefix}bootstrap.servers = {bootstrap}", text)
     copy.write_text(text)
     return copy
+
+
+def heartbeat(record: StoredRecord) -> tuple[str, str]:
+    """The (source, target) aliases of a heartbeat in MirrorMaker 2's format; its value is
+    version 0 and a timestamp."""
+    assert record.key is not None and record.value is not None
+    aliases, at = [], 0
+    for _ in range(2):
+        (size,) = struct.unpack_from(">h", record.key, at)
+        aliases.append(record.key[at + 2 : at + 2 + size].decode())
+        at += 2 + size
+    version, _ = struct.unpack(">hq", record.value)
+    assert version == 0 and at == len(record.key)
+    return aliases[0], aliases[1]
 
 
 def mirror_maker(workdir: Path, command: str) -> list[str]:
@@ -173,6 +190,29 @@ def test_mirror_maker_2_file_runs_its_flow_with_mm2_names(
         wait_until(
             lambda: topics(destination) >= {"source.heartbeats"}, 30, "the flow's heartbeats"
         )
+        # Heartbeats where MirrorMaker 2 puts them: source->destination ones in the
+        # destination's own topic, destination->source ones (no flow runs that direction, MM2
+        # still emits them) in the source's, copied as source.heartbeats, in MM2's format.
+        wait_until(lambda: len(read(destination, "source.heartbeats")) > 0, 30, "copies")
+        assert {heartbeat(r) for r in read(destination, "heartbeats")} == {
+            ("source", "destination")
+        }
+        assert {heartbeat(r) for r in read(source, "heartbeats")} == {("destination", "source")}
+        assert {heartbeat(r) for r in read(destination, "source.heartbeats")} == {
+            ("destination", "source")
+        }
+        # What MirrorClient.upstreamClusters() and replicationHops() read: the topic names.
+        upstream = {t.rsplit(".", 1)[0] for t in topics(destination) if t.endswith(".heartbeats")}
+        assert upstream == {"source"}
+
+        def heartbeat_status() -> dict[str, Any]:
+            _, status = process.get("/status")
+            beat: dict[str, Any] = status["flows"]["source_to_destination"]["heartbeat"]
+            return beat
+
+        # The flow's heartbeat age comes from that copy: its path is proven end to end.
+        wait_until(lambda: heartbeat_status()["age_seconds"] is not None, 30, "heartbeat age")
+        assert heartbeat_status()["target_topic"] == "source.heartbeats"
         time.sleep(1.0)
         stored = read(destination, renamed)
         assert len(stored) == len(sent) + len(later)

@@ -192,8 +192,12 @@ def test_mm2_notes_for_pairs_and_clusters_without_a_flow(tmp_path: Path) -> None
     assert "c takes part in no enabled flow" in notes
     assert "unheard.of (in" in notes and "has no meaning here" in notes
     assert "a->b.emit.heartbeats.enabled (in" in notes
-    assert "each flow writes a heartbeat into its source cluster's" in notes
+    assert "each flow writes its heartbeats into its target's heartbeats topic" in notes
     assert "REPLICATOR_FLOWS__A_TO_B__HEARTBEATS" not in translation.env  # true: the default
+    # No flow b->a: MirrorMaker 2 still writes b->a heartbeats into a, which a->b copies.
+    assert translation.env["REPLICATOR_FLOWS__A_TO_B__REVERSE_HEARTBEATS"] == "true"
+    assert "no flow b->a is enabled, but MirrorMaker 2 runs its heartbeats" in notes
+    assert translation.env["REPLICATOR_HEARTBEAT_PLACEMENT"] == "mirrormaker2"
     assert "REPLICATOR_CLUSTERS__C__BOOTSTRAP_SERVERS" not in translation.env
     translation.settings()
 
@@ -229,7 +233,7 @@ def test_mm2_heartbeat_interval_in_milliseconds(tmp_path: Path) -> None:
     translation = mm2(tmp_path, BOTH_WAYS + "emit.heartbeats.interval.seconds=5\n")
     assert translation.env["REPLICATOR_HEARTBEAT_INTERVAL_MS"] == "5000"
     assert translation.settings().heartbeat_interval_ms == 5000
-    where = [n for n in translation.notes if "writes a heartbeat into its source" in n]
+    where = [n for n in translation.notes if "writes its heartbeats into its target's" in n]
     assert len(where) == 1  # said once
     assert not any("one interval for every flow" in n for n in translation.notes)
 
@@ -285,7 +289,7 @@ def test_mm2_heartbeats_topic_replication_factor_is_explained(tmp_path: Path) ->
         tmp_path, BOTH_WAYS + "heartbeats.topic.replication.factor=1\nreplication.factor=2\n"
     )
     note = notes_by_key(translation)["heartbeats.topic.replication.factor"]
-    assert "created on each flow's source (if missing) with one partition, compacted" in note
+    assert "created where heartbeats are written (if missing) with one partition" in note
     assert "the flow's REPLICATION_FACTOR" in note
     assert "REPLICATOR_HEARTBEAT_INTERVAL_MS" not in translation.env
 
@@ -349,3 +353,18 @@ def test_mm2_checkpoint_and_group_sync_properties(tmp_path: Path) -> None:
     )
     assert off.settings().sync_groups is None
     assert "checkpoints are off" in notes_by_key(off)["groups"]
+
+
+def test_mm2_reverse_heartbeats_follow_the_reverse_directions_properties(tmp_path: Path) -> None:
+    """A flow whose reverse direction no flow runs writes that direction's heartbeats into its
+    source (as MirrorMaker 2's herder of it does), unless its properties turn them off; both
+    directions enabled: each flow writes into its own target only."""
+    one_way = "clusters=a,b\na.bootstrap.servers=a:1\nb.bootstrap.servers=b:1\na->b.enabled=true\n"
+    for off in ("b->a.emit.heartbeats.enabled=false\n", "emit.heartbeats.enabled=false\n"):
+        translation = mm2(tmp_path, one_way + off)
+        assert "REPLICATOR_FLOWS__A_TO_B__REVERSE_HEARTBEATS" not in translation.env, off
+    both = mm2(tmp_path, one_way + "b->a.enabled=true\n")
+    assert not any(k.endswith("__REVERSE_HEARTBEATS") for k in both.env)
+    settings = mm2(tmp_path, one_way).settings()
+    assert settings.flows["a_to_b"].reverse_heartbeats
+    assert settings.heartbeat_placement.value == "mirrormaker2"

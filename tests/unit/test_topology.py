@@ -269,6 +269,26 @@ def test_a_flow_always_copies_its_heartbeats_as_mm2_does() -> None:
     assert quiet.rules.rejection("heartbeats") is Rejection.NOT_INCLUDED
 
 
+def test_under_mm2_placement_heartbeats_keep_mm2_names_under_every_policy() -> None:
+    """MirrorMaker 2's IdentityReplicationPolicy still names remote heartbeats <source>.heartbeats
+    (MirrorClient finds upstream clusters by them); copies from further upstream travel on,
+    never back to a cluster they came through."""
+    env = {
+        **BASE,
+        "REPLICATOR_REPLICA_MODE": "false",
+        "REPLICATOR_HEARTBEAT_PLACEMENT": "mirrormaker2",
+    }
+    env |= {"REPLICATOR_FLOWS__F__SOURCE": "dc1", "REPLICATOR_FLOWS__F__TARGET": "dc2"}
+    (feed,) = feeds_for(load_settings(env))
+    rules = feed.rules
+    assert rules.target("orders") == "orders"  # application topics: the flow's own naming
+    assert rules.target("heartbeats") == "dc1.heartbeats"
+    assert rules.target("dc3.heartbeats") == "dc1.dc3.heartbeats"
+    assert rules.rejection("dc2.heartbeats") is Rejection.REMOTE_TOPIC_OF_TARGET
+    assert rules.source("dc1.heartbeats") == "heartbeats"
+    assert rules.source("orders") == "orders"
+
+
 def test_a_flow_knows_what_names_its_target_in_a_renamed_copy() -> None:
     env = {
         **BASE,
