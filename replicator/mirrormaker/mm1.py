@@ -3,7 +3,8 @@
 This module owns :func:`mirror_maker_translation`: the options (``--opt value``, ``--opt=value``
 or ``-opt value``; a flag may be followed by ``true``/``false``) parsed as the two tools parse
 them, then one flow per ``--consumer.config`` file into the ``--producer.config`` cluster. A
-cluster's alias is its file's name (:func:`~replicator.mirrormaker.names.normalise_alias`). The
+cluster's alias is its file's ``replicator.cluster.alias``, else its file's name
+(:func:`~replicator.mirrormaker.names.normalise_alias`), with a note. The
 flows keep MirrorMaker 1's consumer group (``group.id``, else ``mirrormaker``) and start where its
 consumer would (``auto.offset.reset``; when absent, each tool's own default: MirrorMaker 1's Java
 consumer starts at the latest record, the Go mirror maker always from the earliest, see
@@ -143,17 +144,18 @@ def mirror_maker_translation(argv: list[str]) -> Translation:
             "and --blacklist",
         )
 
-    # Clusters: aliases from the properties files' names; the target's first, so it keeps its
-    # stem when a source has the same one.
+    # Clusters: each named by its file's replicator.cluster.alias, else by the file's name; the
+    # target's first, so it keeps its name when a source has the same one.
     taken: set[str] = set()
     producer_path = Path(producer.value)
-    target = Cluster(unique(normalise_alias(producer_path.stem), taken), producer.value)
     producer_props = load_properties(producer_path, producer.shown)
+    target = _cluster(b, producer_path, producer.value, producer_props, taken)
     sources: list[Cluster] = []
     for option in consumers:
         path = Path(option.value)
-        source = Cluster(unique(normalise_alias(path.stem), taken), option.value)
-        for key, value in load_properties(path, option.shown).items():
+        props = load_properties(path, option.shown)
+        source = _cluster(b, path, option.value, props, taken)
+        for key, value in props.items():
             client_property(b, Client("consumer", (source,)), key, value, source.origin(key))
         sources.append(source)
     for key, value in producer_props.items():
@@ -165,6 +167,30 @@ def mirror_maker_translation(argv: list[str]) -> Translation:
     _flows(b, sources, target, servers, producer, filters[0], by_name)
     _options(b, options, by_key=_by_key(by_name))
     return b.translation()
+
+
+ALIAS_PROPERTY = "replicator.cluster.alias"
+
+
+def _cluster(b: Builder, path: Path, label: str, props: dict[str, str], taken: set[str]) -> Cluster:
+    """The cluster of one properties file, named (and its naming noted): by the file's
+    ``replicator.cluster.alias`` (taken out of ``props``), else by the file's name. The name is
+    in every record's provenance: give it for good."""
+    given = props.pop(ALIAS_PROPERTY, None)
+    where = f"{ALIAS_PROPERTY} (in {label})"
+    if given is not None:
+        alias = normalise_alias(given)
+        if alias in taken:
+            raise ConfigError(where, f"names {alias}, the alias of another file too")
+        taken.add(alias)
+        return Cluster(alias, label)
+    alias = unique(normalise_alias(path.stem), taken)
+    b.note(
+        where,
+        f"absent: the cluster is called {alias}, after this file's name; it names the origin "
+        f"in every record's provenance, so set {ALIAS_PROPERTY} to name the cluster for good",
+    )
+    return Cluster(alias, label)
 
 
 def dialect(by_name: dict[str, _Option]) -> tuple[str, str]:

@@ -220,10 +220,21 @@ def run_audit(
     ]
     tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "8")
     scanned = _scan(spark, fmt, inputs, topics, suffix, tasks)
+    return _report(spark, scanned, [c.alias for c in clusters], clusters, began)
+
+
+def _report(
+    spark: SparkSession,
+    scanned: DataFrame,
+    aliases: list[str] | None,
+    clusters: list[ClusterInput],
+    began: float,
+) -> AuditReport:
+    """Compare ``scanned`` (as :func:`compare` does) in the audit's job group, timed."""
     context = spark.sparkContext
     context.setJobGroup(_JOBS, "audit")
     try:
-        rows = compare(spark, scanned, [c.alias for c in clusters])
+        rows = compare(spark, scanned, aliases)
         took = time.monotonic() - began
         read_s = reading_seconds(stage_times(spark, _JOBS))
     finally:
@@ -371,17 +382,7 @@ def run_flow_audit(
         read = read_snapshot(spark, fmt, cluster).withColumn("cluster", sf.lit(cluster.alias))
         frame = read if frame is None else frame.unionByName(read)
     assert frame is not None
-    scanned = narrowed_flows(spark, frame, routes, tasks)
-    context = spark.sparkContext
-    context.setJobGroup(_JOBS, "audit")
-    try:
-        rows = compare(spark, scanned, None)
-        took = time.monotonic() - began
-        read_s = reading_seconds(stage_times(spark, _JOBS))
-    finally:
-        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    timings = {"read": round(read_s, 2), "compare": round(took - read_s, 2)}
-    return AuditReport(rows, _ranges(clusters), timings)
+    return _report(spark, narrowed_flows(spark, frame, routes, tasks), None, clusters, began)
 
 
 def _ranges(clusters: list[ClusterInput]) -> dict[str, dict[str, dict[str, list[int]]]]:

@@ -189,7 +189,20 @@ def restart_and_time_local_delivery(
 
 
 @pytest.mark.skipif(BACKEND != "embedded", reason="freezes and kills the broker process itself")
-@pytest.mark.parametrize("outage", ["frozen", "killed"])
+@pytest.mark.parametrize(
+    "outage",
+    [
+        "frozen",
+        pytest.param(
+            "killed",
+            marks=pytest.mark.skip(
+                reason="the suite's time: a killed remote refuses connections at once, an easier "
+                "outage on the same start-up path than a frozen one (whose connections hang); a "
+                "destination that returns empty is test_faults.py's refill test"
+            ),
+        ),
+    ],
+)
 def test_restart_with_remote_down_delivers_locally_as_fast_as_healthy(
     replicators: Start, outage: str
 ) -> None:

@@ -289,6 +289,15 @@ def test_a_source_topic_grown_while_replicating_grows_every_destination(
         assert dc1.stop() == 0
 
 
+async def overrides(broker: Broker, topic: str) -> dict[str, str]:
+    """The configs set on ``topic`` itself in ``broker``'s cluster."""
+    admin = await admin_client(broker.bootstrap_servers)
+    try:
+        return await topic_overrides(admin, topic)
+    finally:
+        await admin.close()
+
+
 @pytest.mark.skipif(
     BACKEND != "kafka",
     reason="the embedded broker has no AlterConfigs: config sync runs on the Apache Kafka path "
@@ -315,20 +324,13 @@ def test_topic_configs_follow_the_source_except_the_excluded_ones(replicators: S
             finally:
                 await admin.close()
 
-        async def destination_overrides() -> dict[str, str]:
-            admin = await admin_client(brokers["dc2"].bootstrap_servers)
-            try:
-                return await topic_overrides(admin, "orders")
-            finally:
-                await admin.close()
-
         run(alter({"retention.ms": "1234567890", "min.insync.replicas": "1"}))
         wait_until(
-            lambda: run(destination_overrides()).get("retention.ms") == "1234567890",
+            lambda: run(overrides(brokers["dc2"], "orders")).get("retention.ms") == "1234567890",
             30,
             "retention.ms synced to dc2",
         )
-        assert "min.insync.replicas" not in run(destination_overrides())
+        assert "min.insync.replicas" not in run(overrides(brokers["dc2"], "orders"))
         assert dc1.stop() == 0
 
 
@@ -356,13 +358,6 @@ def test_mirror_sync_lowers_and_removes_as_mirrormaker_2_does(replicators: Start
             finally:
                 await client.close()
 
-        async def destination_overrides() -> dict[str, str]:
-            admin = await admin_client(brokers["dc2"].bootstrap_servers)
-            try:
-                return await topic_overrides(admin, "orders")
-            finally:
-                await admin.close()
-
         run(
             incremental(
                 "orders_REPLICA", {"retention.bytes": "2000", "segment.ms": "600000"}, "dc1"
@@ -373,18 +368,18 @@ def test_mirror_sync_lowers_and_removes_as_mirrormaker_2_does(replicators: Start
         produce(local, "orders_REPLICA", 10, partitions=1)
         wait_until(holds(brokers["dc2"], "orders", 10), 60, "first records on dc2")
         wait_until(
-            lambda: run(destination_overrides()).get("retention.bytes") == "2000",
+            lambda: run(overrides(brokers["dc2"], "orders")).get("retention.bytes") == "2000",
             30,
             "retention.bytes on dc2",
         )
         run(incremental("orders_REPLICA", {"retention.bytes": "1000", "segment.ms": None}, "dc1"))
         wait_until(
-            lambda: run(destination_overrides()).get("retention.bytes") == "1000",
+            lambda: run(overrides(brokers["dc2"], "orders")).get("retention.bytes") == "1000",
             30,
             "retention.bytes lowered on dc2",
         )
         wait_until(
-            lambda: "segment.ms" not in run(destination_overrides()),
+            lambda: "segment.ms" not in run(overrides(brokers["dc2"], "orders")),
             30,
             "segment.ms removed on dc2",
         )

@@ -276,3 +276,20 @@ def test_each_tools_defaults_apply_to_its_command_line(
         assert f"absent: {'the Go mirror maker' if tool == 'Go' else tool}'s default" in default
         assert start in default
     assert translation.settings().flows["src_to_dst"].start_from.value == start
+
+
+def test_a_cluster_is_named_by_its_files_alias_property_else_by_the_file_with_a_note(
+    plain: Path,
+) -> None:
+    write(plain, "src.properties", "bootstrap.servers=s1:9092\ngroup.id=g\n")
+    write(plain, "dst.properties", "bootstrap.servers=t1:9092\nreplicator.cluster.alias=DC2\n")
+    translation = mirror_maker_translation([*BASE, "--whitelist", ".*"])
+    assert translation.env["REPLICATOR_LOCAL_CLUSTER"] == "dc2"
+    assert translation.env["REPLICATOR_FLOWS__SRC_TO_DC2__SOURCE"] == "src"
+    (named,) = [n for n in translation.notes if n.startswith("replicator.cluster.alias (in src")]
+    assert "called src, after this file's name" in named
+    assert not any("not used" in n and "replicator.cluster.alias" in n for n in translation.notes)
+    write(plain, "src.properties", "bootstrap.servers=s1:9092\nreplicator.cluster.alias=dc2\n")
+    refused = refusal(lambda: mirror_maker_translation([*BASE, "--whitelist", ".*"]))
+    assert refused.variable == "replicator.cluster.alias (in src.properties)"
+    assert "dc2" in refused.message

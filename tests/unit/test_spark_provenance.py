@@ -8,7 +8,7 @@ One local Spark session (no Kafka): each case is a source record's headers; the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import pytest
 
@@ -17,7 +17,7 @@ from replicator.provenance import ORIGIN, UPSTREAM, Header, Marking, Provenance,
 
 pyspark = pytest.importorskip("pyspark")
 
-from pyspark.sql import Row, SparkSession  # noqa: E402
+from pyspark.sql import DataFrame, Row, SparkSession  # noqa: E402
 
 from replicator.spark.audit import COUNTS, Route, compare, narrowed, narrowed_flows  # noqa: E402
 from replicator.spark.frames import (  # noqa: E402
@@ -33,6 +33,7 @@ _SCHEMA = (
     "topic string, partition int, offset long, headers array<struct<key: string, value: binary>>"
 )
 PARTITION, OFFSET = 2, 41
+_Stored = tuple[str, int, int, bytes, Sequence[Header]]
 
 CASES: dict[str, Sequence[Header]] = {
     "untagged": [("trace-id", b"t1"), ("app", b"orders-service")],
@@ -137,6 +138,19 @@ def test_an_untagged_record_gets_exactly_the_live_replicators_headers(spark: Spa
     assert written[-1] == (ORIGIN, b"dc1/orders_REPLICA/0/1042")
 
 
+def _stored(spark: SparkSession, clusters: dict[str, Iterable[_Stored]]) -> DataFrame:
+    """The records each cluster holds, as the audit reads them (key ``k``)."""
+    return spark.createDataFrame(
+        [
+            (cluster, topic, partition, offset, b"k", value, headers)
+            for cluster, records in clusters.items()
+            for topic, partition, offset, value, headers in records
+        ],
+        "cluster string, topic string, partition int, offset long, key binary, value binary, "
+        "headers array<struct<key: string, value: binary>>",
+    )
+
+
 def test_the_audit_compares_by_the_replica_topics_it_was_given(spark: SparkSession) -> None:
     """The audit's comparison on records in memory (no Kafka): a real topic whose own name ends
     with the suffix (``x_REPLICA``, fed by ``x_REPLICA_REPLICA``) is audited as a real topic;
@@ -150,15 +164,7 @@ def test_the_audit_compares_by_the_replica_topics_it_was_given(spark: SparkSessi
     sources = [(replica, 0, o, b"v%d" % o, [("trace-id", b"t")]) for o in range(3)]
     dc1 = [*sources, *(copy(o) for o in range(3))]
     dc2 = [copy(0), copy(0), copy(1)]
-    frame = spark.createDataFrame(
-        [
-            (cluster, topic, partition, offset, b"k", value, headers)
-            for cluster, records in (("dc1", dc1), ("dc2", dc2))
-            for topic, partition, offset, value, headers in records
-        ],
-        "cluster string, topic string, partition int, offset long, key binary, value binary, "
-        "headers array<struct<key: string, value: binary>>",
-    )
+    frame = _stored(spark, {"dc1": dc1, "dc2": dc2})
     report = compare(spark, narrowed(frame, [real], "_REPLICA", 2), ["dc1", "dc2"])
     counts = {
         (r.cluster, r.topic, r.origin): {c: getattr(r, c) for c in COUNTS if getattr(r, c)}
@@ -174,9 +180,6 @@ def test_the_audit_compares_by_the_replica_topics_it_was_given(spark: SparkSessi
             "duplicates": 1,
         },
     }
-
-
-_Stored = tuple[str, int, int, bytes, list[Header]]
 
 
 def test_the_flow_audit_matches_copies_to_their_flow_and_finds_the_faults(
@@ -214,15 +217,7 @@ def test_the_flow_audit_matches_copies_to_their_flow_and_finds_the_faults(
         copy("dc1", "inventory", 3, 3, b"s7", "dc1.inventory"),
         record("dc1.inventory", 4, b"written here directly"),
     ]
-    frame = spark.createDataFrame(
-        [
-            (cluster, topic, partition, offset, b"k", value, headers)
-            for cluster, records in (("dc1", dc1), ("dc2", dc2))
-            for topic, partition, offset, value, headers in records
-        ],
-        "cluster string, topic string, partition int, offset long, key binary, value binary, "
-        "headers array<struct<key: string, value: binary>>",
-    )
+    frame = _stored(spark, {"dc1": dc1, "dc2": dc2})
     routes = [
         Route("dc1", "orders", "dc2", "orders", ("dc2",)),
         Route("dc2", "orders", "dc1", "orders", ("dc1",)),
