@@ -19,14 +19,19 @@ from replicator.topology import TopicRules, TopicSelection
 Range = tuple[int, int]
 
 
-async def topic_selection(client: dict[str, Any], rules: TopicRules) -> TopicSelection:
-    """What ``rules`` make of every topic on a cluster: replicated, and rejected with why."""
+async def cluster_topics(client: dict[str, Any]) -> set[str]:
+    """The names of every topic on a cluster (one metadata request)."""
     consumer = AIOKafkaConsumer(**client, enable_auto_commit=False)
     await consumer.start()
     try:
-        return rules.select(await consumer.topics())
+        return set(await consumer.topics())
     finally:
         await consumer.stop()
+
+
+async def topic_selection(client: dict[str, Any], rules: TopicRules) -> TopicSelection:
+    """What ``rules`` make of every topic on a cluster: replicated, and rejected with why."""
+    return rules.select(await cluster_topics(client))
 
 
 async def replica_topics(client: dict[str, Any], rules: TopicRules) -> list[str]:

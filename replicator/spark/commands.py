@@ -123,12 +123,16 @@ def flow_routes(
     ``topics`` if given, and its target topic; not the heartbeat topic), and why any named
     topic is not replicated."""
     routes: list[Route] = []
+    listed: dict[str, set[str]] = {}  # each source cluster's topics, listed once
     for plan in feeds_for(settings):
         leg = plan.legs[0]
         if not plan.is_flow or leg.source not in clusters or leg.destination not in clusters:
             continue
-        found = asyncio.run(snapshot.replica_topics(_client(settings, plan.source), plan.rules))
-        for topic in found:
+        if plan.source not in listed:
+            listed[plan.source] = asyncio.run(
+                snapshot.cluster_topics(_client(settings, plan.source))
+            )
+        for topic in plan.rules.select(listed[plan.source]).replicated:
             if topic == settings.heartbeat_topic:
                 continue  # the replicator's own, always in motion: its age is in /status
             target = plan.rules.target(topic)
@@ -165,6 +169,13 @@ def nothing_in_routes(
                 f"{r.topic} in {r.source} and {r.target_topic} in {r.target} are empty"
             )
     return problems
+
+
+def _refused(job: str, problems: list[str]) -> bool:
+    """Say each reason a job would check nothing (``True``: it must exit 2, never pass)."""
+    for problem in problems:
+        err.print(f"{job}: {problem}")
+    return bool(problems)
 
 
 def _flows_only(settings: Settings, job: str) -> bool:
@@ -213,9 +224,7 @@ def backfill(
         "" if copy_real_topics else suffix,
         named=bool(topics),
     )
-    if problems:
-        for problem in problems:
-            err.print(f"backfill: {problem}")
+    if _refused("backfill", problems):
         return EXIT_CONFIG
     total = sum(end - start for start, end in origin.snapshot.values())
     err.print(f"backfill {source} -> {', '.join(destinations)}: {read}, {total} offsets")
@@ -363,9 +372,7 @@ def audit(
     problems = nothing_to_check(
         chosen, {c.alias: c.snapshot for c in inputs}, suffix, named=bool(topics)
     )
-    if problems:
-        for problem in problems:
-            err.print(f"audit: {problem}")
+    if _refused("audit", problems):
         return EXIT_CONFIG
     err.print(f"audit of {chosen} on {', '.join(clusters)}")
     return _audit_report(
@@ -404,9 +411,7 @@ def _audit_flows(
         for alias in clusters
     ]
     problems += nothing_in_routes(routes, {c.alias: c.snapshot for c in inputs})
-    if problems:
-        for problem in problems:
-            err.print(f"audit: {problem}")
+    if _refused("audit", problems):
         return EXIT_CONFIG
     shown = ", ".join(f"{r.source}:{r.topic} -> {r.target}:{r.target_topic}" for r in routes)
     err.print(f"audit of the flows' topics {shown}")
