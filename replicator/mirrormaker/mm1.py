@@ -3,8 +3,8 @@
 This module owns :func:`mirror_maker_translation`: the options (``--opt value``, ``--opt=value``
 or ``-opt value``; a flag may be followed by ``true``/``false``) parsed as the two tools parse
 them, then one flow per ``--consumer.config`` file into the ``--producer.config`` cluster. A
-cluster's alias is its file's ``replicator.cluster.alias``, else its file's name
-(:func:`~replicator.mirrormaker.names.normalise_alias`), with a note. The
+cluster's alias is its file's ``replicator.cluster.alias``, else its first bootstrap server
+(:func:`server_alias`), with a note. The
 flows keep MirrorMaker 1's consumer group (``group.id``, else ``mirrormaker``) and start where its
 consumer would (``auto.offset.reset``; when absent, each tool's own default: MirrorMaker 1's Java
 consumer starts at the latest record, the Go mirror maker always from the earliest, see
@@ -24,6 +24,7 @@ from replicator.mirrormaker.names import flow_name, normalise_alias, unique
 from replicator.mirrormaker.regex import INTERNAL_NOTE, exclusion, java_regex
 from replicator.mirrormaker.translation import Builder, Translation, flow_var
 from replicator.mirrormaker.values import load_properties, parse_bool, parse_int
+from replicator.settings import is_host_port
 
 # MirrorMaker 1's group when the consumer config names none (its Java consumer would refuse).
 DEFAULT_GROUP = "mirrormaker"
@@ -144,7 +145,7 @@ def mirror_maker_translation(argv: list[str]) -> Translation:
             "and --blacklist",
         )
 
-    # Clusters: each named by its file's replicator.cluster.alias, else by the file's name; the
+    # Clusters: each named by its file's replicator.cluster.alias, else by its brokers; the
     # target's first, so it keeps its name when a source has the same one.
     taken: set[str] = set()
     producer_path = Path(producer.value)
@@ -172,10 +173,21 @@ def mirror_maker_translation(argv: list[str]) -> Translation:
 ALIAS_PROPERTY = "replicator.cluster.alias"
 
 
+def server_alias(servers: str | None) -> str | None:
+    """A cluster's default alias: its first bootstrap server (in sorted order, so the list's
+    order does not matter), the port left out when it is Kafka's 9092; ``None`` when no entry
+    is a plain ``host:port`` (the address is refused with its reason later)."""
+    listed = sorted(s.strip() for s in (servers or "").split(",") if is_host_port(s.strip()))
+    if not listed:
+        return None
+    host, _, port = listed[0].rpartition(":")
+    return normalise_alias(host if port == "9092" else f"{host}-{port}")
+
+
 def _cluster(b: Builder, path: Path, label: str, props: dict[str, str], taken: set[str]) -> Cluster:
     """The cluster of one properties file, named (and its naming noted): by the file's
-    ``replicator.cluster.alias`` (taken out of ``props``), else by the file's name. The name is
-    in every record's provenance: give it for good."""
+    ``replicator.cluster.alias`` (taken out of ``props``), else by its first bootstrap server
+    (:func:`server_alias`). The name is in every record's provenance: give it for good."""
     given = props.pop(ALIAS_PROPERTY, None)
     where = f"{ALIAS_PROPERTY} (in {label})"
     if given is not None:
@@ -184,11 +196,13 @@ def _cluster(b: Builder, path: Path, label: str, props: dict[str, str], taken: s
             raise ConfigError(where, f"names {alias}, the alias of another file too")
         taken.add(alias)
         return Cluster(alias, label)
-    alias = unique(normalise_alias(path.stem), taken)
+    servers = props.get("bootstrap.servers") or props.get("metadata.broker.list")
+    alias = unique(server_alias(servers) or normalise_alias(path.stem), taken)
     b.note(
         where,
-        f"absent: the cluster is called {alias}, after this file's name; it names the origin "
-        f"in every record's provenance, so set {ALIAS_PROPERTY} to name the cluster for good",
+        f"absent: the cluster is called {alias}, after its bootstrap servers; the name is in "
+        f"every record's provenance (the origin of each copy), so set {ALIAS_PROPERTY} to name "
+        "the cluster for good: a new name makes earlier copies look foreign",
     )
     return Cluster(alias, label)
 
@@ -291,24 +305,27 @@ def _flows(
         )
         if source.start_from is not None:
             b.set(fvar("START_FROM"), source.start_from.value, source.start_from.origin)
-        elif tool == GO:
-            origin = source.origin("auto.offset.reset")
-            b.set(fvar("START_FROM"), "earliest", f"{origin} ({GO}'s default)")
-            b.note(
-                origin,
-                f"absent: {GO}'s default, earliest, applies (it always copied a topic from its "
-                "earliest record): a partition without a committed offset of this flow is "
-                "copied from its first record (auto.offset.reset=latest starts with new records)",
-            )
         else:
+            # Each tool's own default: the Go tool hard-coded earliest, MirrorMaker 1's Java
+            # consumer had Kafka's latest.
             origin = source.origin("auto.offset.reset")
-            b.set(fvar("START_FROM"), "latest", f"{origin} ({MIRROR_MAKER_1}'s default)")
-            b.note(
-                origin,
-                f"absent: {MIRROR_MAKER_1}'s default (its Kafka consumer's), latest, applies: a "
-                "partition without a committed offset of this flow starts with new records "
-                "(auto.offset.reset=earliest copies the history)",
+            start, effect = (
+                (
+                    "earliest",
+                    "it always copied a topic from its earliest record: a partition "
+                    "without a committed offset of this flow is copied from its first record "
+                    "(auto.offset.reset=latest starts with new records)",
+                )
+                if tool == GO
+                else (
+                    "latest",
+                    "its Kafka consumer's: a partition without a committed offset "
+                    "of this flow starts with new records (auto.offset.reset=earliest copies "
+                    "the history)",
+                )
             )
+            b.set(fvar("START_FROM"), start, f"{origin} ({tool}'s default)")
+            b.note(origin, f"absent: {tool}'s default, {start}, applies ({effect})")
         if preserve is not None and by_key:
             b.set(fvar("PRESERVE_PARTITIONS"), "false", preserve.shown)
         # MirrorMaker 1 only read its sources: heartbeats would need write access there.

@@ -1,4 +1,4 @@
-"""Cluster aliases and flow names, made from file names and MirrorMaker 2 aliases.
+"""Cluster aliases and flow names, made from bootstrap servers, file names and MM2 aliases.
 
 An alias is lower-case letters, digits and ``-`` (it names the origin in provenance headers, so
 it keeps its ``-``). A flow is named ``<source>_to_<target>`` with every ``-`` of the aliases

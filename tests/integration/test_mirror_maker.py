@@ -18,8 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from replicator.mirrormaker.mm1 import server_alias
 from replicator.readback import StoredRecord
 from tests.integration.harness import (
+    Broker,
     Start,
     _create_topics,
     create_topics,
@@ -81,6 +83,13 @@ def heartbeat(record: StoredRecord) -> tuple[str, str]:
     return aliases[0], aliases[1]
 
 
+def named_by_brokers(broker: Broker) -> str:
+    """The alias a cluster whose file names none is given: from its bootstrap servers."""
+    alias = server_alias(broker.bootstrap_servers)
+    assert alias is not None
+    return alias
+
+
 def mirror_maker(workdir: Path, command: str) -> list[str]:
     """The command line with its files given as paths in ``workdir``."""
     args = []
@@ -101,13 +110,18 @@ def test_mirror_maker_1_command_line_aggregates_two_sources_into_one_target(
             "sourceCluster2Consumer.config": brokers["dc2"],
             "targetClusterProducer.config": brokers["dc3"],
         }
-        for name, broker in files.items():
-            pointed_at(SAMPLES / "mm1" / name, tmp_path / name, {"": broker.bootstrap_servers})
+        named = ("dc1", "dc2", "")  # the sources named in their files; the target by its brokers
+        for (name, broker), given in zip(files.items(), named, strict=True):
+            copy = pointed_at(
+                SAMPLES / "mm1" / name, tmp_path / name, {"": broker.bootstrap_servers}
+            )
+            if given:
+                copy.write_text(copy.read_text() + f"\nreplicator.cluster.alias={given}\n")
         args = ("mirror-maker", *mirror_maker(tmp_path, MM1_COMMAND))
         process = replicators("dc3", ENV, args)
         process.wait_ready()
         # MirrorMaker 1's consumers start at the latest records: written after it started.
-        sources = {"dc1": "sourcecluster1consumer", "dc2": "sourcecluster2consumer"}
+        sources = {"dc1": "dc1", "dc2": "dc2"}  # each one's origin in provenance
         sent = {alias: produce(brokers[alias], "app_log", 120, partitions=3) for alias in sources}
         target = brokers["dc3"]
         wait_until(holds(target, "app_log", 240), 60, "both sources in dc3's app_log")
@@ -118,7 +132,7 @@ def test_mirror_maker_1_command_line_aggregates_two_sources_into_one_target(
             assert_copied(stored, sent[alias], origin)
         flows = process.get("/status")[1]["flows"]
         assert len(flows) == 2 and {f["target"] for f in flows.values()} == {
-            "targetclusterproducer"
+            named_by_brokers(target)
         }
 
 
@@ -157,7 +171,7 @@ def test_go_mirror_maker_command_line_prefixes_the_target_topics(
         for topic, records in sent.items():
             stored = read(brokers["dc2"], f"dc1_{topic}")
             assert len(stored) == len(records)
-            assert_copied(stored, records, "sourcecluster1consumer")
+            assert_copied(stored, records, named_by_brokers(brokers["dc1"]))
 
 
 def test_mirror_maker_2_file_runs_its_flow_with_mm2_names(
@@ -284,4 +298,5 @@ def test_a_zookeeper_era_file_is_refused_naming_the_setting_and_runs_once_it_nam
         process.wait_ready()
         sent = produce(brokers["dc1"], "app_log", 50, partitions=1)
         wait_until(holds(brokers["dc2"], "app_log", 50), 60, "app_log on dc2")
-        assert_copied(read(brokers["dc2"], "app_log"), sent, "sourceclusterconsumer")
+        origin = named_by_brokers(brokers["dc1"])  # named by its brokers
+        assert_copied(read(brokers["dc2"], "app_log"), sent, origin)

@@ -56,12 +56,12 @@ def test_cli_mirror_maker_refuses_plain_without_tls_naming_the_property(plain: P
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "sasl.mechanism (in dst.properties)" in result.stderr
-    assert "REPLICATOR_CLUSTERS__DST__ALLOW_INSECURE_PLAIN=true" in result.stderr
+    assert "REPLICATOR_CLUSTERS__T1__ALLOW_INSECURE_PLAIN=true" in result.stderr
     assert SECRET not in result.output
-    opt_in = {"REPLICATOR_CLUSTERS__DST__ALLOW_INSECURE_PLAIN": "true"}
+    opt_in = {"REPLICATOR_CLUSTERS__T1__ALLOW_INSECURE_PLAIN": "true"}
     result = CliRunner().invoke(app, args, env=opt_in)
     assert result.exit_code == 0, result.output
-    assert "REPLICATOR_CLUSTERS__DST__ALLOW_INSECURE_PLAIN=true" in result.stdout.splitlines()
+    assert "REPLICATOR_CLUSTERS__T1__ALLOW_INSECURE_PLAIN=true" in result.stdout.splitlines()
     assert SECRET not in result.output
 
 
@@ -74,9 +74,9 @@ def test_cli_mirror_maker_print_env_masks_secrets(plain: Path) -> None:
     result = CliRunner().invoke(app, ["mirror-maker", *BASE, "--whitelist=.*", "--print-env"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert "REPLICATOR_LOCAL_CLUSTER=dst" in lines
+    assert "REPLICATOR_LOCAL_CLUSTER=t1" in lines
     # A bare name: docker run --env-file takes its value from the environment it runs in.
-    assert "REPLICATOR_CLUSTERS__DST__SASL_PASSWORD" in lines
+    assert "REPLICATOR_CLUSTERS__T1__SASL_PASSWORD" in lines
     assert any("SASL_PASSWORD: the secret of" in line for line in lines if line.startswith("# "))
     assert SECRET not in result.output
 
@@ -97,7 +97,7 @@ def test_cli_print_env_shell_is_sourced_by_a_posix_shell_as_given(plain: Path) -
     script = plain / "replicator.env"
     script.write_text(result.stdout)
     sourced = "set -a; . ./replicator.env; env -0"
-    password = "REPLICATOR_CLUSTERS__DST__SASL_PASSWORD"
+    password = "REPLICATOR_CLUSTERS__T1__SASL_PASSWORD"
     done = subprocess.run(
         ["sh", "-c", sourced], cwd=plain, env={password: SECRET}, capture_output=True, check=True
     )
@@ -170,7 +170,7 @@ def test_cli_runs_the_service_with_the_translated_settings_and_notes(
     result = CliRunner().invoke(app, ["mirror-maker", *GO_ARGS])
     assert result.exit_code == 0, result.output
     ((settings, notes),) = served
-    assert settings.local_cluster == "targetclusterproducer"
+    assert settings.local_cluster == "kafka-target-server1-6667"
     assert notes == mirror_maker_translation(GO_ARGS).notes
 
 

@@ -45,8 +45,8 @@ def test_sasl_plain_and_scram_credentials(plain: Path) -> None:
     assert shown[T + "SASL_PASSWORD"] == "<secret: from dst.properties>"
     assert SECRET not in repr(shown) and SECRET not in "\n".join(translation.notes)
     settings = translation.settings()
-    assert settings.clusters["dst"].sasl_password is not None
-    assert settings.clusters["dst"].sasl_password.get_secret_value() == SECRET
+    assert settings.clusters["t1"].sasl_password is not None
+    assert settings.clusters["t1"].sasl_password.get_secret_value() == SECRET
 
 
 def test_librdkafka_style_credentials_and_an_inferred_plain_mechanism(plain: Path) -> None:
@@ -91,7 +91,7 @@ def test_plain_without_tls_is_refused_naming_the_property_unless_opted_in(
     assert SECRET not in str(error)
     # The opt-in no MirrorMaker property can say comes from the operator's environment.
     opted = translation.with_environment({C + "ALLOW_INSECURE_PLAIN": "true"})
-    cluster = opted.settings().clusters["src"]
+    cluster = opted.settings().clusters["s1"]
     assert cluster.allow_insecure_plain and cluster.sends_password_in_clear
     assert not any("ALLOW_INSECURE_PLAIN" in note for note in opted.notes)
 
@@ -203,7 +203,7 @@ def test_missing_bootstrap_servers(plain: Path) -> None:
     assert error.variable == "bootstrap.servers (in dst.properties)"
     write(plain, "dst.properties", "metadata.broker.list=old:9092\n")
     env = mirror_maker_translation([*BASE, "--whitelist", ".*"]).env
-    assert env[T + "BOOTSTRAP_SERVERS"] == "old:9092"
+    assert env["REPLICATOR_CLUSTERS__OLD__BOOTSTRAP_SERVERS"] == "old:9092"  # named by it too
 
 
 def test_pem_files(plain: Path) -> None:
@@ -233,7 +233,7 @@ def test_a_missing_pem_file_is_attributed_to_its_property(plain: Path) -> None:
     translation = translate(plain, consumer="security.protocol=SSL\nssl.ca.location=nope.pem\n")
     error = refusal(translation.settings)
     assert error.variable == "ssl.ca.location (in src.properties)"
-    assert "REPLICATOR_CLUSTERS__SRC__SSL_CAFILE" in error.message
+    assert "REPLICATOR_CLUSTERS__S1__SSL_CAFILE" in error.message
 
 
 def test_producer_settings(plain: Path) -> None:
@@ -314,7 +314,7 @@ def test_the_environment_adds_operator_settings_but_not_clusters(plain: Path) ->
     settings = translation.settings()
     assert settings.http_port == 9099
     assert settings.linger_ms == 1
-    assert settings.local_cluster == "dst" and "dc1" not in settings.clusters
+    assert settings.local_cluster == "t1" and "dc1" not in settings.clusters
     assert any("overrides linger.ms (in dst.properties)" in n for n in translation.notes)
     error = refusal(translation.with_environment({"REPLICATOR_HTTP_PORT": "x"}).settings)
     assert error.variable == "REPLICATOR_HTTP_PORT (in the environment)"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from replicator.mirrormaker import mirror_maker_translation
+from replicator.mirrormaker.mm1 import server_alias
 from replicator.mirrormaker.names import flow_name
 from replicator.settings import DEFAULT_TOPICS_EXCLUDE
 from tests.unit import test_mirrormaker_support as support
@@ -104,15 +105,15 @@ def test_options_accepted_and_translated(plain: Path) -> None:
     assert not any(n.startswith("--preserve.partitions") for n in translation.notes)
     settings = translation.settings()
     assert settings.commit_interval_ms == 60000
-    assert settings.flows["src_to_dst"].group_id == "g"
-    assert settings.flows["src_to_dst"].preserve_partitions
+    assert settings.flows["s1_to_t1"].group_id == "g"
+    assert settings.flows["s1_to_t1"].preserve_partitions
 
 
 def test_blacklist_keeps_the_internal_topic_exclusion(plain: Path) -> None:
     translation = mirror_maker_translation([*BASE, "--blacklist", "'secret.*,audit'"])
     assert translation.env[F + "TOPICS_EXCLUDE"] == f"{DEFAULT_TOPICS_EXCLUDE}|secret.*|audit"
     assert F + "TOPICS_INCLUDE" not in translation.env
-    assert translation.settings().flows["src_to_dst"].topics_include == ".*"
+    assert translation.settings().flows["s1_to_t1"].topics_include == ".*"
 
 
 @pytest.mark.parametrize(
@@ -147,10 +148,11 @@ def test_aliases_from_file_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "x",
     ]
     env = mirror_maker_translation(args).env
-    assert env["REPLICATOR_LOCAL_CLUSTER"] == "dc-1-kafka"
-    assert env["REPLICATOR_FLOWS__DC_1_KAFKA_2_TO_DC_1_KAFKA__SOURCE"] == "dc-1-kafka-2"
-    assert env["REPLICATOR_FLOWS__DC_1_KAFKA_3_TO_DC_1_KAFKA__SOURCE"] == "dc-1-kafka-3"
-    assert env["REPLICATOR_CLUSTERS__DC-1-KAFKA-3__BOOTSTRAP_SERVERS"] == "b:9092"
+    # Files of one name name three clusters: each is named by its brokers, not its file.
+    assert env["REPLICATOR_LOCAL_CLUSTER"] == "c"
+    assert env["REPLICATOR_FLOWS__A_TO_C__SOURCE"] == "a"
+    assert env["REPLICATOR_FLOWS__B_TO_C__SOURCE"] == "b"
+    assert env["REPLICATOR_CLUSTERS__B__BOOTSTRAP_SERVERS"] == "b:9092"
 
 
 def test_long_names_give_short_flow_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,13 +190,13 @@ def test_preserve_partitions_false_places_records_by_key_in_every_flow(
     write(plain, "other.properties", "bootstrap.servers=o1:9092\ngroup.id=h\n")
     args = [*BASE, "--consumer.config", "other.properties", "--whitelist", "a", *spelling]
     translation = mirror_maker_translation(args)
-    flows = ("REPLICATOR_FLOWS__SRC_TO_DST__", "REPLICATOR_FLOWS__OTHER_TO_DST__")
+    flows = ("REPLICATOR_FLOWS__S1_TO_T1__", "REPLICATOR_FLOWS__O1_TO_T1__")
     for flow in flows:
         assert translation.env[flow + "PRESERVE_PARTITIONS"] == "false"
         assert translation.origins[flow + "PRESERVE_PARTITIONS"] == spelling[0].split("=")[0]
     settings = translation.settings()
-    assert not settings.flows["src_to_dst"].preserve_partitions
-    assert not settings.flows["other_to_dst"].preserve_partitions
+    assert not settings.flows["s1_to_t1"].preserve_partitions
+    assert not settings.flows["o1_to_t1"].preserve_partitions
     notes = "\n".join(translation.notes)
     assert "placed by key as a Kafka producer places them" in notes
     assert "--preserve.partitions (absent)" not in notes
@@ -204,7 +206,7 @@ def test_preserve_partitions_false_places_records_by_key_in_every_flow(
 def test_without_preserve_partitions_partition_numbers_are_kept_with_a_note(plain: Path) -> None:
     translation = mirror_maker_translation([*BASE, "--whitelist", "a"])
     assert F + "PRESERVE_PARTITIONS" not in translation.env
-    assert translation.settings().flows["src_to_dst"].preserve_partitions
+    assert translation.settings().flows["s1_to_t1"].preserve_partitions
     (note,) = [n for n in translation.notes if n.startswith("--preserve.partitions")]
     assert note.startswith("--preserve.partitions (absent): records keep their source partition")
     assert "place them by key unless told to preserve partitions" in note
@@ -215,9 +217,9 @@ def test_flow_names_are_exportable_and_aliases_keep_their_dashes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, "us-east.properties", "bootstrap.servers=e:9092\n")
-    write(tmp_path, "eu-west.properties", "bootstrap.servers=w:9092\n")
-    args = ["--consumer.config", "us-east.properties", "--producer.config", "eu-west.properties"]
+    write(tmp_path, "east.properties", "bootstrap.servers=us-east:9092\n")
+    write(tmp_path, "west.properties", "bootstrap.servers=eu-west:9092\n")
+    args = ["--consumer.config", "east.properties", "--producer.config", "west.properties"]
     translation = mirror_maker_translation([*args, "--whitelist", "x"])
     env = translation.env
     assert env["REPLICATOR_FLOWS__US_EAST_TO_EU_WEST__SOURCE"] == "us-east"
@@ -275,21 +277,33 @@ def test_each_tools_defaults_apply_to_its_command_line(
         (default,) = [n for n in translation.notes if n.startswith("auto.offset.reset")]
         assert f"absent: {'the Go mirror maker' if tool == 'Go' else tool}'s default" in default
         assert start in default
-    assert translation.settings().flows["src_to_dst"].start_from.value == start
+    assert translation.settings().flows["s1_to_t1"].start_from.value == start
 
 
-def test_a_cluster_is_named_by_its_files_alias_property_else_by_the_file_with_a_note(
+def test_a_cluster_is_named_by_its_files_alias_property_else_by_its_brokers_with_a_note(
     plain: Path,
 ) -> None:
     write(plain, "src.properties", "bootstrap.servers=s1:9092\ngroup.id=g\n")
     write(plain, "dst.properties", "bootstrap.servers=t1:9092\nreplicator.cluster.alias=DC2\n")
     translation = mirror_maker_translation([*BASE, "--whitelist", ".*"])
     assert translation.env["REPLICATOR_LOCAL_CLUSTER"] == "dc2"
-    assert translation.env["REPLICATOR_FLOWS__SRC_TO_DC2__SOURCE"] == "src"
+    assert translation.env["REPLICATOR_FLOWS__S1_TO_DC2__SOURCE"] == "s1"
     (named,) = [n for n in translation.notes if n.startswith("replicator.cluster.alias (in src")]
-    assert "called src, after this file's name" in named
+    assert "called s1, after its bootstrap servers" in named
+    assert "src" not in translation.settings().clusters  # never the file's name
     assert not any("not used" in n and "replicator.cluster.alias" in n for n in translation.notes)
     write(plain, "src.properties", "bootstrap.servers=s1:9092\nreplicator.cluster.alias=dc2\n")
     refused = refusal(lambda: mirror_maker_translation([*BASE, "--whitelist", ".*"]))
     assert refused.variable == "replicator.cluster.alias (in src.properties)"
     assert "dc2" in refused.message
+
+
+def test_a_clusters_default_alias_comes_from_its_brokers_not_its_file() -> None:
+    """The same brokers listed in any order give one name; Kafka's port is left out, any other
+    kept; an entry that is not a plain host:port (credentials written into it) never names it."""
+    assert server_alias("kafka-2.dc1:9092,kafka-1.dc1:9092") == "kafka-1-dc1"
+    assert server_alias(" kafka-1.dc1:9092 , kafka-2.dc1:9092") == "kafka-1-dc1"
+    assert server_alias("10.0.0.7:9093") == "10-0-0-7-9093"
+    assert server_alias("user:secret@b1:9092,b2:9092") == "b2"
+    assert server_alias("user:secret@b1:9092") is None
+    assert server_alias(None) is None

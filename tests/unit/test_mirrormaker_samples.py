@@ -11,8 +11,8 @@ from replicator.settings import DEFAULT_TOPICS_EXCLUDE, Naming, StartPosition
 from tests.unit import test_mirrormaker_support as support
 from tests.unit.test_mirrormaker_support import GO_ARGS, MM1_ARGS, SAMPLES, refusal
 
-FLOW1 = "REPLICATOR_FLOWS__SOURCECLUSTER1CONSUMER_TO_TARGETCLUSTERPRODUCER__"
-FLOW2 = "REPLICATOR_FLOWS__SOURCECLUSTER2CONSUMER_TO_TARGETCLUSTERPRODUCER__"
+FLOW1 = "REPLICATOR_FLOWS__KAFKA_SOURCE_SERVER1_6667_TO_KAFKA_TARGET_SERVER1_6667__"
+FLOW2 = "REPLICATOR_FLOWS__KAFKA_SOURCE_SERVER1_6667_2_TO_KAFKA_TARGET_SERVER1_6667__"
 
 
 @pytest.fixture
@@ -33,17 +33,20 @@ def test_the_cloudera_sample_with_real_hosts(mm1_fixed: Path) -> None:
     translation = mirror_maker_translation(MM1_ARGS)
     env = translation.env
     assert list(env)[:2] == ["REPLICATOR_LOCAL_CLUSTER", "REPLICATOR_REPLICA_MODE"]
-    assert env["REPLICATOR_LOCAL_CLUSTER"] == "targetclusterproducer"
+    assert env["REPLICATOR_LOCAL_CLUSTER"] == "kafka-target-server1-6667"
     assert env["REPLICATOR_REPLICA_MODE"] == "false"
-    assert env["REPLICATOR_CLUSTERS__SOURCECLUSTER1CONSUMER__BOOTSTRAP_SERVERS"] == (
+    assert env["REPLICATOR_CLUSTERS__KAFKA-SOURCE-SERVER1-6667__BOOTSTRAP_SERVERS"] == (
         "kafka-source-server1:6667,kafka-source-server2:6667,kafka-source-server3:6667"
     )
-    assert env["REPLICATOR_CLUSTERS__TARGETCLUSTERPRODUCER__BOOTSTRAP_SERVERS"] == (
+    assert env["REPLICATOR_CLUSTERS__KAFKA-TARGET-SERVER1-6667__BOOTSTRAP_SERVERS"] == (
         "kafka-target-server1:6667,kafka-target-server2:6667,kafka-target-server3:6667"
     )
-    for flow, source in ((FLOW1, "sourcecluster1consumer"), (FLOW2, "sourcecluster2consumer")):
+    for flow, source in (
+        (FLOW1, "kafka-source-server1-6667"),
+        (FLOW2, "kafka-source-server1-6667-2"),
+    ):
         assert env[flow + "SOURCE"] == source
-        assert env[flow + "TARGET"] == "targetclusterproducer"
+        assert env[flow + "TARGET"] == "kafka-target-server1-6667"
         assert env[flow + "NAMING"] == "identity"
         assert env[flow + "TOPICS_INCLUDE"] == ".*"
         assert env[flow + "GROUP_ID"] == "dp-MirrorMaker-group"
@@ -65,14 +68,14 @@ def test_the_cloudera_sample_with_real_hosts(mm1_fixed: Path) -> None:
     ):
         assert expected in notes
     settings = translation.settings()
-    assert settings.local_cluster == "targetclusterproducer"
+    assert settings.local_cluster == "kafka-target-server1-6667"
     assert not settings.replica_mode
     assert sorted(settings.clusters) == [
-        "sourcecluster1consumer",
-        "sourcecluster2consumer",
-        "targetclusterproducer",
+        "kafka-source-server1-6667",
+        "kafka-source-server1-6667-2",
+        "kafka-target-server1-6667",
     ]
-    first = settings.flows["sourcecluster1consumer_to_targetclusterproducer"]
+    first = settings.flows["kafka_source_server1_6667_to_kafka_target_server1_6667"]
     assert first.group_id == "dp-MirrorMaker-group"
     assert first.start_from is StartPosition.LATEST
     assert first.topics_exclude == DEFAULT_TOPICS_EXCLUDE
@@ -86,7 +89,7 @@ def test_the_go_mirror_maker_sample(mm1_fixed: Path) -> None:
     assert env[FLOW1 + "PREFIX"] == "dc1_"
     assert env["REPLICATOR_PARTITION_QUEUE_MAX_RECORDS"] == "10000"
     settings = translation.settings()
-    assert settings.flows["sourcecluster2consumer_to_targetclusterproducer"].naming is (
+    assert settings.flows["kafka_source_server1_6667_2_to_kafka_target_server1_6667"].naming is (
         Naming.PREFIX
     )
     assert settings.partition_queue_max_records == 10000

@@ -37,9 +37,9 @@ SCRAM_JAAS = (
 )
 # The minimal command line of plain_configs(), without its topic rule.
 BASE = ["--consumer.config", "src.properties", "--producer.config", "dst.properties"]
-F = "REPLICATOR_FLOWS__SRC_TO_DST__"
-C = "REPLICATOR_CLUSTERS__SRC__"
-T = "REPLICATOR_CLUSTERS__DST__"
+F = "REPLICATOR_FLOWS__S1_TO_T1__"
+C = "REPLICATOR_CLUSTERS__S1__"
+T = "REPLICATOR_CLUSTERS__T1__"
 TWO = "clusters=A, us_west\nA.bootstrap.servers=a:9092\nus_west.bootstrap.servers=w:9092\n"
 
 
