@@ -69,6 +69,7 @@ _GROUP_SYNC_KEYS = frozenset(
     {
         "emit.checkpoints.enabled",
         "emit.checkpoints.interval.seconds",
+        "emit.offset-syncs.enabled",
         "sync.group.offsets.enabled",
         "sync.group.offsets.interval.seconds",
         "groups",
@@ -101,7 +102,6 @@ _NOTES: dict[str, str] = {
     "refresh.groups.interval.seconds": _ALWAYS_LISTED,
     "offset-syncs.topic.replication.factor": _NO_CONNECT,
     "offset-syncs.topic.location": _NO_CONNECT,
-    "emit.offset-syncs.enabled": _NO_CONNECT,
     "offset.lag.max": _NO_CONNECT,
     "offset.storage.replication.factor": _NO_CONNECT,
     "status.storage.replication.factor": _NO_CONNECT,
@@ -111,6 +111,7 @@ _NOTES: dict[str, str] = {
     "config.storage.topic": _NO_CONNECT,
     "offset.flush.interval.ms": _NO_CONNECT,
     "offset.flush.timeout.ms": _NO_CONNECT,
+    "scheduled.rebalance.max.delay.ms": _NO_CONNECT,
     "tasks.max": "one process: every source partition is fetched and sent independently "
     "(partitions are the unit of concurrency)",
     "key.converter": BYTES_NOTE,
@@ -200,6 +201,15 @@ def _group_sync(b: Builder, given: dict[str, tuple[str, str]], where: str) -> No
 
     emit = flag("emit.checkpoints.enabled", True)
     sync = flag("sync.group.offsets.enabled", False)
+    if not flag("emit.offset-syncs.enabled", True):
+        # MM2's checkpoint connector refuses to run without offset syncs: none of it runs.
+        emit = sync = False
+        b.note(
+            given["emit.offset-syncs.enabled"][1],
+            "checkpoints and group offset sync are off, as in MirrorMaker 2 (its checkpoint "
+            "connector does not run without offset syncs); here they need no offset-syncs "
+            "topic: leave the property out to have them",
+        )
     if not emit and not sync:
         for key in ("groups", "groups.exclude", "groups.blacklist"):
             if key in given:
@@ -323,8 +333,8 @@ def mm2_translation(path: Path) -> Translation:
             b.set("METADATA_MAX_AGE_MS", str(seconds * 1000), origin(key))
             b.note(
                 origin(key),
-                "topics are listed again (and client metadata refreshed) every "
-                "REPLICATOR_METADATA_MAX_AGE_MS",
+                f"topics are listed again (and client metadata refreshed) every {seconds} s "
+                "(REPLICATOR_METADATA_MAX_AGE_MS)",
             )
         elif key in _CONFIG_SYNC_KEYS:
             config_sync[key] = (value, origin(key))
@@ -393,7 +403,7 @@ def _cluster_property(b: Builder, cluster: Cluster, rest: str, value: str, where
     if rest.startswith(("consumer.", "producer.", "admin.")):
         role, _, key = rest.partition(".")
         client_property(b, Client(role, (cluster,), 2, mm2=True), key, value, where)
-    else:
+    elif not _note(b, rest, value, where):  # MM2's own, given for one cluster
         client_property(b, Client("any", (cluster,), 3, mm2=True), rest, value, where)
 
 

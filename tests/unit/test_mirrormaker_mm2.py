@@ -353,6 +353,15 @@ def test_mm2_checkpoint_and_group_sync_properties(tmp_path: Path) -> None:
     )
     assert off.settings().sync_groups is None
     assert "checkpoints are off" in notes_by_key(off)["groups"]
+    # MM2's checkpoint connector does not run without offset syncs, whatever else is asked.
+    no_syncs = mm2(
+        tmp_path,
+        TWO + "A->us_west.enabled=true\nemit.offset-syncs.enabled=false\n"
+        "sync.group.offsets.enabled=true\n",
+    )
+    assert no_syncs.settings().sync_groups is None
+    assert not no_syncs.settings().sync_group_offsets
+    assert "as in MirrorMaker 2" in notes_by_key(no_syncs)["emit.offset-syncs.enabled"]
 
 
 def test_mm2_reverse_heartbeats_follow_the_reverse_directions_properties(tmp_path: Path) -> None:
