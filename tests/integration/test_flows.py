@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.batching import place
 from replicator.readback import StoredRecord
@@ -373,3 +374,45 @@ def test_a_copy_an_application_republished_with_its_headers_never_positions_a_re
         assert ignored == 2, "each partition's resume on dc2 saw the republished records"
         assert dc1.metric("replicator_duplicates_possible_total") == 0
         assert dc1.stop() == 0
+
+
+def test_a_flows_committed_offsets_moved_back_copy_nothing_twice(replicators: Start) -> None:
+    """MirrorMaker 2's "alter offsets" copies again from the offsets given. Here a flow whose
+    committed offsets an operator moved back (the group ``<group>.<source>.<target>``, while the
+    replicator is stopped) resumes after what its target already holds, by provenance: nothing
+    is written twice (stronger than MM2, on purpose); the records skipped are counted
+    (``replicator_resume_skipped_records_total``) and logged."""
+    with start_clusters("dc1", "dc2") as brokers:
+        dc1, dc2 = brokers["dc1"], brokers["dc2"]
+        create_topics(dc1, orders=2)
+        env = replicator_env("dc1", brokers, replica_mode="false")
+        env |= flow_env("backup", "dc1", "dc2", group_id="mirror")
+        first = replicators("dc1", env)
+        first.wait_ready()
+        sent = produce(dc1, "orders", 40, partitions=2)
+        wait_until(holds(dc2, "orders", 40), 60, "the first copies")
+        assert first.stop() == 0
+        # The operator moves the flow's position back to 5 in each partition.
+        back = {TopicPartition("orders", p): 5 for p in range(2)}
+        run(_commit(dc1.bootstrap_servers, "mirror.dc1.dc2", back))
+        again = replicators("dc1", env)
+        again.wait_ready()
+        more = produce(dc1, "orders", 10, partitions=2, tag="-after")
+        wait_until(holds(dc2, "orders", 50), 60, "the new records", again.log)
+        stored = read(dc2, "orders")
+        assert len(stored) == 50
+        assert_copied(stored, sent + more, "dc1")
+        skipped = again.metric("replicator_resume_skipped_records_total")
+        assert skipped == 30, skipped  # 15 per partition: 5 to 19, already there
+        assert "resumed after the last record the destination holds" in again.log()
+        assert again.metric("replicator_duplicates_possible_total") == 0
+
+
+async def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await consumer.start()
+    try:
+        consumer.assign(list(offsets))
+        await consumer.commit(offsets)
+    finally:
+        await consumer.stop()
