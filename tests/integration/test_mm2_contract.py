@@ -2,27 +2,33 @@
 
 From apache/kafka ``connect/mirror/src/test/java/org/apache/kafka/connect/mirror/integration/``:
 ``MirrorConnectorsIntegrationBaseTest`` (testReplication one way, testReplicationWithEmptyPartition,
-testOneWayReplicationWithAutoOffsetSync, testReplicateFromLatest) and
-``IdentityReplicationIntegrationTest``, with MM2's cluster aliases (``primary``, ``backup``), its
-properties file (``mm2Props``), topic names, group names and counts. What those tests read of
-MM2's internals (Connect REST states, the offset-syncs and ``primary.checkpoints.internal``
-topics, ``MirrorClient``) is asserted as a user sees it: remote topics, their records, the
-group's committed offsets on the target, heartbeat topics as ``MirrorClient.upstreamClusters()``
-and ``replicationHops()`` read their names. Where this product is deliberately stronger the test
-says so and asserts the stronger behaviour: a synced group's position is exact (MM2 allows up to
-``offset.lag.max`` records read again) and nothing is copied twice.
+testOneWayReplicationWithAutoOffsetSync, testReplicateFromLatest),
+``IdentityReplicationIntegrationTest`` and ``DedicatedMirrorIntegrationTest``'s
+testMultiNodeCluster, with MM2's cluster aliases (``primary``, ``backup``; ``A`` and a
+convoluted ``B``), its properties (``mm2Props``), topic names, group names and counts. What those
+tests read of MM2's internals (Connect REST states and task configs, the offset-syncs and
+``primary.checkpoints.internal`` topics, ``MirrorClient``) is asserted as a user sees it: remote
+topics, their records, the group's committed offsets on the target, heartbeat topics as
+``MirrorClient.upstreamClusters()`` and ``replicationHops()`` read their names, ``/status``.
+Where this product is deliberately stronger the test says so and asserts the stronger behaviour:
+a synced group's position is exact (MM2 allows up to ``offset.lag.max`` records read again) and
+nothing is copied twice, a rolling restart under load included.
 
-Not ported here, and why: config sync (testSyncTopicConfigs, testReplicateSourceDefault,
+Elsewhere, and why: config sync (testSyncTopicConfigs, testReplicateSourceDefault,
 testReplicateTargetDefault) needs a broker that reports a topic's own configs as such (the
-embedded one labels them defaults): ``test_topic_changes.py`` runs it on Apache Kafka; the
-exactly-once variant's "alter offsets" needs Connect's REST offsets API, which dedicated mode has
-not; testNoCheckpointsIfNoRecordsAreMirrored differs on purpose (a position 0 is checkpointed: the
-README says why); restarts and failover are in ``test_failover.py``.
+embedded one labels them defaults): ``test_topic_changes.py`` runs it on Apache Kafka. The
+exactly-once test's "alter offsets" moves a flow's committed offsets back through Connect's REST
+offsets API; here the flow's group is moved back with any Kafka tool, and
+``test_flows.py::test_a_flows_committed_offsets_moved_back_copy_nothing_twice`` asserts what
+then happens (nothing copied twice: MM2 copies the records again).
+testNoCheckpointsIfNoRecordsAreMirrored differs on purpose (a position 0 is checkpointed: it is
+exact, and the README says why); restarts and failover are in ``test_failover.py``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -30,9 +36,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from replicator.readback import StoredRecord
 from tests.integration.harness import (
     Broker,
+    ReplicatorProcess,
     Start,
+    Stream,
     _create_topics,
     holds,
+    oracle,
     produce_records,
     read,
     run,
@@ -268,3 +277,113 @@ def test_identity_replication_from_latest_as_mm2_tests_it(
         # The identity policy still names remote heartbeats by their source (MM2 does).
         wait_until(lambda: len(read(backup, "primary.heartbeats")) > 0, 30, "primary.heartbeats")
         assert upstream_clusters(backup) == {"primary": 1}
+
+
+def properties_file(props: dict[str, str]) -> str:
+    """``props`` as a Java ``.properties`` file: a key's space, ``:``, ``=`` and ``\\`` escaped
+    (they would end the key), a value's ``\\`` escaped."""
+    escaped = str.maketrans({c: "\\" + c for c in " :=\\"})
+    return "".join(
+        f"{k.translate(escaped)} = {v.replace(chr(92), chr(92) * 2)}\n" for k, v in props.items()
+    )
+
+
+def holds_topic(broker: Broker, topic: str) -> Callable[[], bool]:
+    return lambda: topic in topics(broker)
+
+
+def flow_partitions(process: ReplicatorProcess) -> int | None:
+    """The source partitions a node's flows hold (``None``: not answering, or a flow not
+    joined, as in a rebalance)."""
+    try:
+        _, status = process.get("/status")
+    except (OSError, ValueError):
+        return None
+    feeds = [flow["source_feed"] for flow in status["flows"].values()]
+    if not feeds or not all(feed and feed.get("joined") for feed in feeds):
+        return None
+    return sum(int(feed["assigned_partitions"]) for feed in feeds)
+
+
+def test_three_nodes_share_a_flow_and_survive_a_rolling_restart_as_mm2_tests_it(
+    replicators: Start, tmp_path: Path
+) -> None:
+    """DedicatedMirrorIntegrationTest's testMultiNodeCluster: three nodes on one file (its
+    cluster B has a convoluted alias, written with the file's escapes), one topic created per
+    node and copied, then a rolling restart with a new refresh.topics.interval.seconds. MM2
+    asserts the new task configuration through Connect's REST API; here each node reports the
+    interval it runs in /status. Stronger than MM2's test: records written all through the
+    restart arrive on B exactly once and in order, and the three nodes share the partitions."""
+    b = "B- ._~:/?#[]@!$&'()*+;=\"<>%{}|\\^`618"
+    ab, ba = f"A->{b}", f"{b}->A"
+    with start_clusters("A", "B") as brokers:
+        props = {
+            "dedicated.mode.enable.internal.rest": "true",
+            "listeners": "http://localhost:0",
+            "refresh.topics.interval.seconds": "1",
+            "clusters": f"A, {b}",
+            "A.bootstrap.servers": brokers["A"].bootstrap_servers,
+            f"{b}.bootstrap.servers": brokers["B"].bootstrap_servers,
+            f"{b}.exactly.once.source.support": "enabled",
+            "A.consumer.isolation.level": "read_committed",
+            f"{ab}.enabled": "true",
+            f"{ab}.topics": "^test-topic-.*",
+            f"{ab}.offset-syncs.topic.location": "target",
+            f"{ba}.enabled": "false",
+            f"{ba}.emit.heartbeats.enabled": "false",
+            "replication.factor": "1",
+            "checkpoints.topic.replication.factor": "1",
+            "heartbeats.topic.replication.factor": "1",
+            "offset-syncs.topic.replication.factor": "1",
+            "offset.storage.replication.factor": "1",
+            "status.storage.replication.factor": "1",
+            "config.storage.replication.factor": "1",
+            "A.scheduled.rebalance.max.delay.ms": "1000",
+            f"{b}.scheduled.rebalance.max.delay.ms": "1000",
+        }
+        config = tmp_path / "mm2.properties"
+        config.write_text(properties_file(props))
+        nodes = [replicators("B", ENV, ("mm2", str(config))) for _ in range(3)]
+        for node in nodes:
+            node.wait_ready()
+        sent: dict[str, list[StoredRecord]] = {}
+        for i in range(len(nodes)):  # one topic per node, each copied once it exists
+            topic = f"test-topic-{i}"
+            create(brokers["A"], {topic: 1})
+            wait_until(holds_topic(brokers["B"], f"A.{topic}"), 30, f"A.{topic}")
+            produce_messages(brokers["A"], topic, partitions=1)
+            wait_until(holds(brokers["B"], f"A.{topic}", 10), 30, f"A.{topic}'s records")
+            sent[topic] = read(brokers["A"], topic)
+
+        # The rolling restart, with records written all the while to a topic of 6 partitions.
+        create(brokers["A"], {"test-topic-load": 6})
+        wait_until(holds_topic(brokers["B"], "A.test-topic-load"), 30, "A.test-topic-load")
+        config.write_text(properties_file({**props, "refresh.topics.interval.seconds": "2"}))
+        with Stream(brokers["A"], "test-topic-load", partitions=6, per_tick=20) as stream:
+            for i, node in enumerate(nodes):
+                assert node.stop() == 0, node.log()
+                nodes[i] = replicators("B", ENV, ("mm2", str(config)))
+                nodes[i].wait_ready()
+        assert not stream.errors, stream.errors
+        sent["test-topic-load"] = read(brokers["A"], "test-topic-load")
+        assert len(sent["test-topic-load"]) == stream.produced > 0
+
+        for topic, records in sent.items():
+            wait_until(holds(brokers["B"], f"A.{topic}", len(records)), 60, f"A.{topic}")
+        time.sleep(1.0)  # anything written twice would be there by now
+        for topic, records in sent.items():
+            check = oracle(records, read(brokers["B"], f"A.{topic}"), "a")
+            assert not check.missing and check.duplicates == 0 and not check.out_of_order, check
+        # The new configuration is what every node runs, and the three share the 9 partitions.
+        for node in nodes:
+            _, status = node.get("/status")
+            notes = status["translation_notes"]
+            assert any("listed again" in n and "every 2 s" in n for n in notes), notes
+        wait_until(
+            lambda: (
+                all(flow_partitions(n) for n in nodes)
+                and sum(flow_partitions(n) or 0 for n in nodes) == 9
+            ),
+            60,
+            "the partitions shared by the three nodes",
+        )
