@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import pytest
 
-from tests.integration.harness import FAULT_SUMMARY, ReplicatorProcess, Start
+from tests.integration.harness import FAULT_FIGURES, FAULT_SUMMARY, ReplicatorProcess, Start
 
 pytestmark = pytest.mark.integration
 
@@ -28,21 +29,11 @@ def replicators() -> Iterator[Start]:
         process.kill()
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print what the fault scenarios measured: records, losses, duplicates, memory, recovery."""
-    if not FAULT_SUMMARY:
-        return
-    write = terminalreporter.write_line
-    terminalreporter.section("fault scenarios")
-    write(f"{'scenario':44} {'records':>8} {'lost':>5} {'dups':>5} {'RSS MB':>7}  recovery")
-    for f in FAULT_SUMMARY:
-        write(
-            f"{f.scenario:44} {f.source_records:>8} {f.lost:>5} {f.duplicates:>5} "
-            f"{f.peak_rss_mb:>7.0f}  {f.recovery_s}"
-        )
-    write(
-        f"{len(FAULT_SUMMARY)} scenarios, {sum(f.source_records for f in FAULT_SUMMARY)} records, "
-        f"{sum(f.lost for f in FAULT_SUMMARY)} lost, "
-        f"{sum(f.duplicates for f in FAULT_SUMMARY)} duplicates, "
-        f"max RSS {max(f.peak_rss_mb for f in FAULT_SUMMARY):.0f} MB"
-    )
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Hand the fault figures a test recorded to its report, which reaches the process that
+    prints the summary (``tests/conftest.py``) also when the tests run in parallel workers."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    while FAULT_SUMMARY:
+        report.user_properties.append((FAULT_FIGURES, asdict(FAULT_SUMMARY.pop(0))))

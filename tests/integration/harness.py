@@ -489,7 +489,8 @@ class FaultFigures:
     recovery_s: str
 
 
-FAULT_SUMMARY: list[FaultFigures] = []
+FAULT_SUMMARY: list[FaultFigures] = []  # moved into each test's report (conftest.py)
+FAULT_FIGURES = "fault_figures"  # the name of a report's user property that carries them
 
 
 # -- several replicators sharing one datacenter's partitions ----------------------------------
