@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -25,11 +26,25 @@ class EmbeddedBrokerError(RuntimeError):
     """The embedded broker could not be found or did not start."""
 
 
+# Ports below Linux's default ephemeral range (32768-60999): the kernel never gives one of them
+# to a client connection, so a port found free here stays free until the broker binds it, even
+# with other processes (parallel tests, say) opening connections meanwhile.
+_PORTS = range(20_000, 32_768)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A port on 127.0.0.1 that nothing listens on, for a broker, a proxy or an HTTP server."""
+    for port in random.sample(_PORTS, 64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # all taken: any port
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        found: int = sock.getsockname()[1]
+        return found
 
 
 def broker_binary() -> str:
@@ -43,9 +58,18 @@ def broker_binary() -> str:
     return path
 
 
-def wait_for_port(host: str, port: int, timeout: float) -> None:
+def wait_for_port(
+    host: str, port: int, timeout: float, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Wait until ``host:port`` accepts connections; with ``process``, fail as soon as it has
+    exited (it could not bind: what listens there is someone else's)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise EmbeddedBrokerError(
+                f"the broker for {host}:{port} exited with code {process.returncode} "
+                "before listening"
+            )
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
             return
         time.sleep(0.05)
@@ -94,7 +118,7 @@ class EmbeddedBroker:
                 stdin=subprocess.DEVNULL,
             )
         try:
-            wait_for_port(self.host, self.port, timeout)
+            wait_for_port(self.host, self.port, timeout, self.process)
         except EmbeddedBrokerError:
             self.stop()
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.harness import FAULT_FIGURES, FaultFigures
+from tests.fault_figures import FAULT_FIGURES, FaultFigures
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

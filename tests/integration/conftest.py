@@ -7,7 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
-from tests.integration.harness import FAULT_FIGURES, FAULT_SUMMARY, ReplicatorProcess, Start
+from tests.fault_figures import FAULT_FIGURES, FAULT_SUMMARY
+from tests.integration.harness import ReplicatorProcess, Start
 
 pytestmark = pytest.mark.integration
 

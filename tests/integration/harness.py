@@ -477,22 +477,6 @@ def holds_distinct(broker: Broker, topic: str, records: int) -> Callable[[], boo
     return check
 
 
-@dataclass
-class FaultFigures:
-    """One fault scenario's outcome, for the summary the suite prints at the end."""
-
-    scenario: str
-    source_records: int
-    lost: int
-    duplicates: int
-    peak_rss_mb: float
-    recovery_s: str
-
-
-FAULT_SUMMARY: list[FaultFigures] = []  # moved into each test's report (conftest.py)
-FAULT_FIGURES = "fault_figures"  # the name of a report's user property that carries them
-
-
 # -- several replicators sharing one datacenter's partitions ----------------------------------
 
 

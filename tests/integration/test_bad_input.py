@@ -11,10 +11,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from replicator.embedded import EmbeddedBroker
+from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
-    FAULT_SUMMARY,
     Broker,
-    FaultFigures,
     Start,
     create_topics,
     holds,

@@ -6,9 +6,8 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
-    FAULT_SUMMARY,
-    FaultFigures,
     ReplicatorProcess,
     Start,
     Stream,

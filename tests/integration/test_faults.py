@@ -16,12 +16,11 @@ from contextlib import contextmanager
 import pytest
 
 from replicator.embedded import EmbeddedBroker
+from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.faults import FaultProxy, behind_proxy
 from tests.integration.harness import (
     BACKEND,
-    FAULT_SUMMARY,
     Broker,
-    FaultFigures,
     Oracle,
     ReplicatorProcess,
     Start,

@@ -20,11 +20,10 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from replicator.kafka import ClusterClient
 from replicator.settings import load_settings
 from replicator.topics import ClusterAdmin, topic_overrides
+from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
     BACKEND,
-    FAULT_SUMMARY,
     Broker,
-    FaultFigures,
     ReplicatorProcess,
     Sent,
     Start,
