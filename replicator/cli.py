@@ -100,8 +100,8 @@ def mirror_maker(
     optionally --prefix, --queue.size, --offset.commit.interval.ms, --preserve.partitions=false
     (records placed by key, as MirrorMaker 1 does; by default they keep their partition
     number), --num.streams, --num.producers, --preserve.order, --abort.on.send.failure,
-    --new.consumer. A cluster's alias is its file's replicator.cluster.alias, else the file's
-    name. Options and
+    --new.consumer. A cluster's alias is its file's replicator.cluster.alias, else its first
+    bootstrap server (set the property: the alias is in provenance and group names). Options and
     properties done another way are accepted and noted; ZooKeeper settings, message handlers,
     rebalance listeners, Kerberos/OAuth and JKS stores are refused (exit 2, naming them), and so
     is SASL PLAIN over SASL_PLAINTEXT unless REPLICATOR_CLUSTERS__<ALIAS>__ALLOW_INSECURE_PLAIN=true

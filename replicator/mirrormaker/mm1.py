@@ -145,20 +145,20 @@ def mirror_maker_translation(argv: list[str]) -> Translation:
             "and --blacklist",
         )
 
-    # Clusters: each named by its file's replicator.cluster.alias, else by its brokers; the
-    # target's first, so it keeps its name when a source has the same one.
-    taken: set[str] = set()
+    # Clusters: each named by its file's replicator.cluster.alias, else by its brokers. The
+    # names given are reserved first, so a derived name never takes one; then the target's, so
+    # it keeps its name when a source's brokers would give the same one.
     producer_path = Path(producer.value)
     producer_props = load_properties(producer_path, producer.shown)
-    target = _cluster(b, producer_path, producer.value, producer_props, taken)
-    sources: list[Cluster] = []
+    files = [(producer_path, producer.value, producer_props)]
     for option in consumers:
         path = Path(option.value)
-        props = load_properties(path, option.shown)
-        source = _cluster(b, path, option.value, props, taken)
+        files.append((path, option.value, load_properties(path, option.shown)))
+    taken = _named_aliases(files)
+    target, *sources = (_cluster(b, path, label, props, taken) for path, label, props in files)
+    for source, (_, _, props) in zip(sources, files[1:], strict=True):
         for key, value in props.items():
             client_property(b, Client("consumer", (source,)), key, value, source.origin(key))
-        sources.append(source)
     for key, value in producer_props.items():
         client_property(b, Client("producer", (target,)), key, value, target.origin(key))
 
@@ -174,35 +174,55 @@ ALIAS_PROPERTY = "replicator.cluster.alias"
 
 
 def server_alias(servers: str | None) -> str | None:
-    """A cluster's default alias: its first bootstrap server (in sorted order, so the list's
-    order does not matter), the port left out when it is Kafka's 9092; ``None`` when no entry
-    is a plain ``host:port`` (the address is refused with its reason later)."""
-    listed = sorted(s.strip() for s in (servers or "").split(",") if is_host_port(s.strip()))
+    """A cluster's default alias: its first bootstrap server (in sorted order, case ignored, so
+    the list's order does not matter), the port left out when it is Kafka's 9092; ``None`` when
+    no entry is a plain ``host:port`` (the address is refused with its reason later)."""
+    entries = (s.strip().lower() for s in (servers or "").split(","))
+    listed = sorted(s for s in entries if is_host_port(s))
     if not listed:
         return None
     host, _, port = listed[0].rpartition(":")
     return normalise_alias(host if port == "9092" else f"{host}-{port}")
 
 
+def _named_aliases(files: list[tuple[Path, str, dict[str, str]]]) -> set[str]:
+    """The aliases the files give with ``replicator.cluster.alias``; two files giving one is
+    refused, naming the second."""
+    named: set[str] = set()
+    for _, label, props in files:
+        given = props.get(ALIAS_PROPERTY)
+        if given is None:
+            continue
+        alias = normalise_alias(given)
+        if alias in named:
+            raise ConfigError(
+                f"{ALIAS_PROPERTY} (in {label})", f"names {alias}, the alias of another file too"
+            )
+        named.add(alias)
+    return named
+
+
 def _cluster(b: Builder, path: Path, label: str, props: dict[str, str], taken: set[str]) -> Cluster:
     """The cluster of one properties file, named (and its naming noted): by the file's
-    ``replicator.cluster.alias`` (taken out of ``props``), else by its first bootstrap server
-    (:func:`server_alias`). The name is in every record's provenance: give it for good."""
+    ``replicator.cluster.alias`` (taken out of ``props``; already in ``taken``), else by its
+    first bootstrap server (:func:`server_alias`), numbered if another cluster has that name.
+    The name is in every record's provenance and in the flow's group: give it for good."""
     given = props.pop(ALIAS_PROPERTY, None)
     where = f"{ALIAS_PROPERTY} (in {label})"
     if given is not None:
-        alias = normalise_alias(given)
-        if alias in taken:
-            raise ConfigError(where, f"names {alias}, the alias of another file too")
-        taken.add(alias)
-        return Cluster(alias, label)
+        return Cluster(normalise_alias(given), label)
     servers = props.get("bootstrap.servers") or props.get("metadata.broker.list")
-    alias = unique(server_alias(servers) or normalise_alias(path.stem), taken)
+    by_servers = server_alias(servers)
+    alias = unique(by_servers or normalise_alias(path.stem), taken)
+    after = "its first bootstrap server" if by_servers else "its file's name"
     b.note(
         where,
-        f"absent: the cluster is called {alias}, after its bootstrap servers; the name is in "
-        f"every record's provenance (the origin of each copy), so set {ALIAS_PROPERTY} to name "
-        "the cluster for good: a new name makes earlier copies look foreign",
+        f"absent: the cluster is called {alias}, after {after}; the name is in every record's "
+        "provenance and in the flow's consumer group, so a new name (another first server, "
+        f"say) leaves earlier copies foreign and the committed offsets behind: set "
+        f"{ALIAS_PROPERTY} to name the cluster for good (earlier versions named it after this "
+        f"file: a deployment upgraded from one keeps its state with "
+        f"{ALIAS_PROPERTY}={normalise_alias(path.stem)})",
     )
     return Cluster(alias, label)
 

@@ -18,7 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from replicator.mirrormaker.mm1 import server_alias
 from replicator.readback import StoredRecord
 from tests.integration.harness import (
     Broker,
@@ -84,10 +83,10 @@ def heartbeat(record: StoredRecord) -> tuple[str, str]:
 
 
 def named_by_brokers(broker: Broker) -> str:
-    """The alias a cluster whose file names none is given: from its bootstrap servers."""
-    alias = server_alias(broker.bootstrap_servers)
-    assert alias is not None
-    return alias
+    """The alias of a cluster whose file names none: its bootstrap server 127.0.0.1:<port> as
+    127-0-0-1-<port> (the embedded brokers listen on one address each)."""
+    host, port = broker.bootstrap_servers.rsplit(":", 1)
+    return f"{host.replace('.', '-')}-{port}"
 
 
 def mirror_maker(workdir: Path, command: str) -> list[str]:

@@ -289,7 +289,8 @@ def test_a_cluster_is_named_by_its_files_alias_property_else_by_its_brokers_with
     assert translation.env["REPLICATOR_LOCAL_CLUSTER"] == "dc2"
     assert translation.env["REPLICATOR_FLOWS__S1_TO_DC2__SOURCE"] == "s1"
     (named,) = [n for n in translation.notes if n.startswith("replicator.cluster.alias (in src")]
-    assert "called s1, after its bootstrap servers" in named
+    assert "called s1, after its first bootstrap server" in named
+    assert "replicator.cluster.alias=src)" in named  # how an upgraded deployment keeps its name
     assert "src" not in translation.settings().clusters  # never the file's name
     assert not any("not used" in n and "replicator.cluster.alias" in n for n in translation.notes)
     write(plain, "src.properties", "bootstrap.servers=s1:9092\nreplicator.cluster.alias=dc2\n")
@@ -303,7 +304,18 @@ def test_a_clusters_default_alias_comes_from_its_brokers_not_its_file() -> None:
     kept; an entry that is not a plain host:port (credentials written into it) never names it."""
     assert server_alias("kafka-2.dc1:9092,kafka-1.dc1:9092") == "kafka-1-dc1"
     assert server_alias(" kafka-1.dc1:9092 , kafka-2.dc1:9092") == "kafka-1-dc1"
+    assert server_alias("Kafka-2.DC1:9092,kafka-1.dc1:9092") == "kafka-1-dc1"  # case ignored
     assert server_alias("10.0.0.7:9093") == "10-0-0-7-9093"
     assert server_alias("user:secret@b1:9092,b2:9092") == "b2"
     assert server_alias("user:secret@b1:9092") is None
     assert server_alias(None) is None
+
+
+def test_a_named_alias_is_reserved_whatever_the_order_of_the_files(plain: Path) -> None:
+    """A source naming the alias the target's brokers would give keeps it; the target is
+    numbered (was: refused, as if another file had named it)."""
+    write(plain, "dst.properties", "bootstrap.servers=dc2:9092\n")
+    write(plain, "src.properties", "bootstrap.servers=s1:9092\nreplicator.cluster.alias=dc2\n")
+    env = mirror_maker_translation([*BASE, "--whitelist", ".*", "--prefix", "x."]).env
+    assert env["REPLICATOR_LOCAL_CLUSTER"] == "dc2-2"
+    assert env["REPLICATOR_FLOWS__DC2_TO_DC2_2__SOURCE"] == "dc2"
