@@ -3,8 +3,15 @@ selected, a topic no cluster holds, or topics holding no record never pass as ch
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
 from aiokafka import TopicPartition
 
+from replicator import snapshot
+from replicator.mirrormaker import mm2_translation
+from replicator.spark import commands
 from replicator.spark.commands import nothing_to_check
 
 SUFFIX = "_REPLICA"
@@ -42,3 +49,30 @@ def test_topics_without_a_record_anywhere_are_named() -> None:
     }
     (problem,) = nothing_to_check(["orders"], empty, SUFFIX, named=False)
     assert problem.startswith("topic orders: no record to check")
+
+
+def test_the_flows_audit_lists_each_source_clusters_topics_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two flows from one cluster: its topics are listed once, and each flow's rules select
+    its routes from that one list."""
+    config = tmp_path / "mm2.properties"
+    config.write_text(
+        "clusters=a, b, c\na.bootstrap.servers=a:9092\nb.bootstrap.servers=b:9092\n"
+        "c.bootstrap.servers=c:9092\na->b.enabled=true\na->c.enabled=true\na->c.topics=orders\n"
+    )
+    settings = mm2_translation(config).settings()
+    listed: list[Any] = []
+
+    async def cluster_topics(client: dict[str, Any]) -> set[str]:
+        listed.append(client["bootstrap_servers"])
+        return {"orders", "payments", "heartbeats"}
+
+    monkeypatch.setattr(snapshot, "cluster_topics", cluster_topics)
+    routes, problems = commands.flow_routes(settings, ["a", "b", "c"], [])
+    assert listed == [["a:9092"]] and problems == []  # one listing, of cluster a
+    assert sorted((r.target, r.topic, r.target_topic) for r in routes) == [
+        ("b", "orders", "a.orders"),
+        ("b", "payments", "a.payments"),
+        ("c", "orders", "a.orders"),
+    ]
