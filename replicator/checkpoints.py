@@ -13,6 +13,7 @@ segments let it run often, so the topic stays about as large as its keys.
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -120,6 +121,47 @@ async def write(producer: AIOKafkaProducer, topic: str, checkpoints: Iterable[Ch
     sent = [
         await producer.send(topic, key=cp.key, value=cp.encode(), partition=0) for cp in checkpoints
     ]
+    for future in sent:
+        await future
+    return len(sent)
+
+
+def mm2_topic(settings: Settings, source: str, target: str) -> str:
+    """MirrorMaker 2's checkpoints topic in ``target`` for groups of ``source``: the source's
+    MM2 alias (``TOPIC_ALIAS``) and the separator of a flow between them, as its default
+    replication policy names it."""
+    separator = next(
+        (f.separator for f in settings.flows.values() if (f.source, f.target) == (source, target)),
+        ".",
+    )
+    alias = settings.clusters[source].topic_alias or source
+    return f"{alias}{separator}checkpoints{separator}internal"
+
+
+def mm2_record(checkpoint: Checkpoint) -> tuple[bytes, bytes]:
+    """A checkpoint as MirrorMaker 2 writes it (its ``Checkpoint``): the key the group, the
+    target's topic and the partition (Kafka protocol string, string, int32); the value version 0,
+    the group's offset in the source, its translated offset in the target and empty metadata
+    (int16, int64, int64, string). Big-endian throughout."""
+
+    def string(text: str) -> bytes:
+        raw = text.encode()
+        return struct.pack(">h", len(raw)) + raw
+
+    key = string(checkpoint.group) + string(checkpoint.target_topic)
+    key += struct.pack(">i", checkpoint.partition)
+    value = struct.pack(">hqq", 0, checkpoint.source_offset, checkpoint.target_offset)
+    return key, value + string("")
+
+
+async def write_mm2(
+    producer: AIOKafkaProducer, topic: str, checkpoints: Iterable[Checkpoint]
+) -> int:
+    """Append ``checkpoints`` to MirrorMaker 2's checkpoints topic, each acknowledged."""
+    sent = []
+    for cp in checkpoints:
+        key, value = mm2_record(cp)
+        sent.append(await producer.send(topic, key=key, value=value, partition=0))
     for future in sent:
         await future
     return len(sent)

@@ -31,6 +31,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from replicator import checkpoints
 from replicator.checkpoints import Checkpoint
+from replicator.errors import TopicRefused
 from replicator.group_translation import GroupTranslator, PartitionMove, active_members
 from replicator.kafka import ClusterClient, GroupOffsets, said
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
@@ -97,6 +98,7 @@ class GroupSync:
         self._latest: dict[tuple[str, Pair], GroupCheckpoint] = {}
         self._errors: dict[Pair, str | None] = dict.fromkeys(self._pairs)
         self._topic_ready: set[str] = set()
+        self._mm2_ready: set[Pair] = set()  # pairs whose MirrorMaker 2 checkpoints topic exists
         self._kept: dict[Pair, checkpoints.Checkpoints] = {}  # the latest, per pair
 
     def synced(self, group: str) -> bool:
@@ -149,6 +151,14 @@ class GroupSync:
                 log.info("checkpoints recovered", source=pair[0], cluster=pair[1])
             self._errors[pair] = None
 
+    async def _ensure_topic(self, cluster: str, topic: str) -> None:
+        """Create a checkpoints topic in ``cluster`` unless it exists."""
+        admin = await self._clusters[cluster].admin()
+        factor = self._settings.destination_replication_factor
+        errors = await checkpoints.ensure_topic(admin, topic, factor)
+        if errors:
+            raise TopicRefused(f"checkpoints topic {topic} not created in {cluster}: {errors}")
+
     async def _sync_pair(self, pair: Pair, groups: list[str]) -> dict[str, str]:
         """Checkpoint every group of ``groups`` from the pair's source into its target; the
         groups that failed, with why (the others are done)."""
@@ -156,14 +166,11 @@ class GroupSync:
         settings = self._settings
         timeout = settings.request_timeout_ms / 1000
         if target not in self._topic_ready:
-            admin = await self._clusters[target].admin()
-            topic = settings.checkpoints_topic
-            errors = await checkpoints.ensure_topic(
-                admin, topic, settings.destination_replication_factor
-            )
-            if errors:
-                raise RuntimeError(f"checkpoints topic {topic} not created: {errors}")
+            await self._ensure_topic(target, settings.checkpoints_topic)
             self._topic_ready.add(target)
+        if settings.mm2_checkpoints and pair not in self._mm2_ready:
+            await self._ensure_topic(target, checkpoints.mm2_topic(settings, source, target))
+            self._mm2_ready.add(pair)
         if pair not in self._kept:
             # What earlier runs kept (sync points): read once; this object keeps it since.
             self._kept[pair] = await checkpoints.read_latest(settings, source, target, timeout * 3)
@@ -219,6 +226,9 @@ class GroupSync:
         changed = [c for c in latest if not unchanged(c, previous.get((c.topic, c.partition)))]
         if changed:
             await checkpoints.write(producer, self._settings.checkpoints_topic, changed)
+            if self._settings.mm2_checkpoints:
+                mm2 = checkpoints.mm2_topic(self._settings, source, target)
+                await checkpoints.write_mm2(producer, mm2, changed)
             self._metrics.checkpoints_written.labels(group, source, target).inc(len(changed))
         if not latest:
             return latest

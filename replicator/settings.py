@@ -585,6 +585,13 @@ class Settings(BaseSettings):
         description="Also commit the translated positions in the other clusters, for groups with "
         "no active member there; never moves a group backwards.",
     )
+    mm2_checkpoints: bool = Field(
+        False,
+        description="Also write each checkpoint as MirrorMaker 2 does, into "
+        "<source>.checkpoints.internal of the target (the source's TOPIC_ALIAS and the flow's "
+        "separator) in MM2's format, so MirrorClient.remoteConsumerOffsets and "
+        "RemoteClusterUtils.translateOffsets read the translated positions.",
+    )
     checkpoints_topic: str = Field(
         "replicator-checkpoints",
         description="The topic, in each cluster, holding the latest translated position of each "

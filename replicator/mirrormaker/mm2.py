@@ -202,13 +202,15 @@ def _group_sync(b: Builder, given: dict[str, tuple[str, str]], where: str) -> No
     emit = flag("emit.checkpoints.enabled", True)
     sync = flag("sync.group.offsets.enabled", False)
     if not flag("emit.offset-syncs.enabled", True):
-        # MM2's checkpoint connector refuses to run without offset syncs: none of it runs.
+        # MM2 refuses to run its checkpoint connector without offset syncs: none of it runs.
         emit = sync = False
+        overridden = sorted(k for k in given if k.startswith(("emit.checkpoints", "sync.group")))
         b.note(
             given["emit.offset-syncs.enabled"][1],
-            "checkpoints and group offset sync are off, as in MirrorMaker 2 (its checkpoint "
-            "connector does not run without offset syncs); here they need no offset-syncs "
-            "topic: leave the property out to have them",
+            "checkpoints and group offset sync are off: MirrorMaker 2 refuses to run its "
+            "checkpoint connector without offset syncs"
+            + (f" (so {', '.join(overridden)} have no effect)" if overridden else "")
+            + "; here they need no offset-syncs topic: leave the property out to have them",
         )
     if not emit and not sync:
         for key in ("groups", "groups.exclude", "groups.blacklist"):
@@ -224,6 +226,7 @@ def _group_sync(b: Builder, given: dict[str, tuple[str, str]], where: str) -> No
     every = groups if groups == ".*" else f"(?:{groups})"
     rule = f"(?!(?:{never})\\Z){every}" if never else groups
     b.set("SYNC_GROUPS", rule, include[1])
+    b.set("MM2_CHECKPOINTS", "true", f"{where} (MirrorMaker 2's checkpoints)")
     if not emit:
         b.note(
             given["emit.checkpoints.enabled"][1],
@@ -242,7 +245,8 @@ def _group_sync(b: Builder, given: dict[str, tuple[str, str]], where: str) -> No
         include[1],
         "consumer groups' positions are translated exactly (from provenance) into each flow's "
         "target on an interval and kept in its checkpoints topic; `replicator failover` moves "
-        "a group"
+        "a group; each is also written as MirrorMaker 2 writes it, into "
+        "<source>.checkpoints.internal of the target, for MirrorClient and RemoteClusterUtils"
         + ("; offsets are committed for groups idle on the target, only forward" if sync else ""),
     )
 

@@ -361,7 +361,9 @@ def test_mm2_checkpoint_and_group_sync_properties(tmp_path: Path) -> None:
     )
     assert no_syncs.settings().sync_groups is None
     assert not no_syncs.settings().sync_group_offsets
-    assert "as in MirrorMaker 2" in notes_by_key(no_syncs)["emit.offset-syncs.enabled"]
+    note = notes_by_key(no_syncs)["emit.offset-syncs.enabled"]
+    assert "refuses to run its checkpoint connector" in note
+    assert "sync.group.offsets.enabled have no effect" in note  # nothing dropped silently
 
 
 def test_mm2_reverse_heartbeats_follow_the_reverse_directions_properties(tmp_path: Path) -> None:
