@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 ## The whole test suite: static checks, unit tests, integration tests on real brokers.
 test: lint $(STAMP)
-	$(BIN)/pytest -q -n 2 --durations=25
+	$(BIN)/pytest -q -n 2 --dist worksteal --durations=25
 
 ## Throughput, latency and memory, side by side with a naive mirror and a batch-copy ceiling.
 jobs-demo: $(STAMP)
@@ -48,7 +48,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 integration: $(STAMP)
-	$(BIN)/pytest -q -n 2 tests/integration
+	$(BIN)/pytest -q -n 2 --dist worksteal tests/integration
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

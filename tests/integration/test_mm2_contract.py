@@ -1,7 +1,8 @@
 """MirrorMaker 2's own integration tests, ported to ``replicator mm2 FILE``.
 
 From apache/kafka ``connect/mirror/src/test/java/org/apache/kafka/connect/mirror/integration/``:
-``MirrorConnectorsIntegrationBaseTest`` (testReplication one way, testReplicationWithEmptyPartition,
+``MirrorConnectorsIntegrationBaseTest`` (testReplication both ways and one way,
+testReplicationWithEmptyPartition,
 testOneWayReplicationWithAutoOffsetSync, testReplicateFromLatest),
 ``IdentityReplicationIntegrationTest`` and ``DedicatedMirrorIntegrationTest``'s
 testMultiNodeCluster, with MM2's cluster aliases (``primary``, ``backup``; ``A`` and a
@@ -49,7 +50,9 @@ from tests.integration.harness import (
     wait_until,
 )
 from tests.integration.test_failover import consume
+from tests.integration.test_flows import _commit
 from tests.integration.test_flows import run_topics as topics
+from tests.unit.test_checkpoints import read_mm2
 
 NUM_PARTITIONS = 10
 NUM_RECORDS_PER_PARTITION = 10
@@ -88,6 +91,11 @@ def mm2_props(primary: Broker, backup: Broker, *extra: str) -> str:
             *extra,
         ]
     )
+
+
+def commit(broker: Broker, group: str, offsets: dict[TopicPartition, int]) -> None:
+    """``group``'s offsets committed in ``broker``'s cluster, as a tool with no member does."""
+    run(_commit(broker.bootstrap_servers, group, offsets))
 
 
 def create(broker: Broker, partitions: dict[str, int]) -> None:
@@ -146,10 +154,12 @@ def log_ends(broker: Broker, topic: str) -> dict[int, int]:
     return ends
 
 
-def start_mm2(replicators: Start, tmp: Path, text: str) -> None:
+def start_mm2(replicators: Start, tmp: Path, text: str) -> ReplicatorProcess:
     config = tmp / "connect-mirror-maker.properties"
     config.write_text(text)
-    replicators("backup", ENV, ("mm2", str(config))).wait_ready()
+    process = replicators("backup", ENV, ("mm2", str(config)))
+    process.wait_ready()
+    return process
 
 
 def test_one_way_replication_with_offset_sync_as_mm2_tests_it(
@@ -224,6 +234,101 @@ def test_one_way_replication_with_offset_sync_as_mm2_tests_it(
         produce_messages(primary, "test-topic-2", partitions=1)
         wait_until(lambda: len(read(backup, "primary.test-topic-2")) >= 10, 60, "its records")
         assert len(read(backup, "primary.test-topic-2")) == NUM_RECORDS_PER_PARTITION
+
+
+def remote_consumer_offsets(
+    broker: Broker, source: str, group: str, monotonic: bool = True
+) -> dict[tuple[str, int], int]:
+    """What ``MirrorClient.remoteConsumerOffsets(group, source)`` returns: ``group``'s newest
+    translated position per partition, from ``<source>.checkpoints.internal`` in MM2's format.
+    ``monotonic``: each partition's positions, in order, never go back (MM2's
+    assertMonotonicCheckpoints; a group moved back in the source is moved back here too)."""
+    found: dict[tuple[str, int], int] = {}
+    for record in read(broker, f"{source}.checkpoints.internal"):
+        assert record.key is not None and record.value is not None
+        name, topic, partition, _, downstream, _ = read_mm2(record.key, record.value)
+        if name == group:
+            if monotonic:
+                assert downstream >= found.get((topic, partition), 0), (topic, partition)
+            found[(topic, partition)] = downstream
+    return found
+
+
+def checkpointed(
+    broker: Broker,
+    source: str,
+    group: str,
+    positions: dict[tuple[str, int], int],
+    monotonic: bool = True,
+) -> Callable[[], bool]:
+    """A predicate: MirrorClient would read exactly ``positions`` for ``group``."""
+    return lambda: remote_consumer_offsets(broker, source, group, monotonic) == positions
+
+
+def test_two_way_replication_as_mm2_tests_it(replicators: Start, tmp_path: Path) -> None:
+    """testReplication, both ways: each cluster's records in the other's remote topic once,
+    heartbeats and upstream clusters both ways, no cycle, checkpoints in MM2's topic and format
+    read as MirrorClient reads them (MM2 asserts a failed-over position in (0, 100]; here it is
+    exactly each partition's end: nothing is read again), and new topics on either side."""
+    group = "consumer-group-testReplication"
+    with start_clusters("primary", "backup") as brokers:
+        primary, backup = brokers["primary"], brokers["backup"]
+        for broker in (primary, backup):
+            create(broker, {"test-topic-1": NUM_PARTITIONS})
+            produce_messages(broker, "test-topic-1")
+            assert len(consume(broker, "test-topic-1", group)) == NUM_RECORDS_PRODUCED
+        start_mm2(
+            replicators,
+            tmp_path,
+            mm2_props(primary, backup).replace(
+                "backup->primary.enabled = false", "backup->primary.enabled = true"
+            ),
+        )
+        for broker, remote, origin in (
+            (backup, "primary.test-topic-1", "primary"),
+            (primary, "backup.test-topic-1", "backup"),
+        ):
+            wait_until(holds(broker, remote, NUM_RECORDS_PRODUCED), 60, remote)
+            copies = read(broker, remote)
+            tags = {(o.cluster, o.partition, o.offset) for r in copies if (o := r.provenance)}
+            assert len(copies) == len(tags) == NUM_RECORDS_PRODUCED
+            assert {cluster for cluster, _, _ in tags} == {origin}
+            assert len(read(broker, "test-topic-1")) == NUM_RECORDS_PRODUCED  # its own, alone
+        for broker, topic in (
+            (primary, "heartbeats"),
+            (backup, "heartbeats"),
+            (backup, "primary.heartbeats"),
+            (primary, "backup.heartbeats"),
+        ):
+            wait_until(holds(broker, topic, 1), 30, f"{topic} in {broker.alias}")
+        assert upstream_clusters(backup) == {"primary": 1}
+        assert upstream_clusters(primary) == {"backup": 1}
+        assert not [t for t in topics(primary) if t.startswith("primary.")]  # no cycle
+        assert not [t for t in topics(backup) if t.startswith("backup.")]
+
+        # The failover and the failback positions, as MirrorClient reads the checkpoints.
+        for broker, source, remote in (
+            (backup, "primary", "primary.test-topic-1"),
+            (primary, "backup", "backup.test-topic-1"),
+        ):
+            ends = {(remote, p): end for p, end in log_ends(broker, remote).items()}
+            assert len(ends) == NUM_PARTITIONS
+            wait_until(
+                checkpointed(broker, source, group, ends),
+                30,
+                f"{group}'s checkpoints in {source}.checkpoints.internal",
+            )
+
+        # New topics on either side are mirrored with their records.
+        for broker, other, topic, remote in (
+            (primary, backup, "test-topic-2", "primary.test-topic-2"),
+            (backup, primary, "test-topic-3", "backup.test-topic-3"),
+        ):
+            create(broker, {topic: NUM_PARTITIONS})
+            wait_until(holds_topic(other, remote), 60, remote)
+            produce_messages(broker, topic, partitions=1)
+            wait_until(holds(other, remote, NUM_RECORDS_PER_PARTITION), 60, f"{remote}'s records")
+            assert len(read(other, remote)) == NUM_RECORDS_PER_PARTITION
 
 
 def test_identity_replication_from_latest_as_mm2_tests_it(
@@ -305,6 +410,17 @@ def flow_partitions(process: ReplicatorProcess) -> int | None:
     return sum(int(feed["assigned_partitions"]) for feed in feeds)
 
 
+def shared(nodes: list[ReplicatorProcess], partitions: int) -> Callable[[], bool]:
+    """A predicate: each of ``nodes`` holds some of the flow's partitions, all ``partitions``
+    together (no rebalance under way)."""
+
+    def check() -> bool:
+        held = [flow_partitions(node) for node in nodes]
+        return all(held) and sum(h or 0 for h in held) == partitions
+
+    return check
+
+
 def test_three_nodes_share_a_flow_and_survive_a_rolling_restart_as_mm2_tests_it(
     replicators: Start, tmp_path: Path
 ) -> None:
@@ -312,7 +428,10 @@ def test_three_nodes_share_a_flow_and_survive_a_rolling_restart_as_mm2_tests_it(
     cluster B has a convoluted alias, written with the file's escapes), one topic created per
     node and copied, then a rolling restart with a new refresh.topics.interval.seconds. MM2
     asserts the new task configuration through Connect's REST API; here each node reports the
-    interval it runs in /status. Stronger than MM2's test: records written all through the
+    interval it runs in /status. As MM2's test, each step settles (the others hold the stopped
+    node's partitions, then the three share them) before the next: the embedded broker's group
+    coordinator, unlike Kafka's, can hand a joining member partitions another member still
+    writes (README, Guarantees). Stronger than MM2's test: records written all through the
     restart arrive on B exactly once and in order, and the three nodes share the partitions."""
     b = "B- ._~:/?#[]@!$&'()*+;=\"<>%{}|\\^`618"
     ab, ba = f"A->{b}", f"{b}->A"
@@ -361,9 +480,13 @@ def test_three_nodes_share_a_flow_and_survive_a_rolling_restart_as_mm2_tests_it(
         config.write_text(properties_file({**props, "refresh.topics.interval.seconds": "2"}))
         with Stream(brokers["A"], "test-topic-load", partitions=6, per_tick=20) as stream:
             for i, node in enumerate(nodes):
+                # As MM2's test: the others take the node's work before the next node comes up.
                 assert node.stop() == 0, node.log()
+                others = [n for n in nodes if n is not node]
+                wait_until(shared(others, 9), 60, f"node {i}'s partitions taken over")
                 nodes[i] = replicators("B", ENV, ("mm2", str(config)))
                 nodes[i].wait_ready()
+                wait_until(shared(nodes, 9), 60, f"node {i} back in the group")
         assert not stream.errors, stream.errors
         sent["test-topic-load"] = read(brokers["A"], "test-topic-load")
         assert len(sent["test-topic-load"]) == stream.produced > 0
@@ -379,11 +502,82 @@ def test_three_nodes_share_a_flow_and_survive_a_rolling_restart_as_mm2_tests_it(
             _, status = node.get("/status")
             notes = status["translation_notes"]
             assert any("listed again" in n and "every 2 s" in n for n in notes), notes
-        wait_until(
-            lambda: (
-                all(flow_partitions(n) for n in nodes)
-                and sum(flow_partitions(n) or 0 for n in nodes) == 9
+        assert shared(nodes, 9)()  # the three still share the 9 partitions
+
+
+def test_checkpoints_follow_a_group_forth_back_and_across_a_restart_as_mm2_tests_it(
+    replicators: Start, tmp_path: Path
+) -> None:
+    """testNoCheckpointsIfNoRecordsAreMirrored, testRestartReplication and
+    testOffsetTranslationBehindReplicationFlow, one way, on one pair of clusters, checkpoints
+    read as MirrorClient reads them. Stronger than MM2: every position is exact (MM2 allows
+    offset.lag.max behind), the restarted node syncs on from its checkpoints. Different on
+    purpose: a position at 0 in a partition nothing was mirrored from is checkpointed at 0
+    (exact: there is nothing before it), where MM2 waits for a record (README, Checkpoints)."""
+    remote, empty = "primary.test-topic-1", "primary.test-topic-no-checkpoints"
+    with start_clusters("primary", "backup") as brokers:
+        primary, backup = brokers["primary"], brokers["backup"]
+        create(primary, {"test-topic-1": NUM_PARTITIONS, "test-topic-no-checkpoints": 1})
+        node = start_mm2(
+            replicators,
+            tmp_path,
+            mm2_props(
+                primary,
+                backup,
+                "sync.group.offsets.enabled = true",
+                "sync.group.offsets.interval.seconds = 1",
+                f"offset.lag.max = {OFFSET_LAG_MAX}",
             ),
-            60,
-            "the partitions shared by the three nodes",
         )
+        produce_messages(primary, "test-topic-1")
+        wait_until(holds(backup, remote, NUM_RECORDS_PRODUCED), 30, remote)
+        wait_until(holds_topic(backup, empty), 30, empty)
+
+        # testNoCheckpointsIfNoRecordsAreMirrored: the group at both topics' ends.
+        group = "consumer-group-no-checkpoints"
+        first, second = (
+            TopicPartition("test-topic-1", 0),
+            TopicPartition("test-topic-no-checkpoints", 0),
+        )
+        commit(primary, group, {first: 10, second: 0})
+        wait_until(
+            checkpointed(backup, "primary", group, {(remote, 0): 10, (empty, 0): 0}), 30, group
+        )
+        produce_messages(primary, "test-topic-no-checkpoints", partitions=1)
+        wait_until(holds(backup, empty, NUM_RECORDS_PER_PARTITION), 30, empty)
+        commit(primary, group, {first: 10, second: 10})
+        wait_until(
+            checkpointed(backup, "primary", group, {(remote, 0): 10, (empty, 0): 10}), 30, group
+        )
+
+        # testRestartReplication: synced, the node restarted, more records, synced on.
+        group = "consumer-group-restart"
+        assert len(consume(primary, "test-topic-1", group)) == NUM_RECORDS_PRODUCED
+        ends = log_ends(backup, remote)
+        wait_until(lambda: committed(backup, group, remote) == ends, 30, "synced before")
+        assert node.stop() == 0, node.log()
+        node = replicators("backup", ENV, node.args)
+        node.wait_ready()
+        produce_messages(primary, "test-topic-1")
+        assert len(consume(primary, "test-topic-1", group)) == NUM_RECORDS_PRODUCED
+        wait_until(holds(backup, remote, 2 * NUM_RECORDS_PRODUCED), 30, remote)
+        ends = log_ends(backup, remote)
+        assert set(ends.values()) == {2 * NUM_RECORDS_PER_PARTITION}
+        wait_until(lambda: committed(backup, group, remote) == ends, 30, "synced after")
+        positions = {(remote, p): end for p, end in ends.items()}
+        wait_until(checkpointed(backup, "primary", group, positions), 30, "checkpoints after")
+
+        # testOffsetTranslationBehindReplicationFlow: 100 rounds of 100 records, then the group
+        # at 90 % of each partition, then moved back to 10 %: the checkpoints follow it.
+        group = "consumer-group-lagging-behind"
+        for _ in range(98):
+            produce_messages(primary, "test-topic-1")
+        total = 100 * NUM_RECORDS_PRODUCED
+        wait_until(holds(backup, remote, total), 60, f"{total} records")
+        per_partition = total // NUM_PARTITIONS
+        for fraction, monotonic in ((0.9, True), (0.1, False)):
+            at = int(per_partition * fraction)
+            partitions = range(NUM_PARTITIONS)
+            commit(primary, group, {TopicPartition("test-topic-1", p): at for p in partitions})
+            moved = {(remote, p): at for p in partitions}
+            wait_until(checkpointed(backup, "primary", group, moved, monotonic), 30, f"at {at}")
