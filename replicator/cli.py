@@ -223,18 +223,44 @@ Mm2File = Annotated[
 ]
 
 
-def _settings(mm2_file: Path | None = None) -> Settings:
+MirrorMakerLine = Annotated[
+    str | None,
+    typer.Option(
+        "--mirror-maker",
+        metavar="'OPTIONS'",
+        help="Read the configuration from this MirrorMaker 1 or Go mirror maker command line "
+        "(its options, quoted as one argument), exactly as `replicator mirror-maker OPTIONS` "
+        "runs it, instead of the REPLICATOR_* variables (top-level variables still apply).",
+    ),
+]
+
+
+def _settings(mm2_file: Path | None = None, mirror_maker_line: str | None = None) -> Settings:
     """The configuration: the REPLICATOR_* variables, or ``mm2_file`` translated as ``replicator
-    mm2`` translates it; exit 2 naming the variable or property at fault."""
+    mm2`` translates it, or ``mirror_maker_line`` as ``replicator mirror-maker`` does; exit 2
+    naming the variable, property or option at fault."""
     import os
+    import shlex
 
     from replicator.settings import load_settings
 
+    if mm2_file is not None and mirror_maker_line is not None:
+        typer.echo("--mm2 and --mirror-maker: give one configuration, not two", err=True)
+        raise typer.Exit(EXIT_CONFIG)
     try:
         if mm2_file is not None:
             from replicator.mirrormaker import mm2_translation
 
             return mm2_translation(mm2_file).with_environment(os.environ).settings()
+        if mirror_maker_line is not None:
+            from replicator.mirrormaker import mirror_maker_translation
+
+            try:
+                args = shlex.split(mirror_maker_line)
+            except ValueError as exc:
+                raise ConfigError("--mirror-maker", f"not a command line: {exc}") from None
+            translation = mirror_maker_translation(args)
+            return translation.with_environment(os.environ).settings()
         return load_settings()
     except ConfigError as exc:
         typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
@@ -245,6 +271,7 @@ def _settings(mm2_file: Path | None = None) -> Settings:
 def check_config(
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
     mm2_file: Mm2File = None,
+    mirror_maker_line: MirrorMakerLine = None,
 ) -> None:
     """Validate the environment, connect to every cluster, print the effective configuration.
 
@@ -255,13 +282,14 @@ def check_config(
     """
     from replicator.operations import check_config as check
 
-    raise typer.Exit(check(_settings(mm2_file), json_output))
+    raise typer.Exit(check(_settings(mm2_file, mirror_maker_line), json_output))
 
 
 @app.command()
 def lag(
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
     mm2_file: Mm2File = None,
+    mirror_maker_line: MirrorMakerLine = None,
 ) -> None:
     """Per leg, topic and partition: committed offset, source log end, and lag.
 
@@ -270,7 +298,7 @@ def lag(
     """
     from replicator.operations import lag as show_lag
 
-    raise typer.Exit(show_lag(_settings(mm2_file), json_output))
+    raise typer.Exit(show_lag(_settings(mm2_file, mirror_maker_line), json_output))
 
 
 @app.command()
@@ -295,6 +323,7 @@ def failover(
     ),
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
     mm2_file: Mm2File = None,
+    mirror_maker_line: MirrorMakerLine = None,
 ) -> None:
     """Move a consumer group to another cluster with exact positions (from provenance).
 
@@ -307,7 +336,7 @@ def failover(
     from replicator.failover import FailoverRequest
     from replicator.failover import failover as move
 
-    settings = _settings(mm2_file)
+    settings = _settings(mm2_file, mirror_maker_line)
     _known(settings, [source], "--from")
     _known(settings, [to], "--to")
     if source == to:
@@ -332,6 +361,7 @@ def topics_ensure(
     ] = None,
     json_output: bool = typer.Option(False, "--json", help="Print JSON."),
     mm2_file: Mm2File = None,
+    mirror_maker_line: MirrorMakerLine = None,
 ) -> None:
     """Create X_REPLICA and X with the same partitions and configs on every cluster.
 
@@ -342,7 +372,7 @@ def topics_ensure(
     """
     from replicator.operations import ensure_topics
 
-    settings = _settings(mm2_file)
+    settings = _settings(mm2_file, mirror_maker_line)
     _real_topic_names(settings, topic)
     pairs = dict(item.split("=", 1) for item in config or [] if "=" in item)
     if len(pairs) != len(config or []):
@@ -415,6 +445,7 @@ def backfill(
         "(default: about two tasks per core, none under 50,000 offsets).",
     ),
     mm2_file: Mm2File = None,
+    mirror_maker_line: MirrorMakerLine = None,
 ) -> None:
     """Copy a bounded history of X_REPLICA (up to a snapshot of its end) to X on other clusters.
 
@@ -422,7 +453,7 @@ def backfill(
     selected, a topic the source does not hold, no record since --since, or a configuration of
     flows only), naming what.
     """
-    settings = _settings(mm2_file)
+    settings = _settings(mm2_file, mirror_maker_line)
     jobs = _spark_jobs()
     origin = _known(settings, [source or settings.local_cluster], "--from")[0]
     destinations = _known(settings, to or [a for a in settings.clusters if a != origin], "--to")
@@ -471,6 +502,7 @@ def audit(
         "(default: about two tasks per core, none under 50,000 offsets).",
     ),
     mm2_file: Mm2File = None,
+    mirror_maker_line: MirrorMakerLine = None,
 ) -> None:
     """Prove that clusters hold the same data: missing, duplicated, reordered, altered, looped.
 
@@ -478,7 +510,7 @@ def audit(
     check nothing (no topic selected, a topic no cluster holds, topics without a record, or a
     configuration of flows only), naming what.
     """
-    settings = _settings(mm2_file)
+    settings = _settings(mm2_file, mirror_maker_line)
     jobs = _spark_jobs()
     clusters = _known(settings, cluster or sorted(settings.clusters), "--cluster")
     raise typer.Exit(

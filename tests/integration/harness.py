@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from replicator.embedded import EmbeddedBroker, free_port
@@ -277,6 +277,22 @@ async def _create_topics(bootstrap: str, topics: dict[str, int], configs: dict[s
         )
     finally:
         await admin.close()
+
+
+async def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await consumer.start()
+    try:
+        consumer.assign(list(offsets))
+        await consumer.commit(offsets)
+    finally:
+        await consumer.stop()
+
+
+def commit_offsets(broker: Broker, group: str, offsets: dict[TopicPartition, int]) -> None:
+    """``group``'s offsets committed in ``broker``'s cluster, as a tool with no member does
+    (kafka-consumer-groups --reset-offsets, say)."""
+    run(_commit(broker.bootstrap_servers, group, offsets))
 
 
 def create_topics(broker: Broker, configs: dict[str, str] | None = None, **topics: int) -> None:

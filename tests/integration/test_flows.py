@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator.batching import place
 from replicator.readback import StoredRecord
@@ -20,6 +20,7 @@ from tests.integration.harness import (
     Start,
     Stream,
     admin_client,
+    commit_offsets,
     create_topics,
     holds,
     produce,
@@ -394,7 +395,7 @@ def test_a_flows_committed_offsets_moved_back_copy_nothing_twice(replicators: St
         assert first.stop() == 0
         # The operator moves the flow's position back to 5 in each partition.
         back = {TopicPartition("orders", p): 5 for p in range(2)}
-        run(_commit(dc1.bootstrap_servers, "mirror.dc1.dc2", back))
+        commit_offsets(dc1, "mirror.dc1.dc2", back)
         again = replicators("dc1", env)
         again.wait_ready()
         more = produce(dc1, "orders", 10, partitions=2, tag="-after")
@@ -406,13 +407,3 @@ def test_a_flows_committed_offsets_moved_back_copy_nothing_twice(replicators: St
         assert skipped == 30, skipped  # 15 per partition: 5 to 19, already there
         assert "resumed after the last record the destination holds" in again.log()
         assert again.metric("replicator_duplicates_possible_total") == 0
-
-
-async def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
-    await consumer.start()
-    try:
-        consumer.assign(list(offsets))
-        await consumer.commit(offsets)
-    finally:
-        await consumer.stop()

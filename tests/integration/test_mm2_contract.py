@@ -41,6 +41,7 @@ from tests.integration.harness import (
     Start,
     Stream,
     _create_topics,
+    commit_offsets,
     holds,
     oracle,
     produce_records,
@@ -50,7 +51,6 @@ from tests.integration.harness import (
     wait_until,
 )
 from tests.integration.test_failover import consume
-from tests.integration.test_flows import _commit
 from tests.integration.test_flows import run_topics as topics
 from tests.unit.test_checkpoints import read_mm2
 
@@ -59,6 +59,11 @@ NUM_RECORDS_PER_PARTITION = 10
 NUM_RECORDS_PRODUCED = NUM_PARTITIONS * NUM_RECORDS_PER_PARTITION  # 100
 OFFSET_LAG_MAX = 10
 ENV = {"REPLICATOR_LOG_FORMAT": "json", "REPLICATOR_COMMIT_INTERVAL_MS": "200"}
+OFFSET_SYNC = (  # what MM2's offset-sync tests add to mm2Props
+    "sync.group.offsets.enabled = true",
+    "sync.group.offsets.interval.seconds = 1",
+    f"offset.lag.max = {OFFSET_LAG_MAX}",
+)
 
 
 def mm2_props(primary: Broker, backup: Broker, *extra: str) -> str:
@@ -91,11 +96,6 @@ def mm2_props(primary: Broker, backup: Broker, *extra: str) -> str:
             *extra,
         ]
     )
-
-
-def commit(broker: Broker, group: str, offsets: dict[TopicPartition, int]) -> None:
-    """``group``'s offsets committed in ``broker``'s cluster, as a tool with no member does."""
-    run(_commit(broker.bootstrap_servers, group, offsets))
 
 
 def create(broker: Broker, partitions: dict[str, int]) -> None:
@@ -183,13 +183,7 @@ def test_one_way_replication_with_offset_sync_as_mm2_tests_it(
         start_mm2(
             replicators,
             tmp_path,
-            mm2_props(
-                primary,
-                backup,
-                "sync.group.offsets.enabled = true",
-                "sync.group.offsets.interval.seconds = 1",
-                f"offset.lag.max = {OFFSET_LAG_MAX}",
-            ),
+            mm2_props(primary, backup, *OFFSET_SYNC),
         )
 
         # testReplication: the remote topics and every record, once.
@@ -521,13 +515,7 @@ def test_checkpoints_follow_a_group_forth_back_and_across_a_restart_as_mm2_tests
         node = start_mm2(
             replicators,
             tmp_path,
-            mm2_props(
-                primary,
-                backup,
-                "sync.group.offsets.enabled = true",
-                "sync.group.offsets.interval.seconds = 1",
-                f"offset.lag.max = {OFFSET_LAG_MAX}",
-            ),
+            mm2_props(primary, backup, *OFFSET_SYNC),
         )
         produce_messages(primary, "test-topic-1")
         wait_until(holds(backup, remote, NUM_RECORDS_PRODUCED), 30, remote)
@@ -539,13 +527,13 @@ def test_checkpoints_follow_a_group_forth_back_and_across_a_restart_as_mm2_tests
             TopicPartition("test-topic-1", 0),
             TopicPartition("test-topic-no-checkpoints", 0),
         )
-        commit(primary, group, {first: 10, second: 0})
+        commit_offsets(primary, group, {first: 10, second: 0})
         wait_until(
             checkpointed(backup, "primary", group, {(remote, 0): 10, (empty, 0): 0}), 30, group
         )
         produce_messages(primary, "test-topic-no-checkpoints", partitions=1)
         wait_until(holds(backup, empty, NUM_RECORDS_PER_PARTITION), 30, empty)
-        commit(primary, group, {first: 10, second: 10})
+        commit_offsets(primary, group, {first: 10, second: 10})
         wait_until(
             checkpointed(backup, "primary", group, {(remote, 0): 10, (empty, 0): 10}), 30, group
         )
@@ -578,6 +566,8 @@ def test_checkpoints_follow_a_group_forth_back_and_across_a_restart_as_mm2_tests
         for fraction, monotonic in ((0.9, True), (0.1, False)):
             at = int(per_partition * fraction)
             partitions = range(NUM_PARTITIONS)
-            commit(primary, group, {TopicPartition("test-topic-1", p): at for p in partitions})
+            commit_offsets(
+                primary, group, {TopicPartition("test-topic-1", p): at for p in partitions}
+            )
             moved = {(remote, p): at for p in partitions}
             wait_until(checkpointed(backup, "primary", group, moved, monotonic), 30, f"at {at}")

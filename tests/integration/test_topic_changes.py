@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -29,6 +29,7 @@ from tests.integration.harness import (
     Start,
     Stream,
     admin_client,
+    commit_offsets,
     count,
     create_topics,
     holds,
@@ -129,16 +130,6 @@ def test_source_topic_recreated_is_detected_and_replicated_from_its_start(
         assert dc1.stop() == 0
 
 
-async def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
-    await consumer.start()
-    try:
-        consumer.assign(list(offsets))
-        await consumer.commit(offsets)
-    finally:
-        await consumer.stop()
-
-
 @pytest.mark.parametrize("policy", ["earliest", "halt"])
 def test_committed_offset_beyond_the_log_end_follows_the_policy(
     replicators: Start, policy: str
@@ -150,7 +141,7 @@ def test_committed_offset_beyond_the_log_end_follows_the_policy(
         create_topics(local, orders_REPLICA=3)
         sent = produce(local, "orders_REPLICA", 300, partitions=3)
         beyond = {TopicPartition("orders_REPLICA", p): 1000 for p in range(3)}
-        run(_commit(local.bootstrap_servers, "replicator.dc1.dc2", beyond))
+        commit_offsets(local, "replicator.dc1.dc2", beyond)
         dc1 = replicators("dc1", replicator_env("dc1", brokers, offset_reset_policy=policy))
         wait_until(holds(local, "orders", 300), 60, "the unaffected leg replicating", dc1.log)
         if policy == "earliest":

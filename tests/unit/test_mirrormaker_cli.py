@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -213,3 +214,24 @@ def test_cli_print_env_refuses_a_value_an_env_file_cannot_hold(plain: Path) -> N
     assert result.exit_code == 2
     assert result.stderr.startswith("configuration error: --prefix: holds a line break")
     assert result.stdout == ""
+
+
+def test_operator_commands_read_a_mirror_maker_command_line_as_mirror_maker_runs_it(
+    plain: Path,
+) -> None:
+    """``--mirror-maker 'OPTIONS'`` gives the operator commands the configuration that
+    ``replicator mirror-maker OPTIONS`` runs; with --mm2 too, or a line a shell could not
+    split, they exit 2 and say why."""
+    from replicator.cli import _settings
+
+    line = "--consumer.config src.properties --producer.config dst.properties --whitelist 'a|b'"
+    settings = _settings(mirror_maker_line=line)
+    assert settings == mirror_maker_translation(shlex.split(line)).settings()
+    assert settings.flows["s1_to_t1"].topics_include == "a|b"
+    for args, said in (
+        (["lag", "--mm2", "x.properties", "--mirror-maker", line], "give one configuration"),
+        (["check-config", "--mirror-maker", line + " 'unclosed"], "not a command line"),
+        (["lag", "--mirror-maker", "--whitelist x"], "--consumer.config"),
+    ):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and said in result.output, (args, result.output)
