@@ -45,7 +45,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -m "not integration"
 
 integration: $(STAMP)
 	$(BIN)/pytest -q -n 2 --dist worksteal tests/integration

@@ -1,11 +1,24 @@
-"""Suite-wide hooks: the fault scenarios' summary, gathered from every test's report (the
-tests may run in parallel worker processes, whose memory the printing process never sees)."""
+"""Suite-wide hooks: every test under ``tests/integration/`` marked ``integration`` (so
+``pytest -m "not integration"`` runs the unit tests alone), and the fault scenarios' summary,
+gathered from every test's report (the tests may run in parallel worker processes, whose memory
+the printing process never sees)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from tests.fault_figures import FAULT_FIGURES, FaultFigures
+
+INTEGRATION = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that need real brokers (a ``pytestmark`` in a conftest marks nothing)."""
+    for item in items:
+        if item.path.is_relative_to(INTEGRATION):
+            item.add_marker(pytest.mark.integration)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

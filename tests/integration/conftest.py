@@ -10,8 +10,6 @@ import pytest
 from tests.fault_figures import FAULT_FIGURES, FAULT_SUMMARY
 from tests.integration.harness import ReplicatorProcess, Start
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def replicators() -> Iterator[Start]:
