@@ -13,7 +13,6 @@ segments let it run often, so the topic stays about as large as its keys.
 from __future__ import annotations
 
 import json
-import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.protocol.types import Int16, Int32, Int64, Schema, String
 
 from replicator.kafka import client_options
 from replicator.readback import read_topic
@@ -118,9 +118,15 @@ async def ensure_topic(admin: AIOKafkaAdminClient, topic: str, factor: int | Non
 
 async def write(producer: AIOKafkaProducer, topic: str, checkpoints: Iterable[Checkpoint]) -> int:
     """Append ``checkpoints`` to the topic and wait for every acknowledgement."""
-    sent = [
-        await producer.send(topic, key=cp.key, value=cp.encode(), partition=0) for cp in checkpoints
-    ]
+    return await _append(producer, topic, ((cp.key, cp.encode()) for cp in checkpoints))
+
+
+async def _append(
+    producer: AIOKafkaProducer, topic: str, records: Iterable[tuple[bytes, bytes]]
+) -> int:
+    """Send ``(key, value)`` records to the topic's one partition, then wait for every
+    acknowledgement; how many."""
+    sent = [await producer.send(topic, key=k, value=v, partition=0) for k, v in records]
     for future in sent:
         await future
     return len(sent)
@@ -138,33 +144,30 @@ def mm2_topic(settings: Settings, source: str, target: str) -> str:
     return f"{alias}{separator}checkpoints{separator}internal"
 
 
+# MirrorMaker 2's ``Checkpoint`` record, as its schemas define it (Kafka protocol types): the
+# value is its header (the version) followed by the version-0 value.
+MM2_CHECKPOINT_KEY = Schema(
+    ("group", String("utf-8")), ("topic", String("utf-8")), ("partition", Int32)
+)
+MM2_CHECKPOINT_VALUE = Schema(
+    ("version", Int16), ("upstreamOffset", Int64), ("offset", Int64), ("metadata", String("utf-8"))
+)
+
+
 def mm2_record(checkpoint: Checkpoint) -> tuple[bytes, bytes]:
-    """A checkpoint as MirrorMaker 2 writes it (its ``Checkpoint``): the key the group, the
-    target's topic and the partition (Kafka protocol string, string, int32); the value version 0,
-    the group's offset in the source, its translated offset in the target and empty metadata
-    (int16, int64, int64, string). Big-endian throughout."""
-
-    def string(text: str) -> bytes:
-        raw = text.encode()
-        return struct.pack(">h", len(raw)) + raw
-
-    key = string(checkpoint.group) + string(checkpoint.target_topic)
-    key += struct.pack(">i", checkpoint.partition)
-    value = struct.pack(">hqq", 0, checkpoint.source_offset, checkpoint.target_offset)
-    return key, value + string("")
+    """A checkpoint as MirrorMaker 2 writes it: the key the group, the target's topic and the
+    partition; the value version 0, the group's offset in the source, its translated offset in
+    the target and empty metadata."""
+    key = (checkpoint.group, checkpoint.target_topic, checkpoint.partition)
+    value = (0, checkpoint.source_offset, checkpoint.target_offset, "")
+    return MM2_CHECKPOINT_KEY.encode(key), MM2_CHECKPOINT_VALUE.encode(value)
 
 
 async def write_mm2(
     producer: AIOKafkaProducer, topic: str, checkpoints: Iterable[Checkpoint]
 ) -> int:
     """Append ``checkpoints`` to MirrorMaker 2's checkpoints topic, each acknowledged."""
-    sent = []
-    for cp in checkpoints:
-        key, value = mm2_record(cp)
-        sent.append(await producer.send(topic, key=key, value=value, partition=0))
-    for future in sent:
-        await future
-    return len(sent)
+    return await _append(producer, topic, (mm2_record(cp) for cp in checkpoints))
 
 
 async def read_latest(

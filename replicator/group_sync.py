@@ -98,7 +98,8 @@ class GroupSync:
         self._latest: dict[tuple[str, Pair], GroupCheckpoint] = {}
         self._errors: dict[Pair, str | None] = dict.fromkeys(self._pairs)
         self._topic_ready: set[str] = set()
-        self._mm2_ready: set[Pair] = set()  # pairs whose MirrorMaker 2 checkpoints topic exists
+        # Each pair's MirrorMaker 2 checkpoints topic, once created (REPLICATOR_MM2_CHECKPOINTS).
+        self._mm2_topics: dict[Pair, str] = {}
         self._kept: dict[Pair, checkpoints.Checkpoints] = {}  # the latest, per pair
 
     def synced(self, group: str) -> bool:
@@ -168,9 +169,10 @@ class GroupSync:
         if target not in self._topic_ready:
             await self._ensure_topic(target, settings.checkpoints_topic)
             self._topic_ready.add(target)
-        if settings.mm2_checkpoints and pair not in self._mm2_ready:
-            await self._ensure_topic(target, checkpoints.mm2_topic(settings, source, target))
-            self._mm2_ready.add(pair)
+        if settings.mm2_checkpoints and pair not in self._mm2_topics:
+            mm2_topic = checkpoints.mm2_topic(settings, source, target)
+            await self._ensure_topic(target, mm2_topic)
+            self._mm2_topics[pair] = mm2_topic
         if pair not in self._kept:
             # What earlier runs kept (sync points): read once; this object keeps it since.
             self._kept[pair] = await checkpoints.read_latest(settings, source, target, timeout * 3)
@@ -226,9 +228,8 @@ class GroupSync:
         changed = [c for c in latest if not unchanged(c, previous.get((c.topic, c.partition)))]
         if changed:
             await checkpoints.write(producer, self._settings.checkpoints_topic, changed)
-            if self._settings.mm2_checkpoints:
-                mm2 = checkpoints.mm2_topic(self._settings, source, target)
-                await checkpoints.write_mm2(producer, mm2, changed)
+            if pair in self._mm2_topics:
+                await checkpoints.write_mm2(producer, self._mm2_topics[pair], changed)
             self._metrics.checkpoints_written.labels(group, source, target).inc(len(changed))
         if not latest:
             return latest

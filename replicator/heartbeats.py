@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.protocol.types import Int16, Int64, Schema, String
 
 from replicator import provenance
 from replicator.errors import ReplicatorError
@@ -72,16 +72,17 @@ def heartbeat_value(plan: FeedPlan, emitted_ms: int) -> bytes:
     return json.dumps({**body, "emitted_ms": emitted_ms}, separators=(",", ":")).encode()
 
 
+# MirrorMaker 2's ``Heartbeat`` record, as its schemas define it (Kafka protocol types).
+MM2_HEARTBEAT_KEY = Schema(
+    ("sourceClusterAlias", String("utf-8")), ("targetClusterAlias", String("utf-8"))
+)
+MM2_HEARTBEAT_VALUE = Schema(("version", Int16), ("timestamp", Int64))
+
+
 def mm2_heartbeat(source: str, target: str, emitted_ms: int) -> tuple[bytes, bytes]:
-    """A heartbeat record as MirrorMaker 2 writes it (its ``Heartbeat``): the key the two
-    cluster aliases (``sourceClusterAlias``, ``targetClusterAlias``: Kafka protocol strings),
-    the value version 0 and the timestamp (int16, int64, big-endian)."""
-
-    def string(text: str) -> bytes:
-        raw = text.encode()
-        return struct.pack(">h", len(raw)) + raw
-
-    return string(source) + string(target), struct.pack(">hq", 0, emitted_ms)
+    """A heartbeat record as MirrorMaker 2 writes it: the key the two cluster aliases, the
+    value version 0 and the timestamp."""
+    return MM2_HEARTBEAT_KEY.encode((source, target)), MM2_HEARTBEAT_VALUE.encode((0, emitted_ms))
 
 
 @dataclass(frozen=True)
