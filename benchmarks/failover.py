@@ -23,12 +23,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from benchmarks.resume import TOPIC, fill
-from replicator.checkpoints import Checkpoint, CheckpointKey
-from replicator.embedded import EmbeddedBroker
-from replicator.group_translation import GroupTranslator, PartitionMove
-from replicator.kafka import GroupOffsets
-from replicator.provenance import Provenance
-from replicator.settings import load_settings
+from replicator.config.settings import load_settings
+from replicator.devtools.embedded import EmbeddedBroker
+from replicator.failover.checkpoints import Checkpoint, CheckpointKey
+from replicator.failover.group_positions import GroupTranslator, PartitionMove
+from replicator.kafka.clients import GroupOffsets
+from replicator.model.provenance import Provenance
 
 PARTITIONS = 12
 GROUP = "bench.app"
@@ -50,7 +50,7 @@ async def commit(bootstrap: str, positions: dict[int, int]) -> None:
     await client.start()
     try:
         offsets = {TopicPartition(TOPIC, p): at for p, at in positions.items()}
-        await GroupOffsets(client._client, GROUP).commit(offsets)
+        await GroupOffsets(client, GROUP).commit(offsets)
     finally:
         await client.stop()
 

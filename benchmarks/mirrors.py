@@ -21,7 +21,7 @@ from typing import Any
 import uvloop
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from replicator.readback import partitions_of
+from replicator.kafka.readers import partitions_of
 
 
 async def _clients(

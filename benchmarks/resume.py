@@ -21,9 +21,9 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from replicator.embedded import EmbeddedBroker
-from replicator.provenance import Provenance, Tagger
-from replicator.resume import DestinationTail
+from replicator.devtools.embedded import EmbeddedBroker
+from replicator.model.provenance import Provenance, Tagger
+from replicator.replication.resume import DestinationTail
 
 TOPIC = "orders"
 

@@ -43,14 +43,14 @@ from rich.table import Table
 
 from benchmarks.failover import failover_cost
 from benchmarks.resume import create_topics, resume_cost
-from replicator.embedded import (
+from replicator.devtools.embedded import (
     EmbeddedBroker,
     embedded_clusters,
     free_port,
     replicator_environment,
     wait_until_ready,
 )
-from replicator.readback import read_topic
+from replicator.kafka.readers import read_topic
 
 T = TypeVar("T")
 TOPIC = "bench"

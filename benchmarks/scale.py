@@ -65,13 +65,13 @@ from benchmarks.run import (
     console,
     value_of,
 )
-from replicator.embedded import (
+from replicator.devtools.embedded import (
     EmbeddedBroker,
     embedded_clusters,
     free_port,
     replicator_environment,
 )
-from replicator.readback import cluster_partitions
+from replicator.kafka.readers import cluster_partitions
 
 VALUE_BYTES = 100
 SUFFIX = "_REPLICA"

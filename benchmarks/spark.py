@@ -30,13 +30,18 @@ import time
 from typing import Any
 
 from benchmarks.resume import create_topics, produce_batches
-from replicator import snapshot
-from replicator.embedded import EmbeddedBroker, embedded_clusters, free_port, replicator_environment
-from replicator.settings import load_settings
+from replicator.config.settings import load_settings
+from replicator.devtools.embedded import (
+    EmbeddedBroker,
+    embedded_clusters,
+    free_port,
+    replicator_environment,
+)
 from replicator.spark.backfill import BackfillResult, run_backfill
 from replicator.spark.frames import ClusterInput
 from replicator.spark.kafka_source import spark_options
 from replicator.spark.session import kafka_format, spark_session
+from replicator.topics import snapshot
 
 SUFFIX = "_REPLICA"
 
@@ -81,7 +86,7 @@ def backfill(
 def audit(brokers: dict[str, EmbeddedBroker], master: str, records: int) -> dict[str, Any]:
     """``replicator audit --topic orders`` in its own process, timed from its start."""
     env = {**os.environ, **replicator_environment("dc1", brokers, free_port())}
-    command = [sys.executable, "-m", "replicator.cli", "audit", "--topic", "orders"]
+    command = [sys.executable, "-m", "replicator", "audit", "--topic", "orders"]
     began = time.monotonic()
     done = subprocess.run(
         [*command, "--master", master, "--json", "-"],

@@ -2,8 +2,8 @@
 
 Every failure the data path can meet is one of these. Each carries a ``retriable`` flag: callers ask
 it instead of matching exception types. aiokafka's exceptions are translated into this tree at one
-boundary, :func:`replicator.kafka.translate`. ``retriable`` says whether the same attempt may
-succeed later without anyone changing anything::
+boundary, :func:`replicator.kafka.clients.translate`. ``retriable`` says whether the same attempt
+may succeed later without anyone changing anything::
 
     ReplicatorError           base of all; retriable: no (subclasses say otherwise)
       ConfigError             invalid configuration, naming the variable (exit 2); no
@@ -20,7 +20,27 @@ succeed later without anyone changing anything::
                               source; no: an operator must change it (the partition is blocked)
       RecordRefused           the destination refused a record or batch for good (too large,
                               invalid, policy); no
+      OutcomeUnknown          a batch was sent but whether the destination wrote it is unknown
+                              (or it was queued behind such a batch); no: the partition resumes
+                              from the destination's tail instead of retrying
       KafkaFailure            any other client error; per instance, the client's own flag
+      Unanswered              a coalesced request's answer left out a key it was asked (a bug in
+                              the batch function); no
+      ProvenanceError         a provenance header present but unreadable or repeated (also a
+                              ValueError); no: the record is counted as malformed
+      StaleSyncPoint          a failover sync point describes a target partition replaced or cut
+                              short since; no
+      FailoverRefused         a group cannot be moved as asked (active members in the target,
+                              nothing to move from); no
+      PropertiesError         a Java .properties file Java would refuse (also a ValueError); no
+      EmbeddedBrokerError     an embedded broker (demo, sandbox, tests) could not be found or did
+                              not start; no
+    Stopped                   not an error: a stop came first and the work was abandoned
+                              (:func:`replicator.lifecycle.unless_stopped`); never retried, never
+                              reported
+
+Every exception class of the product is defined here (a unit test checks it); modules raise
+them, never a bare ``RuntimeError`` for a condition an operator or a caller must tell apart.
 """
 
 from __future__ import annotations
@@ -84,12 +104,46 @@ class RecordRefused(ReplicatorError):
     """The destination refused a record or batch for good (too large, invalid, policy)."""
 
 
+class OutcomeUnknown(ReplicatorError):
+    """A batch was sent but whether the destination wrote it is unknown (or a batch queued
+    behind one that was): the partition resumes from the destination's tail."""
+
+
 class KafkaFailure(ReplicatorError):
     """Any other error reported by a Kafka client, with its retriable flag preserved."""
 
     def __init__(self, message: str, *, retriable: bool) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class Unanswered(ReplicatorError, LookupError):
+    """A round's answer did not mention a key it was asked for (a bug in the batch function)."""
+
+
+class ProvenanceError(ReplicatorError, ValueError):
+    """A provenance header is present but unreadable or repeated."""
+
+
+class StaleSyncPoint(ReplicatorError):
+    """A sync point describes a target partition that was replaced or cut short since."""
+
+
+class FailoverRefused(ReplicatorError):
+    """The group cannot be moved as asked (active members in the target, nothing to move from)."""
+
+
+class PropertiesError(ReplicatorError, ValueError):
+    """A properties file that Java would refuse (a malformed ``\\uXXXX`` escape)."""
+
+
+class EmbeddedBrokerError(ReplicatorError, RuntimeError):
+    """The embedded broker could not be found or did not start."""
+
+
+class Stopped(Exception):
+    """What :func:`replicator.lifecycle.unless_stopped` raises when stop came first (the work was
+    cancelled). Not a :class:`ReplicatorError`: no handler of failures may take it for one."""
 
 
 def first_error(exc: BaseException) -> BaseException:

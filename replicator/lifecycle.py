@@ -1,7 +1,7 @@
 """Waiting and closing in long-lived tasks: sleep until the stop event, close clients quietly,
 abandon a call on stop, and how long an idle fetch waits.
 
-Retrying is :mod:`replicator.retry`."""
+Retrying is :mod:`replicator.kafka.retry`."""
 
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ from typing import TypeVar
 
 import structlog
 
+from replicator.errors import Stopped
+
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-
-
-class Stopped(Exception):
-    """What :func:`unless_stopped` raises when stop came first (the work was cancelled)."""
 
 
 async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T:

@@ -7,7 +7,7 @@ This package owns the translation of
 - a MirrorMaker 2 ``connect-mirror-maker.properties`` file: :func:`mm2_translation`
 
 into ``REPLICATOR_*`` environment variables, validated by
-:func:`replicator.settings.load_settings` like any other environment. It runs nothing and
+:func:`replicator.config.settings.load_settings` like any other environment. It runs nothing and
 connects to nothing; the CLI (``replicator mirror-maker``, ``replicator mm2``) runs the service
 with the result.
 
@@ -19,7 +19,8 @@ translated variables are re-attributed to the option or property that produced t
 (:attr:`Translation.origins`). SASL passwords never appear in notes or errors, and
 :meth:`Translation.shown_env` masks them.
 
-Modules: ``translation`` (the result and its builder), ``names`` (aliases, flow names),
+Modules: ``translation`` (the result and its builder), ``properties`` (Java ``.properties`` files,
+read as Java reads them), ``names`` (aliases, flow names),
 ``values`` (files, booleans, numbers), ``regex`` (topic rules), ``connection`` (one cluster's
 connection), ``clients`` (client properties), ``mm1`` and ``mm2`` (the two inputs),
 ``mm2_heartbeats`` (MirrorMaker 2's heartbeat properties).

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from replicator.config.settings import DEFAULT_TOPICS_EXCLUDE
 from replicator.errors import ConfigError
 from replicator.mirrormaker.connection import CONNECTION_KEYS, Cluster, Offer
 from replicator.mirrormaker.translation import Builder
 from replicator.mirrormaker.values import parse_bool, parse_int
-from replicator.settings import DEFAULT_TOPICS_EXCLUDE
 
 _COMMIT_NOTE = (
     "offsets are committed only for records the target acknowledged, every "

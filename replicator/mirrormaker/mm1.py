@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from replicator.config.settings import is_host_port
 from replicator.errors import ConfigError
 from replicator.mirrormaker.clients import Client, client_property
 from replicator.mirrormaker.connection import Cluster, cluster_env
@@ -24,7 +25,6 @@ from replicator.mirrormaker.names import flow_name, normalise_alias, unique
 from replicator.mirrormaker.regex import INTERNAL_NOTE, exclusion, java_regex
 from replicator.mirrormaker.translation import Builder, Translation, flow_var
 from replicator.mirrormaker.values import load_properties, parse_bool, parse_int
-from replicator.settings import is_host_port
 
 # MirrorMaker 1's group when the consumer config names none (its Java consumer would refuse).
 DEFAULT_GROUP = "mirrormaker"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 import warnings
 
+from replicator.config.settings import DEFAULT_TOPICS_EXCLUDE, split_outside, topic_regex
 from replicator.errors import ConfigError
 from replicator.mirrormaker.translation import Builder
-from replicator.settings import DEFAULT_TOPICS_EXCLUDE, split_outside, topic_regex
 
 
 def _alternatives(regex: str) -> list[str]:

@@ -17,8 +17,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from replicator.config.settings import ENV_PREFIX, NESTED_DELIMITER, Settings, load_settings
 from replicator.errors import ConfigError
-from replicator.settings import ENV_PREFIX, NESTED_DELIMITER, Settings, load_settings
 
 _SECRET_SUFFIX = NESTED_DELIMITER + "SASL_PASSWORD"
 # Cluster settings a MirrorMaker configuration cannot give: taken from the operator's environment.

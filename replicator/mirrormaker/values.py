@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replicator import properties
-from replicator.errors import ConfigError
+from replicator.errors import ConfigError, PropertiesError
+from replicator.mirrormaker import properties
 
 
 def load_properties(path: Path, origin: str) -> dict[str, str]:
@@ -20,7 +20,7 @@ def load_properties(path: Path, origin: str) -> dict[str, str]:
         raise ConfigError(origin, f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(origin, f"{path} is not a UTF-8 text file") from None
-    except properties.PropertiesError as exc:
+    except PropertiesError as exc:
         raise ConfigError(origin, f"{path}: {exc}") from None
 
 

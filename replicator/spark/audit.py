@@ -2,7 +2,7 @@
 
 From one snapshot of every cluster (exact offset ranges, taken first), reads each ``X_REPLICA``
 (what applications published) and each ``X`` (what the clusters hold), applies the loop rule
-(:mod:`replicator.provenance`) to every source record, matches the records of ``X`` to their
+(:mod:`replicator.model.provenance`) to every source record, matches the records of ``X`` to their
 source by provenance (origin cluster, partition, offset; the provenance must name ``X_REPLICA``),
 and reports, per cluster, topic, partition and origin:
 
@@ -40,7 +40,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
-from replicator.provenance import HEADER_NAMES, Marking
+from replicator.model.provenance import HEADER_NAMES, Marking
 from replicator.spark.frames import (
     REPLICATED,
     ClusterInput,
@@ -50,7 +50,7 @@ from replicator.spark.frames import (
     read_snapshot,
     real_topic,
 )
-from replicator.spark.metrics import reading_seconds, stage_times
+from replicator.spark.stage_times import reading_seconds, stage_times
 
 COUNTS = (
     "expected",
@@ -246,7 +246,8 @@ def _report(
 @dataclass(frozen=True)
 class Route:
     """One flow's source topic, and the topic of its target that holds its copies: what the
-    audit of flows compares (``marks``: the flow's home marks, :mod:`replicator.provenance`)."""
+    audit of flows compares (``marks``: the flow's home marks,
+    :mod:`replicator.model.provenance`)."""
 
     source: str
     topic: str
@@ -263,7 +264,7 @@ def narrowed_flows(
     in.
 
     A record of a flow's source topic is expected in each target the flow's loop rule sends it
-    to (:func:`replicator.provenance.marking` with the flow's home: a record naming its own
+    to (:func:`replicator.model.provenance.marking` with the flow's home: a record naming its own
     topic is a copy from elsewhere, a renamed copy of the target's data goes not back there);
     one no flow sends anywhere is not counted (identity flows both ways read each other's
     copies: by design, not a fault), unless its provenance is malformed. A record of a flow's

@@ -2,8 +2,8 @@
 
 Reads one cluster's ``X_REPLICA`` topics over an exact range (the log start, or the first record
 at or after a timestamp, up to a snapshot of the log end taken when the job starts), applies the
-loop rule (:mod:`replicator.provenance`) to every record as the live replicator does, and writes
-what it replicates to ``X`` on each destination, into the same partition number and in source
+loop rule (:mod:`replicator.model.provenance`) to every record as the live replicator does, and
+writes what it replicates to ``X`` on each destination, into the same partition number and in source
 order, with exactly the headers the live replicator writes: untagged records get
 ``replicator: <source>/X_REPLICA/<p>/<o>`` after their own headers; derived records (provenance
 naming another topic, or only ``replicator-upstream``) get their own headers, the provenance they
@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
-from replicator.provenance import Marking
+from replicator.model.provenance import Marking
 from replicator.spark.frames import (
     REPLICATED,
     ClusterInput,

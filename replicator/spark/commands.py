@@ -23,20 +23,20 @@ from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.table import Table
 
-from replicator import snapshot
+from replicator.config.settings import Settings
+from replicator.config.topology import Leg, TopicRules, feeds_for
 from replicator.errors import ReplicatorError, TopicMissing
-from replicator.kafka import ClusterClient, client_options
-from replicator.logs import configure_logging
-from replicator.retry import retrying
-from replicator.settings import Settings
+from replicator.kafka.clients import ClusterClient, client_options
+from replicator.kafka.retry import retrying
 from replicator.spark.audit import COUNTS, AuditReport, Route, run_audit, run_flow_audit
 from replicator.spark.backfill import BackfillResult, hand_over, run_backfill
 from replicator.spark.frames import ClusterInput
 from replicator.spark.kafka_source import spark_options
 from replicator.spark.progress import spark_progress
 from replicator.spark.session import kafka_format, spark_session
-from replicator.topics import ClusterAdmin, TopicProvisioner
-from replicator.topology import Leg, TopicRules, feeds_for
+from replicator.telemetry.logs import configure_logging
+from replicator.topics import snapshot
+from replicator.topics.provisioning import ClusterAdmin, TopicProvisioner
 
 err = Console(stderr=True)
 EXIT_CONFIG = 2  # the job was pointed at nothing: named, never reported as success

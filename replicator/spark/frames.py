@@ -1,8 +1,8 @@
 """DataFrames of Kafka snapshots, and provenance as Spark columns (the jobs' shared vocabulary).
 
-The columns here are the Spark form of :mod:`replicator.provenance` (same header, same grammar,
-same loop rule), built from Spark's own functions so the jobs stay columnar: no Python UDF.
-tests/unit/test_spark_provenance.py checks them against that module, case by case.
+The columns here are the Spark form of :mod:`replicator.model.provenance` (same header, same
+grammar, same loop rule), built from Spark's own functions so the jobs stay columnar: no Python UDF.
+tests/unit/spark/test_provenance.py checks them against that module, case by case.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StructType
 
-from replicator.provenance import HEADER_NAMES, ORIGIN, UPSTREAM, VALUE_PATTERN, Marking
-from replicator.snapshot import Range
+from replicator.model.provenance import HEADER_NAMES, ORIGIN, UPSTREAM, VALUE_PATTERN, Marking
 from replicator.spark.kafka_source import SCHEMA, offsets_json
+from replicator.topics.snapshot import Range
 
 # The columns read_snapshot gives (the read schema without timestampType), also when empty.
 _EMPTY = StructType([f for f in SCHEMA.fields if f.name != "timestampType"])
@@ -98,10 +98,10 @@ def parsed(frame: DataFrame) -> DataFrame:
 
     Adds ``p_count`` (how many ``replicator`` headers), ``p_tagged`` (any provenance header,
     ``replicator`` or ``replicator-upstream``), ``p_valid`` (exactly one ``replicator`` header,
-    which :func:`replicator.provenance.decode` accepts) and its fields ``o_cluster``,
+    which :func:`replicator.model.provenance.decode` accepts) and its fields ``o_cluster``,
     ``o_topic``, ``o_partition``, ``o_offset``: all four null unless valid (no such header, a
     value that does not parse or whose partition or offset is out of range, or more than one),
-    as :func:`replicator.provenance.parse` decides. Each step is its own projection, so Spark
+    as :func:`replicator.model.provenance.parse` decides. Each step is its own projection, so Spark
     evaluates the header search and the pattern once per record, not once per use.
     """
     values = frame.withColumns(
@@ -147,10 +147,10 @@ def origin_columns() -> list[Column]:
 
 
 def marking(topic: str = "topic") -> Column:
-    """The loop rule (:func:`replicator.provenance.marking`) for a record read from ``topic``,
+    """The loop rule (:func:`replicator.model.provenance.marking`) for a record read from ``topic``,
     over a :func:`parsed` frame.
 
-    A :class:`~replicator.provenance.Marking` value: ``untagged`` (no provenance header),
+    A :class:`~replicator.model.provenance.Marking` value: ``untagged`` (no provenance header),
     ``derived`` (provenance naming another topic, or only ``replicator-upstream``), ``loop``
     (provenance naming ``topic`` itself, of any cluster) or ``malformed_provenance``.
     """
@@ -193,7 +193,7 @@ def with_provenance(alias: str) -> Column:
     The application's own headers, in order (provenance headers removed), then, for a derived
     record, the ``replicator`` value it carried as ``replicator-upstream``, then its own
     ``replicator: <alias>/<topic>/<partition>/<offset>``: what
-    :meth:`replicator.provenance.Tagger.retag` returns. Meaningful only for records the loop
+    :meth:`replicator.model.provenance.Tagger.retag` returns. Meaningful only for records the loop
     rule replicates (:data:`REPLICATED`).
     """
 

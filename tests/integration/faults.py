@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from replicator.embedded import EmbeddedBroker, free_port
+from replicator.devtools.embedded import EmbeddedBroker, free_port
 
 
 @dataclass

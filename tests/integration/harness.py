@@ -30,8 +30,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from replicator.embedded import EmbeddedBroker, free_port
-from replicator.readback import StoredRecord, read_topic
+from replicator.devtools.embedded import EmbeddedBroker, free_port
+from replicator.kafka.readers import StoredRecord, read_topic
 
 BACKEND = os.environ.get("REPLICATOR_TEST_BROKER", "embedded")
 
@@ -504,6 +504,56 @@ def feed_status(process: ReplicatorProcess) -> dict[str, Any] | None:
         return None
     feed = body.get("source_feed") if isinstance(body, dict) else None
     return feed if isinstance(feed, dict) else None
+
+
+def settled(*processes: ReplicatorProcess) -> Callable[[], bool]:
+    """Whether every leg of every process has committed every source record it fetched (lag 0,
+    none unknown, every partition replicating; heartbeat topics aside, which flow on their own
+    interval): nothing more is written until more records are produced. The condition an
+    exact count waits for, instead of a fixed sleep ("a duplicate would have arrived by now")."""
+
+    def check() -> bool:
+        for process in processes:
+            try:
+                _, body = process.get("/status")
+            except (OSError, ValueError):
+                return False
+            legs = body.get("legs") if isinstance(body, dict) else None
+            if not legs:
+                return False
+            for leg in legs:
+                lag = leg["lag"]
+                beating = sum(
+                    t["records"] for t in lag["topics"] if t["topic"].endswith("heartbeats")
+                )
+                if lag["partitions_unknown"] or lag["records"] - beating:
+                    return False
+                states = leg["partition_states"]
+                if any(n for state, n in states.items() if state != "replicating"):
+                    return False
+                if not leg["connected"]:
+                    return False
+        return True
+
+    return check
+
+
+def wait_settled(*processes: ReplicatorProcess, timeout: float = 60.0) -> None:
+    """Wait until :func:`settled` holds on three polls in a row (a fetch answered in between:
+    a source log end learnt late cannot pass for an idle leg)."""
+    streak = 0
+
+    def steady() -> bool:
+        nonlocal streak
+        streak = streak + 1 if settled(*processes)() else 0
+        return streak >= 3
+
+    wait_until(
+        steady,
+        timeout,
+        "every leg to commit what it read",
+        lambda: "\n".join(json.dumps(p.get("/status")[1].get("legs"))[:3000] for p in processes),
+    )
 
 
 def assigned_partitions(process: ReplicatorProcess) -> int | None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from replicator.embedded import EmbeddedBroker
+from replicator.devtools.embedded import EmbeddedBroker
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
     Broker,

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from replicator.embedded import free_port
+from replicator.devtools.embedded import free_port
 from tests.integration.harness import (
     Start,
     holds,

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from replicator.readback import StoredRecord
+from replicator.kafka.readers import StoredRecord
 from tests.integration.harness import (
     Broker,
     ReplicatorProcess,

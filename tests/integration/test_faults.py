@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from replicator.embedded import EmbeddedBroker
+from replicator.devtools.embedded import EmbeddedBroker
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.faults import FaultProxy, behind_proxy
 from tests.integration.harness import (
@@ -34,6 +34,7 @@ from tests.integration.harness import (
     read,
     replicator_env,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 
@@ -263,7 +264,7 @@ def test_sigterm_with_a_black_holed_remote_exits_within_the_grace(
         again = replicators("dc1", env)
         again.wait_ready()
         wait_until(holds(dc2, "orders", 3_300), 60, "dc2 complete after the restart", again.log)
-        time.sleep(1.0)
+        wait_settled(again)
         check_replica(local, local)
         report = check_replica(local, dc2)
         assert not report.duplicates and count(dc2, "orders") == 3_300, report
@@ -326,18 +327,18 @@ def test_a_destination_restarted_empty_is_refilled(replicators: Start) -> None:
     with remote_behind_proxy(replicators, idempotence=idempotence) as (local, dc2, _, dc1):
         produce(local, "orders_REPLICA", 600, 3)
         wait_until(holds(dc2, "orders", 600), 30, "first records on dc2", dc1.log)
-        time.sleep(2.5)  # committed (every second), then the marks saved
+        wait_settled(dc1)  # committed, with the marks saved
         dc2.stop()
         dc2.start()
         produce(local, "orders_REPLICA", 600, 3, tag="-after")
         wait_until(holds(dc2, "orders", 1_200), 60, "dc2 refilled while running", dc1.log)
-        time.sleep(1.0)
+        wait_settled(dc1)
         check_replica(local, dc2)
         assert dc1.metric("replicator_destination_partitions_replaced_total") == 3
         assert dc1.metric("replicator_records_replayed_total", leg="dc1->dc2") == 600
         assert dc1.metric("replicator_records_lost_total") == 0
         assert dc1.get("/readyz")[0] == 200
-        time.sleep(1.5)  # the replay's offsets committed
+        wait_settled(dc1)  # the replay's offsets committed
         assert dc1.stop() == 0
 
         dc2.stop()
@@ -346,7 +347,7 @@ def test_a_destination_restarted_empty_is_refilled(replicators: Start) -> None:
         again = replicators("dc1", env)
         again.wait_ready()
         wait_until(holds(dc2, "orders", 1_200), 60, "dc2 refilled after a restart", again.log)
-        time.sleep(1.0)
+        wait_settled(again)
         check_replica(local, dc2)
         check_replica(local, local)
         assert count(dc2, "orders") == 1_200

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
-from replicator.batching import place
-from replicator.readback import StoredRecord
+from replicator.kafka.readers import StoredRecord
+from replicator.model.batching import place
 from tests.integration.faults import behind_proxy
 from tests.integration.harness import (
     Broker,
@@ -30,6 +30,7 @@ from tests.integration.harness import (
     replicator_env,
     run,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 
@@ -102,7 +103,7 @@ def test_each_naming_policy_copies_exactly_and_one_source_feeds_several_targets(
         }
         for (alias, topic), records in expected.items():
             wait_until(holds(brokers[alias], topic, len(records)), 60, f"{topic} on {alias}")
-        time.sleep(1.0)  # anything extra (a duplicate) would have arrived by now
+        wait_settled(process)  # anything extra (a duplicate) is written by then
         for (alias, topic), records in expected.items():
             stored = read(brokers[alias], topic)
             assert len(stored) == len(records), (alias, topic)
@@ -167,7 +168,7 @@ def test_same_name_active_active_copies_each_record_once_everywhere(
         total = sum(len(records) for records in sent.values())
         for alias, broker in brokers.items():
             wait_until(holds(broker, "orders", total), 90, f"orders on {alias}")
-        time.sleep(2.0)  # a loop or a duplicate would show as extra records by now
+        wait_settled(*processes)  # a loop or a duplicate is written by then
         for alias, broker in brokers.items():
             stored = read(broker, "orders")
             assert len(stored) == total, f"{alias}: {len(stored)} records, expected {total}"
@@ -304,7 +305,7 @@ def test_records_are_placed_by_key_where_partition_numbers_are_not_kept(
         for topic, partitions in (("orders", 2), ("payments", 4)):
             source = read(dc1, topic)
             wait_until(holds(dc2, topic, len(source)), 90, f"{topic} on dc2")
-            time.sleep(1.0)
+            wait_settled(process)
             stored = read(dc2, topic)
             assert len(stored) == len(source), f"{topic}: {len(stored)} for {len(source)}"
             wanted = {(r.partition, r.offset): r for r in source}
@@ -348,7 +349,7 @@ def test_a_copy_an_application_republished_with_its_headers_never_positions_a_re
         dc1.wait_ready()
         sent = produce(brokers["dc1"], source, 400, partitions=2)
         wait_until(holds(brokers["dc2"], "orders", 400), 60, "first copies on dc2", dc1.log)
-        time.sleep(2.0)  # committed, marks saved
+        wait_settled(dc1)  # committed, marks saved
         copies = [r for r in read(brokers["dc2"], "orders") if r.provenance is not None]
         republished = [
             Sent("orders", c.partition, -1, c.key, c.value, (*c.headers, ("republished", b"1")),
@@ -366,7 +367,7 @@ def test_a_copy_an_application_republished_with_its_headers_never_positions_a_re
         dc1 = replicators("dc1", env)
         dc1.wait_ready()
         wait_until(holds(brokers["dc2"], "orders", 604), 60, "every copy on dc2", dc1.log)
-        time.sleep(2.0)  # a duplicate would show by now
+        wait_settled(dc1)  # a duplicate is written by then
         stored = read(brokers["dc2"], "orders")
         assert len(stored) == 604, f"{len(stored) - 604} records too many"
         replicated = [r for r in stored if ("republished", b"1") not in r.headers]

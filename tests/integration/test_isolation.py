@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replicator.embedded import EmbeddedBroker
+from replicator.devtools.embedded import EmbeddedBroker
 from tests.integration.harness import (
     BACKEND,
     Start,

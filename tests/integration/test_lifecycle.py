@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from replicator.topics import describe_partitions
+from replicator.topics.provisioning import describe_partitions
 from tests.integration.harness import (
     ReplicatorProcess,
     Start,

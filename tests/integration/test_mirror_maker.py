@@ -13,12 +13,11 @@ import json
 import re
 import shlex
 import struct
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from replicator.readback import StoredRecord
+from replicator.kafka.readers import StoredRecord
 from tests.integration.harness import (
     Broker,
     Start,
@@ -31,6 +30,7 @@ from tests.integration.harness import (
     replicator_cli,
     run,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 from tests.integration.test_flows import assert_copied
@@ -124,7 +124,7 @@ def test_mirror_maker_1_command_line_aggregates_two_sources_into_one_target(
         sent = {alias: produce(brokers[alias], "app_log", 120, partitions=3) for alias in sources}
         target = brokers["dc3"]
         wait_until(holds(target, "app_log", 240), 60, "both sources in dc3's app_log")
-        time.sleep(1.0)
+        wait_settled(process)
         stored = read(target, "app_log")
         assert len(stored) == 240
         for alias, origin in sources.items():
@@ -166,7 +166,7 @@ def test_go_mirror_maker_command_line_prefixes_the_target_topics(
         }
         for topic, records in sent.items():
             wait_until(holds(brokers["dc2"], f"dc1_{topic}", len(records)), 60, f"dc1_{topic}")
-        time.sleep(1.0)
+        wait_settled(process)
         for topic, records in sent.items():
             stored = read(brokers["dc2"], f"dc1_{topic}")
             assert len(stored) == len(records)
@@ -226,7 +226,7 @@ def test_mirror_maker_2_file_runs_its_flow_with_mm2_names(
         # The flow's heartbeat age comes from that copy: its path is proven end to end.
         wait_until(lambda: heartbeat_status()["age_seconds"] is not None, 30, "heartbeat age")
         assert heartbeat_status()["target_topic"] == "source.heartbeats"
-        time.sleep(1.0)
+        wait_settled(process)
         stored = read(destination, renamed)
         assert len(stored) == len(sent) + len(later)
         assert_copied(stored, sent + later, "source")

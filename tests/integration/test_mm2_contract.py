@@ -34,7 +34,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from replicator.readback import StoredRecord
+from replicator.kafka.readers import StoredRecord
 from tests.integration.harness import (
     Broker,
     ReplicatorProcess,
@@ -48,11 +48,12 @@ from tests.integration.harness import (
     read,
     run,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 from tests.integration.test_failover import consume
 from tests.integration.test_flows import run_topics as topics
-from tests.unit.test_checkpoints import read_mm2
+from tests.unit.failover.test_checkpoints import read_mm2
 
 NUM_PARTITIONS = 10
 NUM_RECORDS_PER_PARTITION = 10
@@ -487,7 +488,7 @@ def test_three_nodes_share_a_flow_and_survive_a_rolling_restart_as_mm2_tests_it(
 
         for topic, records in sent.items():
             wait_until(holds(brokers["B"], f"A.{topic}", len(records)), 60, f"A.{topic}")
-        time.sleep(1.0)  # anything written twice would be there by now
+        wait_settled(*nodes)  # anything written twice is there by then
         for topic, records in sent.items():
             check = oracle(records, read(brokers["B"], f"A.{topic}"), "a")
             assert not check.missing and check.duplicates == 0 and not check.out_of_order, check

@@ -11,10 +11,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from replicator.embedded import EmbeddedBroker, free_port
-from replicator.readback import read_topic
-from replicator.settings import load_settings
-from replicator.topics import topic_configs
+from replicator.config.settings import load_settings
+from replicator.devtools.embedded import EmbeddedBroker, free_port
+from replicator.kafka.readers import read_topic
+from replicator.topics.provisioning import topic_configs
 from tests.integration.harness import (
     Start,
     admin_client,

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import DuplicateSequenceNumber
 from aiokafka.protocol.produce import ProduceRequest
 
-from replicator.kafka import committed_offsets
-from replicator.producer import idempotent, make_producer
-from replicator.provenance import Provenance, Tagger
-from replicator.resume import DestinationTail, Tail
-from replicator.settings import load_settings
+from replicator.config.settings import load_settings
+from replicator.kafka.clients import committed_offsets
+from replicator.kafka.producer import idempotent, make_producer
+from replicator.model.provenance import Provenance, Tagger
+from replicator.replication.resume import DestinationTail, Tail
 from tests.integration.harness import (
     Broker,
     Sent,
@@ -27,6 +25,7 @@ from tests.integration.harness import (
     replicator_env,
     run,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 
@@ -139,7 +138,7 @@ def test_marks_are_saved_in_the_destination_and_a_restart_writes_nothing_twice(
         dc1.wait_ready()
         for broker in brokers.values():
             wait_until(holds(broker, "orders", 450), 60, f"{broker.alias} complete", dc1.log)
-        time.sleep(1)
+        wait_settled(dc1)
         for broker in brokers.values():
             report = oracle(read(local, "orders_REPLICA"), read(broker, "orders"), "dc1")
             assert not report.missing and not report.duplicates, f"{broker.alias}: {report}"

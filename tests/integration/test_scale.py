@@ -17,7 +17,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from replicator.embedded import EmbeddedBroker
+from replicator.devtools.embedded import EmbeddedBroker
 from tests.integration.faults import freeze, kill_broker, thaw
 from tests.integration.harness import (
     BACKEND,

@@ -12,13 +12,12 @@ by several tasks.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from replicator.provenance import ORIGIN, Provenance, Tagger
+from replicator.model.provenance import ORIGIN, Provenance, Tagger
 from tests.integration.harness import (
     Sent,
     Start,
@@ -32,6 +31,7 @@ from tests.integration.harness import (
     replicator_env,
     run,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 
@@ -130,7 +130,7 @@ def test_backfill_copies_exactly_then_hands_over_to_the_live_replicator(
         more = produce(local, "orders_REPLICA", 300, partitions=3, tag="-live")
         wait_until(holds(remote, "orders", 3301), 60, "live records on dc2", dc1.log)
         wait_until(holds(local, "orders", 3301), 60, "dc1's own topic", dc1.log)
-        time.sleep(1)
+        wait_settled(dc1)
         assert len(read(remote, "orders")) == 3301
         final = oracle(sent + more, read(remote, "orders"), "dc1")
         assert not final.missing and not final.duplicates and not final.out_of_order, final

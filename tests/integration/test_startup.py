@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from replicator.readback import StoredRecord, read_topics
+from replicator.kafka.readers import StoredRecord, read_topics
 from tests.integration.faults import FaultProxy, behind_proxy
 from tests.integration.harness import (
     BACKEND,

@@ -9,11 +9,12 @@ records published again into their own replica topic.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 
-from replicator import provenance
-from replicator.readback import StoredRecord
+from replicator.kafka.readers import StoredRecord
+from replicator.model import provenance
 from tests.integration.harness import (
+    ReplicatorProcess,
     Sent,
     Start,
     count,
@@ -24,6 +25,7 @@ from tests.integration.harness import (
     read,
     replicator_env,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 from tests.integration.test_two_way import assert_exact_replica
@@ -84,7 +86,7 @@ def test_rules_as_written_select_exactly_and_derived_records_are_new_data(
 
         for broker in brokers.values():
             wait_until(holds(broker, "enriched", 200), 60, f"enriched on {broker.alias}")
-        time.sleep(2)  # anything mirrored twice, back, or from a rejected topic arrives by now
+        wait_settled(dc1, dc2)  # anything mirrored twice, back, or from a rejected topic is in
         for broker in brokers.values():
             assert_exact_replica(read(broker, "orders"), orders, "orders")
             assert_exact_replica(read(broker, "payments"), payments, "payments")
@@ -99,7 +101,17 @@ def test_rules_as_written_select_exactly_and_derived_records_are_new_data(
             assert dc2.metric(skipped, leg=leg, reason="malformed_provenance") == 5
             assert dc2.metric("replicator_records_derived_total", leg=leg) == 0
 
-        # Why each replica topic is or is not replicated: /status and the metric.
+        # Why each replica topic is or is not replicated: /status and the metric, once each
+        # replicator's topic listing has seen every topic.
+        def listed(process: ReplicatorProcess, why: str) -> Callable[[], bool]:
+            def check() -> bool:
+                rejected = process.get("/status")[1]["topics"]["rejected"]
+                return "audit_REPLICA" in rejected.get(why, ())
+
+            return check
+
+        wait_until(listed(dc1, "not_included"), 30, "audit_REPLICA not included by dc1")
+        wait_until(listed(dc2, "excluded"), 30, "audit_REPLICA excluded by dc2")
         topics = dc1.get("/status")[1]["topics"]
         assert topics["replicated"] == ["enriched_REPLICA", "orders_REPLICA", "payments_REPLICA"]
         assert topics["rejected"]["not_included"] == ["audit_REPLICA"]

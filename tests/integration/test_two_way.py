@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections import Counter, defaultdict
 
-from replicator import provenance
-from replicator.provenance import Provenance
-from replicator.readback import StoredRecord
+from replicator.kafka.readers import StoredRecord
+from replicator.model import provenance
+from replicator.model.provenance import Provenance
 from tests.integration.harness import (
     ReplicatorProcess,
     Sent,
@@ -20,6 +19,7 @@ from tests.integration.harness import (
     read,
     replicator_env,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 
@@ -86,7 +86,7 @@ def test_two_datacenters_replicate_both_ways_exactly_once(replicators: Start) ->
 
         for broker in brokers.values():
             wait_until(holds(broker, "orders", 600), 60, f"orders on {broker.alias}")
-        time.sleep(2)  # anything mirrored back or twice would arrive by now
+        wait_settled(dc1, dc2)  # anything mirrored back or twice is written by then
         for broker in brokers.values():
             assert_exact_replica(read(broker, "orders"), sent, "orders")
             assert count(broker, "internal") == 0, "excluded topic was replicated"
@@ -167,7 +167,7 @@ def test_three_datacenters_each_hold_the_union_and_derived_data_chains(
         for broker in brokers.values():
             wait_until(holds(broker, "summary", 360), 60, f"summary on {broker.alias}")
             wait_until(holds(broker, "derived", 360), 60, f"derived on {broker.alias}")
-        time.sleep(2)
+        wait_settled(*running.values())
         for broker in brokers.values():
             assert_exact_replica(read(broker, "events"), sent, "events")
             assert_exact_replica(read(broker, "derived"), {"dc1": derived}, "derived")

@@ -18,8 +18,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from replicator.metrics import Metrics
-from replicator.settings import Settings, load_settings
+from replicator.config.settings import Settings, load_settings
+from replicator.telemetry.metrics import Metrics
 from tests.unit.deployment import (
     DEPLOY,
     EXAMPLES,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import ssl
+from pathlib import Path
 
 import aiokafka.errors as kerr
 import pytest
@@ -21,8 +23,14 @@ from replicator.errors import (
     TopicMissing,
     TopicRefused,
 )
-from replicator.kafka import broker_error, error_name, translate
-from replicator.topics import creation_failure, describe_errors, partition_shortfall
+from replicator.kafka.clients import broker_error, error_name, translate
+from replicator.topics.provisioning import creation_failure, describe_errors, partition_shortfall
+
+_ERROR_CLASSES = {
+    name
+    for name, value in vars(errors_module).items()
+    if isinstance(value, type) and issubclass(value, BaseException)
+}
 
 
 @pytest.mark.parametrize(
@@ -108,11 +116,32 @@ def test_every_class_is_drawn_in_the_module_docstring() -> None:
     classes = [
         value
         for value in vars(errors_module).values()
-        if isinstance(value, type) and issubclass(value, ReplicatorError)
+        if isinstance(value, type) and issubclass(value, BaseException)
     ]
-    assert len(classes) == 11
+    assert len(classes) == 19
     for cls in classes:
         assert f" {cls.__name__} " in doc, cls.__name__
+    assert not issubclass(errors_module.Stopped, ReplicatorError)  # no failure handler takes it
+
+
+def test_every_exception_class_of_the_product_is_in_the_tree() -> None:
+    """No module defines an exception class of its own: the tree is the whole list."""
+    root = Path(errors_module.__file__).parent
+    elsewhere: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "errors.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                (
+                    isinstance(base, (ast.Name, ast.Attribute))
+                    and ast.unparse(base).split(".")[-1].endswith(("Error", "Exception", "Failure"))
+                )
+                or ast.unparse(base).split(".")[-1] in _ERROR_CLASSES
+                for base in node.bases
+            ):
+                elsewhere.append(f"{path.relative_to(root.parent)}: {node.name}")
+    assert not elsewhere, "exception classes outside replicator/errors.py:\n" + "\n".join(elsewhere)
 
 
 def test_broker_error_codes() -> None:

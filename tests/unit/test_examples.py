@@ -8,10 +8,10 @@ from types import ModuleType
 
 import pytest
 
-from replicator import provenance
-from replicator.provenance import Provenance, Tagger
-from replicator.settings import SecurityProtocol, load_settings
-from replicator.topology import TopicRules, legs_for
+from replicator.config.settings import SecurityProtocol, load_settings
+from replicator.config.topology import TopicRules, legs_for
+from replicator.model import provenance
+from replicator.model.provenance import Provenance, Tagger
 from tests.unit.deployment import EXAMPLES, env_file
 
 

@@ -1,0 +1,351 @@
+"""Operator commands: ``replicator check-config``, ``replicator lag``, ``replicator topics ensure``.
+
+``check-config`` validates the environment, checks that the HTTP server could listen on its
+address (as ``run`` would), connects to every cluster (naming the addresses it could not reach),
+prints the effective configuration with secrets masked, and for each feed (the ``_REPLICA``
+mode's, each flow's) which of its source cluster's topics the rules replicate and why the others
+are left out. ``lag`` shows, per leg (flows' legs included), topic and partition, the leg's
+committed offset, the source log end and the difference, read from the clusters themselves (the
+successor of MirrorMaker's offset checker, like ``kafka-consumer-groups --describe``), and warns
+when the rules select no topic.
+``topics ensure`` creates the ``X_REPLICA`` and ``X`` pair of a topic on every cluster with the
+same partition count and configuration, and reports pairs that cannot match; it refuses names
+that are not Kafka topic names or that already carry the replica suffix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from rich.console import Console
+from rich.table import Table
+
+from replicator.config.settings import Settings
+from replicator.config.topology import FeedPlan, Rejection, TopicRules, TopicSelection, feeds_for
+from replicator.kafka.clients import ClusterClient, client_options, translate
+from replicator.service.http import listen_problem
+from replicator.topics.provisioning import (
+    TopicSpec,
+    create_topic,
+    describe_partitions,
+    replication_factor,
+)
+from replicator.topics.snapshot import snapshot, topic_selection
+
+_CHECK_TIMEOUT_S = 15.0
+_LISTED_MAX = 20  # names shown of the topics that are not replica topics at all
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def rules_text(rules: TopicRules, feed: str = "replica") -> str:
+    """The topic rules as the user configured them (regexes after comma lists are joined)."""
+    if rules.suffix is None:
+        prefix = f"REPLICATOR_FLOWS__{feed.upper()}__"
+        described = rules.describe()
+        named = ", ".join(
+            f"{k}={v!r}" for k, v in described.items() if k not in ("include", "exclude")
+        )
+        return (
+            f"{prefix}TOPICS_INCLUDE={rules.include.pattern!r}, "
+            f"{prefix}TOPICS_EXCLUDE={rules.exclude.pattern!r}, {named}"
+        )
+    return (
+        f"REPLICATOR_TOPICS_INCLUDE={rules.include.pattern!r}, "
+        f"REPLICATOR_TOPICS_EXCLUDE={rules.exclude.pattern!r}, "
+        f"REPLICATOR_REPLICA_SUFFIX={rules.suffix!r}"
+    )
+
+
+async def _probe_all(settings: Settings) -> dict[str, str | None]:
+    clients = {a: ClusterClient(a, c, settings) for a, c in settings.clusters.items()}
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(*(client.probe() for client in clients.values())), _CHECK_TIMEOUT_S
+        )
+    except TimeoutError:
+        for client in clients.values():
+            if client.error == "not contacted yet":  # its probe was still waiting
+                client.error = (
+                    f"no answer within {_CHECK_TIMEOUT_S:.0f}s from {client.bootstrap_servers}"
+                )
+    finally:
+        await asyncio.gather(*(client.close() for client in clients.values()))
+    return {alias: client.error for alias, client in clients.items()}
+
+
+async def _selection(settings: Settings, plan: FeedPlan) -> TopicSelection:
+    source = settings.clusters[plan.source]
+    return await asyncio.wait_for(
+        topic_selection(client_options(source, settings), plan.rules), _CHECK_TIMEOUT_S
+    )
+
+
+def _print_selection(plan: FeedPlan, selection: TopicSelection) -> None:
+    rules = plan.rules
+    what = "" if not plan.is_flow else f" by flow {plan.name}"
+    print(f"topics of {plan.source}{what} ({rules_text(rules, plan.name)}):")
+    for source in selection.replicated:
+        print(f"  replicated: {source} -> {rules.target(source)}")
+    grouped = selection.by_reason()
+    for reason in Rejection:
+        if reason is Rejection.NOT_A_REPLICA_TOPIC:
+            continue
+        for topic in grouped.get(reason.value, []):
+            print(f"  rejected ({reason.value}): {topic}")
+    others = grouped.get(Rejection.NOT_A_REPLICA_TOPIC.value, [])
+    if others:
+        shown = ", ".join(others[:_LISTED_MAX])
+        more = f" and {len(others) - _LISTED_MAX} more" if len(others) > _LISTED_MAX else ""
+        print(f"  not a replica topic ({len(others)}): {shown}{more}")
+
+
+def _warn_nothing_selected(plan: FeedPlan, selection: TopicSelection) -> None:
+    rules = plan.rules
+    rejected = selection.replica_topics_rejected()
+    if rejected:
+        why = ", ".join(f"{t} ({r.value})" for t, r in sorted(rejected.items()))
+        detail = f"they reject {why}"
+    elif rules.suffix is None:
+        detail = "the cluster holds no topic"
+    else:
+        detail = f"the cluster holds no topic ending in {rules.suffix!r}"
+    what = "replicated" if not plan.is_flow else f"copied by flow {plan.name}"
+    warn(f"no topic of {plan.source} would be {what}: {rules_text(rules, plan.name)}; {detail}")
+
+
+def check_config(settings: Settings, as_json: bool) -> int:
+    """Print the effective configuration, whether the HTTP server could listen, whether each
+    cluster answers and which topics each feed's rules replicate; 0 if the server could listen
+    and every cluster answers, else 2 (as ``run`` exits on an address it cannot listen on)."""
+    address = f"{settings.http_host}:{settings.http_port}"
+    http_error = listen_problem(settings.http_host, settings.http_port)
+    reachable = asyncio.run(_probe_all(settings))
+    selections: dict[str, tuple[FeedPlan, TopicSelection]] = {}
+    for plan in feeds_for(settings):
+        if reachable[plan.source] is not None:
+            continue
+        try:
+            selections[plan.name] = (plan, asyncio.run(_selection(settings, plan)))
+        except Exception as exc:
+            warn(f"could not list the topics of {plan.source}: {translate(exc)}")
+    effective = settings.model_dump(mode="json")  # SecretStr values dump as '**********'
+
+    def shown(selection: TopicSelection) -> dict[str, Any]:
+        return {"replicated": list(selection.replicated), "rejected": selection.by_reason()}
+
+    replica = selections.get("replica") if settings.replica_mode else None
+    document = {
+        "configuration": effective,
+        "http": {
+            "address": address,
+            "listenable": http_error is None,
+            "variable": None if http_error is None else http_error.variable,
+            "error": None if http_error is None else http_error.message,
+        },
+        "clusters": {a: {"reachable": e is None, "error": e} for a, e in reachable.items()},
+        "topics": None if replica is None else shown(replica[1]),
+        "flows": {
+            name: shown(selection) for name, (plan, selection) in selections.items() if plan.is_flow
+        },
+    }
+    if as_json:
+        print(json.dumps(document, indent=2))
+    else:
+        Console().print_json(json.dumps(effective))
+        listening = "can listen" if http_error is None else "CANNOT LISTEN: " + http_error.message
+        print(f"http {address}: {listening}")
+        for alias, error in reachable.items():
+            print(f"cluster {alias}: {'reachable' if error is None else 'UNREACHABLE: ' + error}")
+        for plan, selection in selections.values():
+            _print_selection(plan, selection)
+    for plan, selection in selections.values():
+        if not selection.replicated:
+            _warn_nothing_selected(plan, selection)
+    for alias, cluster in sorted(settings.clusters.items()):
+        if cluster.sends_password_in_clear:
+            warn(
+                f"cluster {alias}: SASL PLAIN without TLS sends the password unencrypted "
+                f"(accepted by REPLICATOR_CLUSTERS__{alias.upper()}__ALLOW_INSECURE_PLAIN)"
+            )
+    if http_error is not None:
+        # The same line, and status, as ``run`` gives for this address.
+        print(f"configuration error: {http_error.variable}: {http_error.message}", file=sys.stderr)
+        return 2
+    return 0 if all(e is None for e in reachable.values()) else 2
+
+
+@dataclass
+class PartitionLag:
+    leg: str
+    group: str
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int
+    lag: int
+
+
+async def _lag(
+    settings: Settings,
+) -> tuple[list[tuple[FeedPlan, TopicSelection]], list[PartitionLag]]:
+    selections: list[tuple[FeedPlan, TopicSelection]] = []
+    rows: list[PartitionLag] = []
+    for plan in feeds_for(settings):
+        client = client_options(settings.clusters[plan.source], settings)
+        selection = await topic_selection(client, plan.rules)
+        selections.append((plan, selection))
+        if not selection.replicated:
+            continue
+        ranges = await snapshot(client, list(selection.replicated))
+        for leg in plan.legs:
+            group = leg.group_id(plan.leg_group_prefix)
+            reader = AIOKafkaConsumer(**client, group_id=group, enable_auto_commit=False)
+            await reader.start()
+            try:
+                for tp, (start, end) in sorted(ranges.items()):
+                    committed = await reader.committed(tp)
+                    behind = end - (committed if committed is not None else start)
+                    rows.append(
+                        PartitionLag(
+                            leg.name, group, tp.topic, tp.partition, committed, end, max(0, behind)
+                        )
+                    )
+            finally:
+                await reader.stop()
+    return selections, rows
+
+
+def lag(settings: Settings, as_json: bool) -> int:
+    """Print each leg's lag per source partition; 0, or 1 when a feed's rules select no topic."""
+    selections, rows = asyncio.run(_lag(settings))
+    status = 0
+    for plan, selection in selections:
+        if not selection.replicated:
+            _warn_nothing_selected(plan, selection)
+            status = 1
+    if as_json:
+        print(json.dumps([asdict(r) for r in rows]))
+        return status
+    table = Table(title="replication lag per leg and source partition")
+    for column in ("leg", "group", "topic", "partition", "committed", "log end", "lag"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        committed = "-" if r.committed is None else str(r.committed)
+        table.add_row(
+            r.leg, r.group, r.topic, str(r.partition), committed, str(r.log_end), str(r.lag)
+        )
+    Console(width=max(Console().width, 110)).print(table)
+    totals: dict[str, Any] = {}
+    for r in rows:
+        totals[r.leg] = totals.get(r.leg, 0) + r.lag
+    print(", ".join(f"{leg}: {total} records behind" for leg, total in totals.items()))
+    return status
+
+
+@dataclass
+class TopicOutcome:
+    cluster: str
+    topic: str
+    partitions: int | None
+    action: str  # created, exists, mismatch, failed
+    detail: str = ""
+
+
+async def _ensure_on(
+    settings: Settings, alias: str, names: list[str], partitions: int, configs: dict[str, str]
+) -> list[TopicOutcome]:
+    client = ClusterClient(alias, settings.clusters[alias], settings)
+    outcomes = []
+    try:
+        admin = await client.admin()
+        existing = await describe_partitions(admin)
+        replication: int | None = None  # asked of the cluster once, when a topic is missing
+        for name in names:
+            if name in existing:
+                have = len(existing[name])
+                if have == partitions:
+                    outcomes.append(TopicOutcome(alias, name, have, "exists"))
+                else:
+                    detail = f"has {have} partitions, the pair needs {partitions}"
+                    outcomes.append(TopicOutcome(alias, name, have, "mismatch", detail))
+                continue
+            if replication is None:
+                configured = settings.destination_replication_factor
+                replication = await replication_factor(admin, configured)
+            errors = await create_topic(admin, TopicSpec(name, partitions, replication, configs))
+            if errors:
+                outcomes.append(TopicOutcome(alias, name, None, "failed", "; ".join(errors)))
+            else:
+                outcomes.append(TopicOutcome(alias, name, partitions, "created"))
+    except Exception as exc:
+        outcomes += [
+            TopicOutcome(alias, n, None, "failed", str(translate(exc)))
+            for n in names
+            if n not in {o.topic for o in outcomes}
+        ]
+    finally:
+        await client.close()
+    return outcomes
+
+
+def topic_name_problem(topic: str, suffix: str) -> str | None:
+    """Why ``topic`` cannot be the real topic X of a pair, or ``None`` when it can."""
+    if topic.endswith(suffix):
+        real = topic[: -len(suffix)] or "<name>"
+        return (
+            f"{topic!r} already ends with the replica suffix {suffix!r}: give the real topic "
+            f"name: {real} (its replica topic is {real}{suffix})"
+        )
+    for name in (topic, topic + suffix):
+        if name in (".", "..") or not _TOPIC_NAME.fullmatch(name):
+            return (
+                f"{name!r} is not a valid Kafka topic name (letters, digits, '.', '_', '-'; "
+                "at most 249 characters; not '.' or '..')"
+            )
+    return None
+
+
+def ensure_topics(
+    settings: Settings, topics: list[str], partitions: int, configs: dict[str, str], as_json: bool
+) -> int:
+    """Create each ``X_REPLICA``/``X`` pair on every cluster; 0 if all match, 1 otherwise.
+
+    A pair the topic rules would not replicate is still created, with a warning saying why.
+    """
+    rules = TopicRules.from_settings(settings)
+    for topic in topics:
+        reason = rules.rejection(topic + settings.replica_suffix)
+        if reason is not None:
+            warn(
+                f"{topic + settings.replica_suffix} will not be replicated with these rules "
+                f"({reason.value}: {rules_text(rules)}); creating the pair anyway"
+            )
+    names = [n for t in topics for n in (t + settings.replica_suffix, t)]
+
+    async def everywhere() -> list[TopicOutcome]:
+        results = await asyncio.gather(
+            *(_ensure_on(settings, a, names, partitions, configs) for a in settings.clusters)
+        )
+        return [o for r in results for o in r]
+
+    outcomes = asyncio.run(everywhere())
+    if as_json:
+        print(json.dumps([asdict(o) for o in outcomes]))
+    else:
+        table = Table(title=f"topics ensured with {partitions} partitions")
+        for column in ("cluster", "topic", "partitions", "action", "detail"):
+            table.add_column(column)
+        for o in outcomes:
+            table.add_row(o.cluster, o.topic, str(o.partitions or "-"), o.action, o.detail)
+        Console(width=max(Console().width, 110)).print(table)
+    return 0 if all(o.action in ("created", "exists") for o in outcomes) else 1

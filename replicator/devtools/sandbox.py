@@ -1,0 +1,130 @@
+"""``replicator sandbox``: local brokers to try the replicator by hand.
+
+Starts one embedded broker per datacenter alias (the same :class:`EmbeddedBroker` the demo uses),
+prints the ``export REPLICATOR_...`` lines that run each datacenter's replicator against them (each
+with its own HTTP port, so all of them run on one host), and keeps the brokers up until SIGINT or
+SIGTERM. The environment goes to stdout, everything else to stderr. The brokers keep data in memory
+only, which is why this is for trials and never for production.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import socket
+import sys
+import threading
+from types import FrameType
+
+from replicator.config.settings import _ALIAS  # the one rule for cluster aliases
+from replicator.devtools.embedded import (
+    EmbeddedBroker,
+    embedded_clusters,
+    free_port,
+    replicator_environment,
+)
+from replicator.errors import EmbeddedBrokerError
+
+_FIRST_HTTP_PORT = 8081  # what the deploy examples use: dc1 on 8081, dc2 on 8082, ...
+
+WARNING = (
+    "warning: the embedded brokers keep data in memory only: everything is lost when the sandbox "
+    "stops. For trials, not production."
+)
+
+
+def parse_aliases(text: str) -> list[str]:
+    """``dc1,dc2`` as a list of distinct cluster aliases; ``ValueError`` saying what is wrong."""
+    aliases = [a.strip() for a in text.split(",") if a.strip()]
+    if not aliases:
+        raise ValueError("give at least one cluster alias, e.g. dc1,dc2")
+    bad = [a for a in aliases if not _ALIAS.match(a)]
+    if bad:
+        raise ValueError(
+            f"invalid cluster alias {', '.join(map(repr, bad))}: lower-case letters, digits and '-'"
+        )
+    repeated = sorted({a for a in aliases if aliases.count(a) > 1})
+    if repeated:
+        raise ValueError(f"cluster alias given twice: {', '.join(repeated)}")
+    return aliases
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def http_ports(count: int) -> list[int]:
+    """Distinct HTTP ports for ``count`` replicators: 8081, 8082, ... where free."""
+    ports: list[int] = []
+    candidate = _FIRST_HTTP_PORT
+    while len(ports) < count:
+        port = candidate if _bindable(candidate) else free_port()
+        if port not in ports:
+            ports.append(port)
+        candidate += 1
+    return ports
+
+
+def environments(brokers: dict[str, EmbeddedBroker]) -> dict[str, dict[str, str]]:
+    """Per datacenter, the variables that run its replicator beside its broker."""
+    ports = http_ports(len(brokers))
+    return {
+        alias: replicator_environment(alias, brokers, port)
+        for alias, port in zip(brokers, ports, strict=True)
+    }
+
+
+def render(envs: dict[str, dict[str, str]]) -> str:
+    """The shell blocks to paste, one per datacenter."""
+    blocks = []
+    for alias, env in envs.items():
+        lines = [f"# datacenter {alias}: in its own shell"]
+        lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+        lines.append("replicator run")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def serve(aliases: list[str], as_json: bool) -> int:
+    """Run the sandbox until a signal; 0 after a clean stop, 1 if a broker failed."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with embedded_clusters(*aliases) as brokers:
+            envs = environments(brokers)
+            if as_json:
+                clusters = {a: b.bootstrap_servers for a, b in brokers.items()}
+                print(json.dumps({"clusters": clusters, "env": envs}), flush=True)
+            else:
+                print(render(envs), flush=True)
+            for alias, broker in brokers.items():
+                _say(f"broker {alias}: {broker.bootstrap_servers} (log: {broker.log_path})")
+            _say(WARNING)
+            _say("sandbox running; Ctrl-C (or SIGTERM) stops the brokers")
+            while not stop.wait(0.5):
+                dead = [a for a, b in brokers.items() if b.process and b.process.poll() is not None]
+                if dead and not stop.is_set():
+                    _say(f"broker {', '.join(dead)} exited; stopping the sandbox")
+                    return 1
+        _say("sandbox stopped")
+        return 0
+    except EmbeddedBrokerError as exc:
+        _say(f"cannot start the sandbox: {exc}")
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,23 @@
+"""The Kafka boundary: every client, request and aiokafka behaviour the product relies on.
+
+``clients``
+    Client factories from a cluster's settings (security, credentials and timeouts in one place),
+    cluster probes, group offsets, and the translation of every aiokafka error into
+    :mod:`replicator.errors`.
+``retry``
+    The one retry policy: :func:`~replicator.kafka.retry.retrying` and its backoff.
+``producer``
+    The destination producer: idempotent, or fenced per partition, so an unknown outcome is never
+    retried blindly.
+``decoding``
+    How fetched records reach the data path: unwrapped, and stopped at a record aiokafka cannot
+    decode.
+``coalesce``
+    Many concurrent questions, one per partition, asked in one request.
+``readers``
+    Reading topics back exactly, with provenance (verification, demo, tests; not the data path).
+``internals``
+    aiokafka's private surface, all of it: every underscore attribute read or written, every
+    class patched or subclassed, behind named functions, with the ``CONTRACT`` a unit test checks
+    against the installed aiokafka. No other module of the product touches aiokafka's internals.
+"""

@@ -1,0 +1,511 @@
+"""The boundary with aiokafka: client factories, cluster probes, and error translation.
+
+Every Kafka client the replicator uses is built here from a :class:`ClusterSettings` (so security
+options, per-cluster credentials and timeouts are applied in one place), and every aiokafka
+exception is translated here into :mod:`replicator.errors`, so callers only ask ``retriable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import aiokafka.errors as kerr
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
+from aiokafka.helpers import create_ssl_context
+from aiokafka.protocol.admin import ApiVersionRequest
+from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
+
+from replicator.config.settings import ClusterSettings, Settings
+from replicator.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
+    ClusterUnavailable,
+    KafkaFailure,
+    RecordRefused,
+    ReplicatorError,
+    first_error,
+)
+from replicator.kafka import internals
+from replicator.kafka.decoding import as_fetched
+from replicator.lifecycle import LISTING_MS_PER_PARTITION, close_quietly, walk_interval
+from replicator.model.offsets import OutOfRange, out_of_range
+
+_REFUSED = (
+    kerr.MessageSizeTooLargeError,
+    kerr.RecordListTooLargeError,
+    kerr.RecordTooLargeError,
+    kerr.InvalidTopicError,
+    kerr.CorruptRecordException,
+    kerr.InvalidTimestampError,
+    kerr.UnsupportedForMessageFormatError,
+    kerr.PolicyViolationError,
+)
+_AUTH = (
+    kerr.AuthenticationFailedError,
+    kerr.AuthenticationMethodNotSupported,
+    kerr.SaslAuthenticationFailed,
+    kerr.UnsupportedSaslMechanismError,
+    kerr.IllegalSaslStateError,
+)
+# Authenticated, but an ACL denies the operation: a different fix (grant it) than a bad password.
+_AUTHORIZATION = (
+    kerr.TopicAuthorizationFailedError,
+    kerr.GroupAuthorizationFailedError,
+    kerr.ClusterAuthorizationFailedError,
+    kerr.TransactionalIdAuthorizationFailed,
+    kerr.DelegationTokenAuthorizationFailed,
+)
+_UNAVAILABLE = (
+    kerr.KafkaConnectionError,
+    kerr.NodeNotReadyError,
+    kerr.NoBrokersAvailable,
+    kerr.KafkaTimeoutError,
+    kerr.RequestTimedOutError,
+    kerr.KafkaUnavailableError,
+    kerr.BrokerNotAvailableError,
+)
+
+
+# aiokafka's SCRAM client fails with a bare KeyError/ValueError when the broker answers the
+# exchange with an error (unknown user, wrong password) instead of its signature.
+_SCRAM_STEPS = frozenset({"process_server_first_message", "process_server_final_message"})
+
+
+def _in_scram_exchange(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name in _SCRAM_STEPS:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def translate(exc: BaseException) -> ReplicatorError:
+    """The replicator's view of an exception raised by aiokafka (or the network under it)."""
+    if isinstance(exc, ReplicatorError):
+        return exc
+    name = type(exc).__name__
+    if _in_scram_exchange(exc):
+        return AuthenticationFailed("SASL/SCRAM authentication refused: check username/password")
+    if isinstance(exc, _AUTH):
+        return AuthenticationFailed(f"{name}: credentials refused")
+    if isinstance(exc, _AUTHORIZATION):
+        return AuthorizationFailed(f"{name}: operation denied by the cluster's ACLs")
+    if isinstance(exc, ssl.SSLError):
+        # ``reason`` is set only on errors raised by OpenSSL, not on those raised in Python.
+        return AuthenticationFailed(f"TLS handshake failed: {getattr(exc, 'reason', None) or name}")
+    if isinstance(exc, _REFUSED):
+        return RecordRefused(name)
+    if isinstance(exc, (*_UNAVAILABLE, OSError, TimeoutError)):
+        return ClusterUnavailable(name)
+    if isinstance(exc, kerr.KafkaError):
+        return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))
+    return KafkaFailure(name, retriable=False)
+
+
+def said(exc: BaseException) -> str:
+    """A failure in one line, as the error tree names it (the first one inside task groups)."""
+    first = first_error(exc)
+    if not isinstance(first, Exception):
+        return str(first) or type(first).__name__
+    return str(translate(first)) or type(first).__name__
+
+
+def broker_error(code: int) -> ReplicatorError:
+    """The replicator's view of an error code in a broker's answer (per topic, in CreateTopics)."""
+    return translate(kerr.for_code(code)())
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for a broker error code (``TopicAuthorizationFailedError`` for 29)."""
+    name: str = kerr.for_code(code).__name__
+    return name
+
+
+# Clients that do not discover topics (producers, readers, a leg's own consumer) refresh their
+# metadata this often at most (Kafka clients' own default): each refresh lists every partition of
+# their topics, and they ask again at once when a broker says it no longer leads a partition or
+# does not know a topic, or when the replicator learns a new topic or partitions.
+STEADY_METADATA_MAX_AGE_MS = 300_000
+
+# How long a consumer's background fetcher sleeps when nothing happens (aiokafka's default is
+# 200 ms). Each wake walks every assigned partition, paused ones included, and waits anew on a
+# future per paused partition, so an idle consumer of thousands of partitions spent its CPU
+# waking; everything that needs a fetch (an answer, a consumed batch, a seek, a resume, a new
+# assignment, a broker error that calls for new metadata) wakes it at once.
+FETCHER_IDLE_WAKE_MS = 30_000
+
+
+def client_options(
+    cluster: ClusterSettings, settings: Settings, discovers_topics: bool = True
+) -> dict[str, Any]:
+    """Connection and security options shared by every client of ``cluster``; a client that
+    does not discover topics refreshes its metadata less often."""
+    age = settings.metadata_max_age_ms
+    options: dict[str, Any] = {
+        "bootstrap_servers": cluster.servers,
+        "security_protocol": cluster.security_protocol.value,
+        "request_timeout_ms": settings.request_timeout_ms,
+        "metadata_max_age_ms": age if discovers_topics else max(age, STEADY_METADATA_MAX_AGE_MS),
+    }
+    if cluster.uses_ssl:
+        options["ssl_context"] = create_ssl_context(
+            cafile=cluster.ssl_cafile,
+            certfile=cluster.ssl_certfile,
+            keyfile=cluster.ssl_keyfile,
+        )
+    if cluster.uses_sasl:
+        assert cluster.sasl_mechanism is not None and cluster.sasl_password is not None
+        options["sasl_mechanism"] = cluster.sasl_mechanism.value
+        options["sasl_plain_username"] = cluster.sasl_username
+        options["sasl_plain_password"] = cluster.sasl_password.get_secret_value()
+    return options
+
+
+def make_consumer(
+    cluster: ClusterSettings,
+    settings: Settings,
+    group_id: str,
+    client_id: str,
+    discovers_topics: bool = True,
+) -> AIOKafkaConsumer:
+    """A source consumer: manual commits, no automatic offset reset, committed data only.
+
+    Callers always set positions themselves; a position the log no longer holds surfaces as
+    :class:`aiokafka.errors.OffsetOutOfRangeError` (see :func:`out_of_range_positions`) and is
+    handled by the configured policy, never silently reset. ``read_committed``: records of
+    aborted transactions are never replicated and control records never appear; an open
+    transaction holds back only its own partition (at its last stable offset).
+    """
+    return AIOKafkaConsumer(
+        **client_options(cluster, settings, discovers_topics),
+        client_id=client_id,
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="none",
+        isolation_level="read_committed",
+        fetch_max_bytes=settings.fetch_max_bytes,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
+        consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
+        key_deserializer=as_fetched,  # the data path: records handed over as decoded
+    )
+
+
+def make_reader(
+    cluster: ClusterSettings,
+    settings: Settings,
+    client_id: str,
+    fetch_max_wait_ms: int = 10,
+    data_path: bool = False,
+) -> AIOKafkaConsumer:
+    """A consumer of no group that reads ranges of a destination (the resume scan, the
+    heartbeat watch): by default fetches answer at once at the log end, so the end is known
+    without waiting. A fetch response is bounded to one partition's worth in all, however many
+    partitions share the fetch: some brokers answer past the per-partition bound, and decoding
+    a large answer to read a few records costs tens of milliseconds (measured on the embedded
+    broker: 85 ms per positioned read at the default 50 MB, 2.4 ms at 128 KB).
+
+    ``data_path``: a reader on the data path (the resume scan) gets its records as decoded
+    (:mod:`replicator.kafka.decoding`); any other gets aiokafka's ``ConsumerRecord``."""
+    return AIOKafkaConsumer(
+        **client_options(cluster, settings, discovers_topics=False),
+        client_id=client_id,
+        enable_auto_commit=False,
+        auto_offset_reset="none",
+        fetch_max_wait_ms=fetch_max_wait_ms,
+        fetch_max_bytes=settings.max_partition_fetch_bytes,
+        max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
+        consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
+        key_deserializer=as_fetched if data_path else None,
+    )
+
+
+async def committed_offsets(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition]
+) -> dict[TopicPartition, tuple[int | None, str]]:
+    """The group's committed offset and its metadata for each of ``partitions``, one request.
+
+    aiokafka's ``committed()`` answers one partition and drops the metadata.
+    """
+    found = await internals.fetch_committed(consumer, partitions)
+    result: dict[TopicPartition, tuple[int | None, str]] = {}
+    for tp in partitions:
+        point = found.get(tp)
+        offset = None if point is None or point.offset < 0 else int(point.offset)
+        result[tp] = (offset, (point.metadata or "") if point is not None else "")
+    return result
+
+
+def answered_at(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """When ``consumer`` last had a fetch answer for assigned partition ``tp`` (ms), if ever."""
+    with contextlib.suppress(AssertionError, AttributeError):
+        polled: int | None = consumer.last_poll_timestamp(tp)
+        return polled
+    return None
+
+
+def set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
+    """Change how long ``consumer``'s next fetches wait for data (aiokafka fixes it at start)."""
+    internals.set_fetch_wait(consumer, wait_ms)
+
+
+def known_topics(consumer: AIOKafkaConsumer, within_s: float) -> set[str] | None:
+    """The topics in ``consumer``'s own metadata, if refreshed in the last ``within_s`` seconds.
+
+    A consumer subscribed to a pattern refreshes every topic's metadata each
+    ``metadata_max_age_ms`` anyway: listing the cluster from that costs no request (a listing
+    of thousands of partitions takes tens of milliseconds to decode). ``None`` when the metadata
+    is older: ask the cluster, which says why it cannot answer.
+    """
+    if internals.metadata_age_s(consumer) > within_s:
+        return None
+    topics: set[str] = internals.kafka_client(consumer).cluster.topics()
+    return topics
+
+
+def pace_metadata(consumer: AIOKafkaConsumer, every_s: float) -> float:
+    """Refresh ``consumer``'s metadata every ``every_s``, or less often when it lists very many
+    partitions (:func:`replicator.lifecycle.walk_interval`); the interval set, in seconds."""
+    partitions = internals.metadata_partitions(consumer)
+    interval = walk_interval(every_s, partitions, LISTING_MS_PER_PARTITION)
+    internals.set_metadata_max_age(consumer, int(interval * 1000))
+    return interval
+
+
+def on_metadata(consumer: AIOKafkaConsumer, listener: Callable[[], None]) -> None:
+    """Call ``listener`` after each refresh of ``consumer``'s metadata."""
+    internals.kafka_client(consumer).cluster.add_listener(lambda _cluster: listener())
+
+
+def assign_keeping_topics(consumer: AIOKafkaConsumer, partitions: Iterable[TopicPartition]) -> None:
+    """Assign ``consumer`` exactly ``partitions``, its metadata still covering every topic it
+    covered (a metadata request only for topics new to it).
+
+    aiokafka's ``assign`` makes the client's metadata cover the assigned topics only: a
+    ListOffsets in flight on the same client for a topic dropped so (the destination reader's
+    log bounds, asked while its reads are assigned afresh) then learns the topics it lost again
+    one metadata request at a time (measured: 30 s for 1,000 topics at a start).
+    """
+    tracked = internals.tracked_topics(consumer)
+    partitions = list(partitions)
+    consumer.assign(partitions)
+    internals.set_tracked_topics(consumer, tracked | {tp.topic for tp in partitions})
+
+
+async def track_topics(client: AIOKafkaClient, topics: Iterable[str]) -> None:
+    """Make ``client``'s metadata cover ``topics`` from now on, with one metadata request for
+    those it did not track (aiokafka shares one update among the topics added meanwhile).
+
+    aiokafka's ListOffsets (``beginning_offsets``, ``end_offsets``) learns an unknown topic by
+    failing on it and retrying: one metadata request per unknown topic, in turn.
+    """
+    await asyncio.gather(*(client.add_topic(topic) for topic in topics))
+
+
+async def start_consumer(
+    cluster: ClusterSettings,
+    settings: Settings,
+    group_id: str,
+    client_id: str,
+    discovers_topics: bool = True,
+) -> AIOKafkaConsumer:
+    """A started :func:`make_consumer`; one that failed to start is closed before the error
+    is raised (the caller retries with a new one)."""
+    consumer = make_consumer(cluster, settings, group_id, client_id, discovers_topics)
+    try:
+        await consumer.start()
+    except BaseException:
+        await close_quietly(consumer.stop())
+        raise
+    return consumer
+
+
+def out_of_range_positions(exc: BaseException) -> dict[TopicPartition, int] | None:
+    """The positions a fetch found outside the log, if ``exc`` is OFFSET_OUT_OF_RANGE."""
+    if isinstance(exc, kerr.OffsetOutOfRangeError) and exc.args and isinstance(exc.args[0], dict):
+        return dict(exc.args[0])
+    return None
+
+
+def lacks_position(exc: BaseException) -> bool:
+    """Whether ``exc`` says a partition had no position yet (raised for a partition between its
+    assignment and the rebalance listener setting its position: nothing to handle)."""
+    return isinstance(exc, kerr.NoOffsetForPartitionError)
+
+
+async def check_position(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, position: int
+) -> OutOfRange | None:
+    """Whether the source log still holds ``position``.
+
+    The log start comes from the broker; the log end from the last fetch response (some brokers
+    answer ListOffsets(LATEST) wrongly), else from the broker.
+    """
+    start: int = (await consumer.beginning_offsets([tp]))[tp]
+    end: int | None = consumer.highwater(tp)
+    if end is None:
+        end = (await consumer.end_offsets([tp]))[tp]
+    return out_of_range(position, start, end)
+
+
+def make_admin(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaAdminClient:
+    options = client_options(cluster, settings)
+    options.pop("metadata_max_age_ms")
+    return AIOKafkaAdminClient(**options, client_id=client_id)
+
+
+class ClusterClient:
+    """A lazily connected admin client of one cluster, and whether the cluster last answered.
+
+    Connecting is retried on use, so a cluster that is down at start-up (or later) is reported,
+    not fatal, and is picked up again when it returns.
+    """
+
+    def __init__(self, alias: str, cluster: ClusterSettings, settings: Settings) -> None:
+        self.alias = alias
+        self._cluster = cluster
+        self._settings = settings
+        self._admin: AIOKafkaAdminClient | None = None
+        self._lock = asyncio.Lock()
+        self.error: str | None = "not contacted yet"
+        self.retriable = True  # whether the last error may go away by itself
+
+    async def admin(self) -> AIOKafkaAdminClient:
+        """The connected admin client; raises a translated error if the cluster is unreachable."""
+        async with self._lock:
+            if self._admin is None:
+                admin = make_admin(self._cluster, self._settings, f"replicator-admin-{self.alias}")
+                try:
+                    await admin.start()
+                except BaseException as exc:
+                    await close_quietly(admin.close())
+                    if isinstance(exc, Exception):
+                        raise translate(exc) from exc
+                    raise
+                self._admin = admin
+            return self._admin
+
+    async def probe(self) -> None:
+        """Ask a broker of the cluster to answer; record the outcome in :attr:`error`.
+
+        Bounded by ``REPLICATOR_PROBE_TIMEOUT_MS``, far below the request timeout: a cluster
+        behind a link that silently drops packets (connections open, nothing answered) is
+        reported within seconds."""
+        timeout = self._settings.probe_timeout_ms / 1000
+        client: AIOKafkaClient | None = None
+        node: int | None = None
+        try:
+            admin = await asyncio.wait_for(self.admin(), timeout)
+            client = internals.kafka_client(admin)
+            node = client.get_random_node()
+            # A broker answers, and nothing to decode: describe_cluster() asks for every topic
+            # (thousands of partitions decoded at every probe), and some brokers answer a
+            # metadata request naming no topic with all of them too (the embedded one does:
+            # 40 ms of CPU per probe at 6,000 partitions). On a connection of its own, so that
+            # it never waits behind the admin requests in flight (a start's topic creation).
+            request = client.send(node, ApiVersionRequest(), group=ConnectionGroup.COORDINATION)
+            await asyncio.wait_for(request, timeout)
+        except TimeoutError:
+            self.error = (
+                f"no answer within {timeout:g} s (REPLICATOR_PROBE_TIMEOUT_MS): "
+                f"could not reach {self.bootstrap_servers}"
+            )
+            self.retriable = True
+            if client is not None and node is not None:
+                # The next probe asks afresh, not behind the request that got no answer.
+                internals.drop_connection(client, node, ConnectionGroup.COORDINATION)
+            return
+        except Exception as exc:  # kept in self.error: the caller logs it once per change
+            error = translate(exc)
+            self.error = self.describe_failure(error, exc)
+            self.retriable = error.retriable
+            await self.reset()
+            return
+        self.error = None
+        self.retriable = True
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Where this cluster is contacted (host:port list; never holds credentials)."""
+        return self._cluster.bootstrap_servers
+
+    def describe_failure(self, error: ReplicatorError, exc: BaseException) -> str:
+        """One line for logs, ``/status`` and ``check-config``: what failed, and where.
+
+        The cause alone (``KafkaConnectionError``) does not tell an operator which address is
+        wrong; the bootstrap servers do, and they hold no secret.
+        """
+        cause = str(error) or type(exc).__name__
+        if isinstance(error, ClusterUnavailable):
+            return f"{cause}: could not reach {self.bootstrap_servers}"
+        return f"{cause} (at {self.bootstrap_servers})"
+
+    async def reset(self) -> None:
+        async with self._lock:
+            if self._admin is not None:
+                await close_quietly(self._admin.close())
+                self._admin = None
+
+    async def close(self) -> None:
+        await self.reset()
+
+
+class GroupOffsets:
+    """The committed offsets of a group no consumer joins, read and written at its coordinator.
+
+    Plain OffsetFetch and OffsetCommit requests (generation -1, no member), as Kafka allows for
+    groups without members; no group machinery runs in the background.
+    """
+
+    def __init__(self, owner: AIOKafkaConsumer | AIOKafkaAdminClient, group: str) -> None:
+        """Read and write ``group``'s offsets through the client of ``owner`` (a started
+        consumer or admin client of the cluster)."""
+        self._client = internals.kafka_client(owner)
+        self.group = group
+
+    async def fetch(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in partitions:
+            by_topic[tp.topic].append(tp.partition)
+        response = await self._send(OffsetFetchRequest(self.group, list(by_topic.items())))
+        # v2+: a group-level error (coordinator loading, not authorised) comes with no topics;
+        # read as "no offsets" it would look like a group that never committed.
+        code = getattr(response, "error_code", 0)
+        if code:
+            raise kerr.for_code(code)()
+        found: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
+        for topic, answers in response.topics:
+            for partition, offset, _metadata, code in answers:
+                if code and kerr.for_code(code) is not kerr.UnknownTopicOrPartitionError:
+                    raise kerr.for_code(code)()
+                found[TopicPartition(topic, partition)] = None if offset < 0 else int(offset)
+        return found
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        by_topic: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        for tp, offset in offsets.items():
+            by_topic[tp.topic].append((tp.partition, offset, ""))
+        request = OffsetCommitRequest(
+            self.group,
+            OffsetCommitRequest.DEFAULT_GENERATION_ID,
+            "",
+            OffsetCommitRequest.DEFAULT_RETENTION_TIME,
+            list(by_topic.items()),
+        )
+        response = await self._send(request)
+        for _topic, answers in response.topics:
+            for _partition, code in answers:
+                if code:
+                    raise kerr.for_code(code)()
+
+    async def _send(self, request: Any) -> Any:
+        coordinator = await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)
+        return await self._client.send(coordinator, request, group=ConnectionGroup.COORDINATION)

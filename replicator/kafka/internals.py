@@ -1,0 +1,487 @@
+"""aiokafka's private surface: everything the product needs of the pinned aiokafka beyond its API.
+
+Nothing else in the product reads or writes an underscore attribute of an aiokafka object,
+patches an aiokafka class or subclasses one of its internal classes: it calls a function here,
+which says what it needs and why the public API does not give it. Three groups:
+
+- **Clients** (consumer, producer, admin): the shared ``AIOKafkaClient`` under each, its metadata
+  (age, size, refresh interval, the topics it tracks), one connection dropped, the group
+  coordinator's offset fetch with metadata, the fetcher's wait.
+- **The fetch path**: aiokafka's ``PartitionRecords`` and ``FetchResult.getall`` patched, so the
+  data path's consumers get decoded records unwrapped and stop at a record the client cannot
+  decode (the policy is :mod:`replicator.kafka.decoding`'s).
+- **The producer's sender**: aiokafka's ``Sender`` replaced on one producer by a subclass that
+  fences a partition after a failed batch, never retries what :class:`FencingPolicy` forbids, asks
+  ``InitProducerId`` at the highest version both sides know, and takes a new producer id when the
+  destination lost its state (the policy is :mod:`replicator.kafka.producer`'s); batches that
+  never expire; batches built and read back as the producer would.
+
+:data:`CONTRACT` names every class, method and attribute relied on; :func:`contract_breaks` checks
+them against the installed aiokafka, and ``tests/unit/kafka/test_internals.py`` fails naming
+each one an upgrade broke. The pin is ``aiokafka==`` :data:`SUPPORTED_AIOKAFKA` in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import aiokafka
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.consumer import fetcher
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.consumer.subscription_state import Assignment, SubscriptionState
+from aiokafka.errors import KafkaError
+from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator, MessageBatch
+from aiokafka.producer.sender import InitPIDHandler, Sender, SendProduceReqHandler
+from aiokafka.producer.transaction_manager import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    PidAndEpoch,
+    TransactionManager,
+)
+from aiokafka.protocol.api import RequestStruct, Response
+from aiokafka.protocol.transaction import InitProducerIdRequest_v0
+from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+log = structlog.get_logger(__name__)
+
+SUPPORTED_AIOKAFKA = "0.14.0"
+
+
+# -- the contract ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reliance:
+    """One thing of aiokafka's relied on: an attribute of ``owner`` (a class attribute or method,
+    or an instance attribute its methods assign), and what uses it."""
+
+    owner: type
+    name: str
+    used_for: str
+
+    def broken(self) -> str | None:
+        """Why the installed aiokafka no longer has it; ``None`` when it does."""
+        if hasattr(self.owner, self.name):
+            return None
+        for cls in inspect.getmro(self.owner):
+            if cls.__module__.startswith("aiokafka") and _assigns(cls, self.name):
+                return None
+        return (
+            f"aiokafka {aiokafka.__version__}: {self.owner.__module__}.{self.owner.__qualname__} "
+            f"has no {self.name!r} any more (used for {self.used_for})"
+        )
+
+
+def _assigns(cls: type, name: str) -> bool:
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # pragma: no cover - compiled or built-in
+        return False
+    return re.search(rf"\bself\.{re.escape(name)}\s*(?::[^=]+)?=", source) is not None
+
+
+CONTRACT: tuple[Reliance, ...] = (
+    Reliance(AIOKafkaConsumer, "_client", "a consumer's client: metadata, group offsets"),
+    Reliance(AIOKafkaConsumer, "_coordinator", "committed offsets with their metadata"),
+    Reliance(AIOKafkaConsumer, "_fetcher", "changing the fetch wait after start"),
+    Reliance(AIOKafkaConsumer, "_subscription", "which consumer a poisoned record belongs to"),
+    Reliance(AIOKafkaAdminClient, "_client", "the admin's client: probes, raw requests"),
+    Reliance(AIOKafkaProducer, "_sender", "the fencing sender"),
+    Reliance(AIOKafkaProducer, "_message_accumulator", "batches that never expire, batch builder"),
+    Reliance(AIOKafkaClient, "_topics", "topics the client's metadata tracks"),
+    Reliance(AIOKafkaClient, "_metadata_max_age_ms", "the metadata refresh interval"),
+    Reliance(AIOKafkaClient, "_conns", "dropping a probe's connection that got no answer"),
+    Reliance(AIOKafkaClient, "fetch_all_metadata", "listing every topic in one request"),
+    Reliance(ClusterMetadata, "_partitions", "how many partitions the metadata holds"),
+    Reliance(ClusterMetadata, "_last_successful_refresh_ms", "how old the metadata is"),
+    Reliance(GroupCoordinator, "fetch_committed_offsets", "offsets with metadata, one request"),
+    Reliance(fetcher.Fetcher, "_fetch_max_wait_ms", "the fetch wait"),
+    Reliance(SubscriptionState, "subscription", "a consumer's current assignment"),
+    Reliance(Assignment, "active", "forgetting poisoned records of an old assignment"),
+    Reliance(fetcher.PartitionRecords, "_consumer_record", "handing records over unwrapped"),
+    Reliance(fetcher.PartitionRecords, "next_fetch_offset", "where an undecodable record is"),
+    Reliance(fetcher.FetchResult, "_partition_records", "the fetch path's records"),
+    Reliance(fetcher.FetchResult, "_topic_partition", "the fetch path's partition"),
+    Reliance(fetcher.FetchResult, "_assignment", "the fetch path's assignment"),
+    Reliance(fetcher.FetchResult, "_update_position", "the position after the records taken"),
+    Reliance(fetcher.FetchResult, "check_assignment", "a fetch of a partition still assigned"),
+    Reliance(fetcher.FetchResult, "has_more", "a fetch with records left"),
+    Reliance(Sender, "_txn_manager", "whether the producer is idempotent"),
+    Reliance(Sender, "_message_accumulator", "failing the batches queued behind a failed one"),
+    Reliance(Sender, "_muted_partitions", "fencing a partition (one batch in flight each)"),
+    Reliance(Sender, "_in_flight", "the produce request's node done"),
+    Reliance(Sender, "_send_produce_req", "the fencing sender's override"),
+    Reliance(Sender, "_do_init_pid", "InitProducerId at the highest version both sides know"),
+    Reliance(SendProduceReqHandler, "_can_retry", "never retrying a batch of unknown outcome"),
+    Reliance(SendProduceReqHandler, "_sender", "the handler's sender"),
+    Reliance(InitPIDHandler, "create_request", "InitProducerId at a newer version"),
+    Reliance(TransactionManager, "_pid_and_epoch", "taking a new producer id"),
+    Reliance(TransactionManager, "_pid_waiter", "taking a new producer id"),
+    Reliance(TransactionManager, "_sequence_numbers", "numbering partitions from 0 again"),
+    Reliance(TransactionManager, "transactional_id", "InitProducerId's request"),
+    Reliance(TransactionManager, "transaction_timeout_ms", "InitProducerId's request"),
+    Reliance(MessageAccumulator, "_batches", "the batches queued per partition"),
+    Reliance(MessageAccumulator, "_batch_ttl", "batches that never expire"),
+    Reliance(MessageAccumulator, "_batch_size", "the destination batch size"),
+    Reliance(MessageAccumulator, "_compression_type", "the destination batch compression"),
+    Reliance(MessageBatch, "_builder", "the producer id a batch was sent with"),
+    Reliance(BatchBuilder, "_build", "reading a built batch back"),
+    Reliance(BatchBuilder, "_builder", "the producer id a batch was sent with"),
+    Reliance(DefaultRecordBatchBuilder, "producer_id", "the producer id a batch was sent with"),
+)
+
+
+def contract_breaks() -> list[str]:
+    """What the installed aiokafka no longer has of :data:`CONTRACT`, one line each."""
+    found = [broken for reliance in CONTRACT if (broken := reliance.broken()) is not None]
+    if aiokafka.__version__ != SUPPORTED_AIOKAFKA:
+        found.insert(
+            0,
+            f"aiokafka {aiokafka.__version__} installed, {SUPPORTED_AIOKAFKA} supported: "
+            "the fast fetch path stays off (records are wrapped); check every reliance",
+        )
+    return found
+
+
+# -- clients --------------------------------------------------------------------------------------
+
+
+def kafka_client(owner: AIOKafkaConsumer | AIOKafkaAdminClient) -> Any:
+    """The ``AIOKafkaClient`` under a consumer or an admin client (for raw requests to a
+    group coordinator or a broker, which neither offers)."""
+    return owner._client
+
+
+def fetch_committed(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition]
+) -> Awaitable[dict[TopicPartition, Any]]:
+    """The group's ``OffsetAndMetadata`` of each of ``partitions``, in one request (aiokafka's
+    ``committed()`` asks for one partition and drops the metadata)."""
+    found: Awaitable[dict[TopicPartition, Any]] = consumer._coordinator.fetch_committed_offsets(
+        partitions
+    )
+    return found
+
+
+def set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
+    """How long ``consumer``'s next fetches wait for data (aiokafka fixes it at start)."""
+    consumer._fetcher._fetch_max_wait_ms = wait_ms
+
+
+def metadata_age_s(consumer: AIOKafkaConsumer) -> float:
+    """Seconds since ``consumer``'s metadata was last refreshed."""
+    refreshed_ms: float = consumer._client.cluster._last_successful_refresh_ms
+    return time.time() - refreshed_ms / 1000
+
+
+def metadata_partitions(consumer: AIOKafkaConsumer) -> int:
+    """How many partitions ``consumer``'s metadata holds (public: one topic at a time)."""
+    return sum(len(by_partition) for by_partition in consumer._client.cluster._partitions.values())
+
+
+def set_metadata_max_age(consumer: AIOKafkaConsumer, interval_ms: int) -> None:
+    """Refresh ``consumer``'s metadata every ``interval_ms`` (aiokafka fixes it at creation)."""
+    consumer._client._metadata_max_age_ms = interval_ms
+
+
+def tracked_topics(consumer: AIOKafkaConsumer) -> set[str]:
+    """The topics ``consumer``'s metadata covers."""
+    return set(consumer._client._topics)
+
+
+def set_tracked_topics(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> None:
+    """Make ``consumer``'s metadata cover ``topics`` without a request now (aiokafka's
+    ``assign`` narrows them to the assigned topics)."""
+    consumer._client._topics = set(topics)
+
+
+async def all_metadata(consumer: AIOKafkaConsumer) -> ClusterMetadata:
+    """Every topic of the cluster and its partitions, from one metadata request."""
+    cluster: ClusterMetadata = await consumer._client.fetch_all_metadata()
+    return cluster
+
+
+def drop_connection(client: AIOKafkaClient, node: int, group: ConnectionGroup) -> None:
+    """Close ``client``'s connection to ``node`` in ``group``, so the next request opens a new one
+    (not behind a request that never got an answer)."""
+    stale = client._conns.pop((node, group), None)
+    if stale is not None:
+        stale.close()
+
+
+# -- the fetch path -------------------------------------------------------------------------------
+
+
+def _decoded(tp: Any, record: Any) -> Any:
+    return record
+
+
+_wrapped_init = fetcher.PartitionRecords.__init__
+_wrapped_getall = fetcher.FetchResult.getall
+
+# Set by install_fetch_path: the key decoder that marks the data path's consumers, and what to
+# do with an undecodable record (the fetch's assignment, the partition, its offset, why).
+_marker: Callable[[bytes], bytes] | None = None
+_on_undecodable: Callable[[Any, TopicPartition, int, str], None] | None = None
+
+
+def _init(
+    self: Any, tp: Any, records: Any, aborted: Any, offset: int, key_decoder: Any, *rest: Any
+) -> None:
+    """aiokafka's ``PartitionRecords.__init__``; the records of a fetch by a consumer marked with
+    the data path's key decoder are handed over as decoded (one instance attribute, no cost per
+    record)."""
+    _wrapped_init(self, tp, records, aborted, offset, key_decoder, *rest)
+    if key_decoder is _marker:
+        self._consumer_record = _decoded
+
+
+def _getall(self: Any, max_records: int | None = None) -> list[Any]:
+    """aiokafka's ``FetchResult.getall``, stopping before a record it cannot decode (for the
+    marked consumers; the others get aiokafka's own)."""
+    if self._partition_records is None or "_consumer_record" not in vars(self._partition_records):
+        return list(_wrapped_getall(self, max_records))
+    tp = self._topic_partition
+    if not self.check_assignment(tp) or not self.has_more():
+        return []
+    records = self._partition_records
+    taken: list[Any] = []
+    try:
+        for record in records:
+            taken.append(record)
+            if max_records is not None and len(taken) >= max_records:
+                self._update_position()
+                break
+        else:
+            self._update_position()
+            self._partition_records = None
+    except KafkaError:
+        raise  # a corrupt batch (CRC) is fetched again, as aiokafka does
+    except Exception as exc:  # undecodable: the position stays on it
+        self._update_position()
+        self._partition_records = None
+        if _on_undecodable is not None:
+            _on_undecodable(
+                self._assignment, tp, records.next_fetch_offset, f"{type(exc).__name__}: {exc}"
+            )
+    return taken
+
+
+def install_fetch_path(
+    marker: Callable[[bytes], bytes],
+    on_undecodable: Callable[[Any, TopicPartition, int, str], None],
+) -> bool:
+    """Hand the records of consumers made with ``key_deserializer=marker`` over as aiokafka
+    decoded them, and stop their fetches before a record aiokafka cannot decode, calling
+    ``on_undecodable(assignment, tp, offset, error)``. Process-wide, once; ``False`` (nothing
+    patched) on an aiokafka version other than the supported one."""
+    global _marker, _on_undecodable
+    if aiokafka.__version__ != SUPPORTED_AIOKAFKA or not hasattr(
+        fetcher.PartitionRecords, "_consumer_record"
+    ):
+        return False
+    _marker, _on_undecodable = marker, on_undecodable
+    fetcher.PartitionRecords.__init__ = _init
+    fetcher.FetchResult.getall = _getall
+    return True
+
+
+def assignment_of(consumer: Any) -> Any:
+    """``consumer``'s current assignment object (what a fetch notes an undecodable record
+    against), ``None`` when it has none."""
+    subscription = consumer._subscription.subscription
+    return subscription.assignment if subscription is not None else None
+
+
+def assignment_active(assignment: Any) -> bool:
+    """Whether ``assignment`` is still some consumer's current one."""
+    return bool(assignment.active)
+
+
+# -- the producer's sender ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FencingPolicy:
+    """What the fencing sender asks its owner (:mod:`replicator.kafka.producer`).
+
+    ``never_retry(error, idempotent)``: a batch that failed so is failed, not retried;
+    ``state_lost(error)``: the destination lost the producer's state (take a new id);
+    ``queued_error(tp)``: what the batches queued behind a failed one of ``tp`` fail with.
+    """
+
+    never_retry: Callable[[BaseException, bool], bool]
+    state_lost: Callable[[BaseException], bool]
+    queued_error: Callable[[TopicPartition], BaseException]
+
+
+class _InitProducerIdResponseV3(Response):  # type: ignore[misc]
+    API_KEY = 22
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        ("producer_id", Int64),
+        ("producer_epoch", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+class _InitProducerIdResponseV4(_InitProducerIdResponseV3):
+    API_VERSION = 4
+
+
+class _InitProducerIdRequestV3(RequestStruct):  # type: ignore[misc]
+    """InitProducerId v3 (KIP-360): flexible, with the current producer id and epoch (-1: new)."""
+
+    FLEXIBLE_VERSION = True
+    API_KEY = 22
+    API_VERSION = 3
+    RESPONSE_TYPE = _InitProducerIdResponseV3
+    SCHEMA = Schema(
+        ("transactional_id", CompactString("utf-8")),
+        ("transaction_timeout_ms", Int32),
+        ("producer_id", Int64),
+        ("producer_epoch", Int16),
+        ("tags", TaggedFields),
+    )
+
+
+class _InitProducerIdRequestV4(_InitProducerIdRequestV3):
+    API_VERSION = 4
+    RESPONSE_TYPE = _InitProducerIdResponseV4
+
+
+class InitProducerId:
+    """An ``InitProducerId`` request at the highest version both the broker and this module know
+    (aiokafka asks with version 0 only; some brokers answer that with UnknownError and grant
+    version 3 and later)."""
+
+    def __init__(self, transactional_id: str | None, transaction_timeout_ms: int) -> None:
+        self._id = transactional_id
+        self._timeout = transaction_timeout_ms
+
+    def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
+        low, high = versions.get(22, (0, 0))
+        for struct in (_InitProducerIdRequestV4, _InitProducerIdRequestV3):
+            if low <= struct.API_VERSION <= high:
+                return struct(self._id, self._timeout, -1, -1, {})
+        return InitProducerIdRequest_v0(self._id, self._timeout)
+
+
+class _InitPIDHandler(InitPIDHandler):  # type: ignore[misc]
+    def create_request(self) -> InitProducerId:
+        manager = self._sender._txn_manager
+        return InitProducerId(manager.transactional_id, manager.transaction_timeout_ms)
+
+
+class _FencingHandler(SendProduceReqHandler):  # type: ignore[misc]
+    """Fails a batch its policy never retries, instead of retrying it."""
+
+    def _can_retry(self, error: Exception, batch: Any) -> bool:
+        sender = self._sender
+        if sender.policy.never_retry(error, sender._txn_manager is not None):
+            return False
+        return bool(super()._can_retry(error, batch))
+
+
+class _FencingSender(Sender):  # type: ignore[misc]
+    """aiokafka's sender, keeping a partition muted once one of its batches failed, until
+    :func:`unfence`: nothing queued behind a failed batch is sent, so the destination never
+    holds a later batch without the earlier one."""
+
+    fenced: set[TopicPartition]
+    policy: FencingPolicy
+
+    async def _do_init_pid(self, node_id: int) -> bool:
+        return bool(await _InitPIDHandler(self).do(node_id))
+
+    async def _send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
+        handler = _FencingHandler(self, batches)
+        await handler.do(node_id)
+        self._in_flight.remove(node_id)
+        for tp, batch in batches.items():
+            if batch.future.done() and batch.future.exception() is not None:
+                self.fenced.add(tp)  # stays muted
+                _fail_queued(self, tp)
+                if self.policy.state_lost(batch.future.exception()):
+                    _new_producer_id(self, batch)
+                continue
+            self._muted_partitions.remove(tp)
+
+
+def _new_producer_id(sender: Sender, batch: Any) -> None:
+    """The destination no longer knows the producer id ``batch`` was sent with: ask for a new
+    one (the sender asks before its next request) and number every partition from 0 again.
+    Once per id: the other partitions' batches of the same id fail the same way."""
+    manager = sender._txn_manager
+    if manager is None or manager.transactional_id is not None:
+        return
+    sent_with = getattr(getattr(batch._builder, "_builder", None), "producer_id", None)
+    if sent_with is not None and sent_with != manager.producer_id:
+        return  # an older id: already replaced
+    manager._pid_and_epoch = PidAndEpoch(NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+    manager._pid_waiter = asyncio.get_running_loop().create_future()
+    manager._sequence_numbers.clear()
+
+
+def _fail_queued(sender: Any, tp: TopicPartition) -> None:
+    queued = sender._message_accumulator._batches.pop(tp, None) or ()
+    for batch in queued:
+        batch.failure(exception=sender.policy.queued_error(tp))
+
+
+def install_fencing(producer: AIOKafkaProducer, policy: FencingPolicy) -> None:
+    """Give a producer not started yet the fencing sender, and batches that never expire (a
+    batch that timed out while a later one succeeded would reorder the partition when resent)."""
+    accumulator = producer._message_accumulator
+    sender = producer._sender
+    if not hasattr(accumulator, "_batch_ttl") or type(sender) is not Sender:  # pragma: no cover
+        raise RuntimeError("aiokafka changed: the producer can no longer be made safe to retry")
+    accumulator._batch_ttl = float("inf")
+    sender.__class__ = _FencingSender
+    sender.fenced = set()
+    sender.policy = policy
+
+
+def unfence(producer: AIOKafkaProducer, tp: TopicPartition) -> None:
+    """Drop what is still queued for ``tp`` and let ``producer`` send it again."""
+    sender = producer._sender
+    if tp in getattr(sender, "fenced", ()):
+        _fail_queued(sender, tp)
+        sender.fenced.discard(tp)
+        sender._muted_partitions.discard(tp)
+
+
+def idempotent(producer: AIOKafkaProducer) -> bool:
+    """Whether the started producer holds a producer id from the broker."""
+    manager = producer._sender._txn_manager
+    return manager is not None and bool(manager.has_pid())
+
+
+def batch_factory(producer: AIOKafkaProducer, limit: int | None) -> Callable[[], BatchBuilder]:
+    """New batches as ``producer`` builds them (its size and compression), no larger than
+    ``limit`` bytes if given."""
+    accumulator = producer._message_accumulator
+    size: int = accumulator._batch_size
+    if limit is not None:
+        size = max(1, min(size, limit))
+    return partial(BatchBuilder, size, accumulator._compression_type)
+
+
+def batch_records(builder: BatchBuilder) -> list[Any]:
+    """The records of a closed batch (key, value, headers, timestamp) as a destination sees them."""
+    return list(DefaultRecordBatch(bytes(builder._build())))

@@ -1,0 +1,118 @@
+"""Reading a topic back exactly: every record of every partition, up to its log end.
+
+Log-end offsets are taken from fetch responses (the high watermark), never from ListOffsets
+alone, which some brokers answer wrongly after multi-record batches. Used to count and verify
+replicated data (the demo, the tests); not part of the replication data path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from replicator.kafka.internals import all_metadata
+from replicator.model.provenance import Provenance, parse
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record as stored in a topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+    @property
+    def provenance(self) -> Provenance | None:
+        return parse(self.headers)
+
+    @classmethod
+    def of(cls, record: ConsumerRecord[bytes, bytes]) -> StoredRecord:
+        """The record a consumer returned, as stored."""
+        return cls(
+            record.topic,
+            record.partition,
+            record.offset,
+            record.key,
+            record.value,
+            tuple(record.headers),
+            record.timestamp,
+        )
+
+
+async def cluster_partitions(consumer: AIOKafkaConsumer) -> dict[str, list[int]]:
+    """Every topic of the cluster and its partitions, from one metadata request (asking for
+    every topic: naming a missing one may create it). Read from the answer itself: a consumer's
+    own metadata covers only the topics it is assigned once it is assigned some."""
+    cluster = await all_metadata(consumer)
+    return {topic: sorted(cluster.partitions_for_topic(topic) or ()) for topic in cluster.topics()}
+
+
+async def partitions_of(consumer: AIOKafkaConsumer, *topics: str) -> list[TopicPartition]:
+    """Every partition of ``topics`` that exist, in order, without creating any: one request."""
+    found = await cluster_partitions(consumer)
+    return [TopicPartition(topic, p) for topic in topics for p in found.get(topic, ())]
+
+
+async def read_topic(
+    bootstrap_servers: str, topic: str, timeout: float = 30.0, **client_options: object
+) -> list[StoredRecord]:
+    """Every record of ``topic``, partition by partition in offset order."""
+    found = await read_topics(bootstrap_servers, [topic], timeout, **client_options)
+    return found[topic]
+
+
+async def read_topics(
+    bootstrap_servers: str, topics: list[str], timeout: float = 30.0, **client_options: object
+) -> dict[str, list[StoredRecord]]:
+    """Every record of each of ``topics`` (one consumer for all), partition by partition."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **client_options,
+    )
+    try:
+        await consumer.start()
+        partitions = await partitions_of(consumer, *topics)
+        records: dict[TopicPartition, list[StoredRecord]] = {tp: [] for tp in partitions}
+        if partitions:
+            consumer.assign(partitions)
+            await consumer.seek_to_beginning(*partitions)
+        done: set[TopicPartition] = set()
+        deadline = time.monotonic() + timeout
+        while len(done) < len(partitions):
+            if time.monotonic() > deadline:
+                behind = {
+                    f"{tp.topic}[{tp.partition}]": (
+                        await consumer.position(tp),
+                        consumer.highwater(tp),
+                    )
+                    for tp in partitions
+                    if tp not in done
+                }
+                raise TimeoutError(
+                    f"reading {', '.join(topics)} did not reach the log end in {timeout}s: "
+                    f"partition: (position, log end) {behind}"
+                )
+            fetched = await consumer.getmany(timeout_ms=200)
+            for tp, batch in fetched.items():
+                records[tp].extend(StoredRecord.of(r) for r in batch)
+            for tp in partitions:
+                if tp in done:
+                    continue
+                end = consumer.highwater(tp)
+                if end is not None and await consumer.position(tp) >= end:
+                    done.add(tp)
+        found: dict[str, list[StoredRecord]] = {topic: [] for topic in topics}
+        for tp in partitions:
+            found[tp.topic].extend(records[tp])
+        return found
+    finally:
+        await consumer.stop()

@@ -1,0 +1,100 @@
+"""The service's one retry policy: every connect, fetch and send that may fail goes through here.
+
+:func:`retrying` runs an attempt until it succeeds or the stop event is set; failures are
+translated into the error tree (:mod:`replicator.errors`), recorded, logged (the first time, when
+it changes, then every 30 s with the attempt count) and followed by a :class:`Backoff` delay
+that ends as soon as stop is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from replicator.errors import ReplicatorError, Stopped
+from replicator.kafka.clients import translate
+from replicator.lifecycle import sleep_unless_stopped, unless_stopped
+
+T = TypeVar("T")
+
+REPEAT_LOG_S = 30.0  # the same failure is logged again at most this often
+
+
+class Backoff:
+    """Delays between attempts to connect to a cluster.
+
+    Steady while the cluster is unreachable (it may come back any moment); doubling up to
+    ``ceiling`` while it refuses for good (wrong credentials, missing permissions), since
+    retrying cannot help until an operator changes something: a wrong password costs a handful
+    of attempts a minute, not a retry storm.
+    """
+
+    def __init__(self, base: float = 2.0, ceiling: float = 60.0) -> None:
+        self._base = base
+        self._ceiling = ceiling
+        self._next = base
+
+    def delay(self, retriable: bool) -> float:
+        """Seconds to wait after a failed attempt."""
+        if retriable:
+            self._next = self._base
+            return self._base
+        current = self._next
+        self._next = min(self._ceiling, current * 2)
+        return current
+
+
+async def retrying(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    stop: asyncio.Event,
+    what: str,
+    log: Any,
+    on_error: Callable[[ReplicatorError], Awaitable[None] | None] | None = None,
+    persistent: bool = True,
+    backoff: Backoff | None = None,
+    interruptible: bool = False,
+) -> T | None:
+    """Run ``attempt`` until it succeeds (its result) or ``stop`` is set (``None``).
+
+    Each failure is translated, handed to ``on_error`` (to record it for ``/status``; it may
+    also reset the client that failed, synchronously or as a coroutine) and logged as ``cannot
+    <what>, retrying``; the next attempt waits ``backoff.delay(error.retriable)``, or less if stop
+    comes first. ``persistent=False`` raises errors that are not retriable instead (a refusal that
+    retrying cannot change); connections are persistent: a wrong password is retried, slowly, until
+    an operator fixes it. ``interruptible``: an attempt in progress is abandoned (cancelled) when
+    stop comes, instead of waited for (a connect to a frozen cluster waits out the request
+    timeout, which a shutdown must not).
+    """
+    policy = backoff or Backoff()
+    said, said_at, attempts = "", 0.0, 0
+    while not stop.is_set():
+        try:
+            if interruptible:
+                return await unless_stopped(attempt(), stop)
+            return await attempt()
+        except Stopped:
+            return None
+        except Exception as exc:
+            error = translate(exc)
+            if not persistent and not error.retriable:
+                raise error from exc
+            if on_error is not None:
+                reset = on_error(error)
+                if reset is not None:
+                    await reset  # closes the client that failed, say
+            attempts += 1
+            now = time.monotonic()
+            if str(error) != said or now - said_at >= REPEAT_LOG_S:
+                # The first failure, a different one, or a reminder: not one line per attempt.
+                log.warning(
+                    f"cannot {what}, retrying",
+                    error=str(error),
+                    retriable=error.retriable,
+                    attempts=attempts,
+                )
+                said, said_at = str(error), now
+            await sleep_unless_stopped(stop, policy.delay(error.retriable))
+    return None

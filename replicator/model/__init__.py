@@ -1,0 +1,15 @@
+"""The data path's pure model: what a record carries and how it is packed and committed.
+
+``records``
+    A source record as the data path reads it (:class:`~replicator.model.records.SourceRecord`).
+``provenance``
+    The one header naming where a replicated record came from, and the loop rule.
+``batching``
+    Destination batches: records tagged once, packed per destination (or placed by key).
+``offsets``
+    Which source offsets are safe to commit (contiguous acknowledgements) and the destination
+    mark saved with them; where a position outside a partition's log goes.
+
+No I/O and no clients: everything here is unit-tested without a broker. It imports nothing of the
+product outside this package.
+"""

@@ -1,0 +1,34 @@
+"""The data path: source records to every destination, in order, exactly once, with provenance.
+
+``feed``
+    A source feed: one fetch of a source cluster, fanned out to the legs of its feed plan.
+``leg``
+    One direction of replication, from one feed into one destination cluster: owns the
+    destination's producer, topics, partitions and senders (:class:`~replicator.replication.leg.
+    LegRunner`).
+``partition``
+    One source partition on one leg, its single owner of state: mode, queue, acknowledgements,
+    with named transitions (:class:`~replicator.replication.partition.LegPartition`).
+``sender``
+    The ordered sender: one partition's queue to its destination, with epochs, fencing, replay
+    after an unknown outcome and the oversize policy.
+``destination``
+    What a sender needs from its destination (the :class:`~replicator.replication.destination.
+    Destination` Protocol: send a batch and learn its outcome, read a tail, prepare a topic) and
+    its aiokafka implementation; the unit tests drive the sender through an in-memory one.
+``resume``
+    Where a partition resumes: the destination's tail and saved marks, read for many partitions
+    per fetch, so nothing is written twice after a restart.
+``committer``
+    Committing upstream offsets that every destination acknowledgement covers.
+``catch_up``
+    A leg's own reads of the source for partitions the shared feed cannot serve.
+``offset_reset``
+    What a position outside the source log becomes; never silent.
+``dead_letters``
+    Records a destination cannot take, parked on the local cluster.
+``health``
+    What a leg tells operators: readiness, ``/status``, gauges, transitions worth a log line.
+``heartbeats``
+    Each flow proving its whole path on an interval (and MirrorMaker 2's heartbeat records).
+"""

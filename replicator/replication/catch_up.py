@@ -1,0 +1,202 @@
+"""A leg's catch-up fetch: its own reads of the source for the partitions the shared feed cannot
+serve (behind the feed, too slow for it, or replaying).
+
+It fetches with the leg's consumer (group ``<prefix>.<source>.<destination>``, manually assigned
+the partitions the shared feed owns), paused for every partition except those whose
+:class:`LegPartition` is fed alone and has room; before each fetch it brings the consumer in line
+with the partitions (:meth:`CatchUpFetch.reconcile`), so the partitions' state alone decides what
+is fetched and from where. A position found below the source log start applies the leg's
+offset-reset policy; one beyond the log end is left to the shared feed, which is further on and
+resets the partition on every leg.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+
+import structlog
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from replicator.errors import ReplicatorError
+from replicator.kafka.clients import (
+    check_position,
+    out_of_range_positions,
+    set_fetch_wait,
+    translate,
+)
+from replicator.kafka.decoding import take_poisoned, undecodable_reason
+from replicator.kafka.retry import retrying
+from replicator.lifecycle import IdleWait, wait_any
+from replicator.model.records import SourceRecord
+from replicator.replication.offset_reset import OffsetResets
+from replicator.replication.partition import LegPartition
+
+log = structlog.get_logger(__name__)
+
+FETCH_TIMEOUT_MS = 200
+# Without changes the fetch still wakes this often, to show it is alive (liveness).
+_IDLE_S = 5.0
+
+
+class CatchUpFetch:
+    """Fetches for one leg's partitions that are fed alone."""
+
+    def __init__(
+        self,
+        leg: str,
+        consumer: Callable[[], AIOKafkaConsumer],
+        partitions: Mapping[TopicPartition, LegPartition],
+        resets: OffsetResets,
+    ) -> None:
+        """``consumer``: the leg's source consumer (started before :meth:`run`)."""
+        self._source = consumer
+        self._partitions = partitions
+        self._resets = resets
+        # Where the consumer fetches each partition it is resuming (absent: paused).
+        self._positions: dict[TopicPartition, int] = {}
+        # Positions found beyond the log end: not fetched again until the partition moves.
+        self._held: dict[TopicPartition, int | None] = {}
+        # Partitions that changed since the last reconcile (LegPartition.watch): all of them at
+        # first and after the consumer was assigned again.
+        self._dirty: set[TopicPartition] = set(partitions)
+        self._wake = asyncio.Event()
+        self.last_poll = time.monotonic()
+        self.last_error: str | None = None
+        self._log = log.bind(leg=leg)
+
+    async def run(self, stop: asyncio.Event, idle: IdleWait | None = None) -> None:
+        """Fetch for the partitions fed alone until ``stop`` (waiting longer for data while
+        fetches come back empty, with ``idle``: see :class:`IdleWait`)."""
+        while not stop.is_set():
+            if not self.reconcile():
+                # Nothing to fetch: sleep until a partition changes (no polling of partitions).
+                self.last_poll = time.monotonic()
+                await wait_any([self._wake, stop], _IDLE_S)
+                self._wake.clear()
+                continue
+            fetched = await retrying(
+                self._fetch,
+                stop=stop,
+                what="fetch (catch-up)",
+                log=self._log,
+                on_error=self._failed,
+            )
+            if idle is not None:
+                wait = idle.after(bool(fetched), time.monotonic())
+                if wait is not None:
+                    set_fetch_wait(self._source(), wait)
+            if fetched:
+                self._deliver(fetched)
+
+    def changed(self, partition: LegPartition) -> None:
+        """``partition`` changed (fed alone, room freed, moved): reconcile it at the next round."""
+        self._dirty.add(partition.tp)
+        self._wake.set()
+
+    def reconcile(self) -> bool:
+        """Resume, seek or pause each partition that changed or is being fetched, as its state
+        says; ``True`` if any is to be fetched."""
+        consumer = self._source()
+        check = self._dirty | set(self._positions)
+        self._dirty = set()
+        if not check:
+            return False
+        assignment = consumer.assignment()
+        fetching = False
+        for tp in sorted(check):
+            partition = self._partitions.get(tp)
+            if tp not in assignment or partition is None:
+                self._positions.pop(tp, None)
+                continue
+            held = self._held.get(tp, -1)
+            wanted = partition.fed_alone and partition.has_room and held != partition.position
+            at = self._positions.get(tp)
+            if wanted and partition.position is not None:
+                self._held.pop(tp, None)
+                if at != partition.position:
+                    consumer.seek(tp, partition.position)
+                    self._positions[tp] = partition.position
+                    consumer.resume(tp)
+                fetching = True
+            elif at is not None:
+                consumer.pause(tp)
+                del self._positions[tp]
+        return fetching
+
+    def reassigned(self) -> None:
+        """The consumer was assigned again: every partition is paused, no position is known."""
+        self._positions.clear()
+        self._dirty.update(self._partitions)
+        self._wake.set()
+
+    async def _fetch(self) -> dict[TopicPartition, list[SourceRecord]]:
+        try:
+            fetched: dict[TopicPartition, list[SourceRecord]] = await self._source().getmany(
+                timeout_ms=FETCH_TIMEOUT_MS
+            )
+        except Exception as exc:
+            positions = out_of_range_positions(exc)
+            if positions is None:
+                raise
+            await self._out_of_range(positions)
+            return {}
+        self.last_poll = time.monotonic()
+        self.last_error = None
+        return fetched
+
+    def _deliver(self, fetched: Mapping[TopicPartition, list[SourceRecord]]) -> None:
+        fetched_ms = int(time.time() * 1000)
+        for tp, records in fetched.items():
+            partition = self._partitions.get(tp)
+            start = self._positions.get(tp)
+            if partition is None or start is None or not records:
+                continue
+            end = records[-1].offset + 1
+            self._positions[tp] = end
+            # Refused (a gap, or no longer fed alone) or full: reconcile() pauses or seeks.
+            partition.take_fetched(records, start, end, fetched_ms)
+        for poison in take_poisoned(self._source()):
+            # Stopped at a record it cannot decode: the partition halts there (source.py).
+            self._source().pause(poison.tp)
+            self._positions.pop(poison.tp, None)
+            partition = self._partitions.get(poison.tp)
+            if partition is not None and partition.undecodable(
+                poison.offset, undecodable_reason(poison)
+            ):
+                self._log.error(
+                    "a source record cannot be decoded: its partition halts at it",
+                    topic=poison.tp.topic,
+                    partition=poison.tp.partition,
+                    offset=poison.offset,
+                    error=poison.error,
+                )
+
+    async def _out_of_range(self, positions: dict[TopicPartition, int]) -> None:
+        """A partition's fetch position is outside the source log.
+
+        Below the log start, this leg alone lost records: the policy applies here. Beyond the
+        log end, the log was replaced: the shared feed, which is further on, finds it too and
+        resets the partition on every leg, so this leg holds that position meanwhile.
+        """
+        for tp, position in positions.items():
+            self._source().pause(tp)
+            self._positions.pop(tp, None)
+            partition = self._partitions.get(tp)
+            try:
+                found = await check_position(self._source(), tp, position)
+            except Exception as exc:
+                self._log.warning(
+                    "cannot read the source log bounds", error=str(translate(exc)), topic=tp.topic
+                )
+                continue
+            if partition is None or found is None:
+                continue  # in range after all: reconcile() resumes it
+            if found.below_log_start:
+                self._resets.apply(partition, found)
+            else:
+                self._held[tp] = partition.position
+
+    def _failed(self, error: ReplicatorError) -> None:
+        self.last_error = f"catch-up fetch failed: {error}"

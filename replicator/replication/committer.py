@@ -1,0 +1,126 @@
+"""Committing a leg's upstream offsets: only what every destination acknowledgement covers.
+
+Each partition's :class:`OffsetTracker` knows the contiguous prefix of source offsets the
+destination acknowledged; a partition tells the committer when its tracker has something to
+commit (:meth:`LegPartition.owe_commits_to`), so an idle partition costs the timer nothing. The
+committer commits those prefixes to the leg's consumer group on a timer, when partitions are
+released (rebalance) and on shutdown; then it saves their destination marks in the destination
+cluster (where a resume starts reading it, :mod:`replicator.replication.resume`), never before the
+offsets they go with. A commit is bounded in time (a commit for a partition being deleted is
+retried by the client forever) and its outcome counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Protocol
+
+import structlog
+from aiokafka import TopicPartition
+
+from replicator.kafka.clients import translate
+from replicator.lifecycle import sleep_unless_stopped
+from replicator.replication.partition import LegPartition
+from replicator.telemetry.metrics import Metrics
+
+log = structlog.get_logger(__name__)
+
+
+class OffsetCommits(Protocol):
+    """Where a leg's offsets are committed: its consumer (an in-memory fake in unit tests)."""
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+
+
+class Committer:
+    """Commits acknowledged offsets of one leg's partitions to the leg's group."""
+
+    def __init__(
+        self,
+        leg: str,
+        consumer: OffsetCommits,
+        metrics: Metrics,
+        timeout: float,
+        save_marks: Callable[[dict[TopicPartition, int]], Awaitable[None]] | None = None,
+    ) -> None:
+        self._leg = leg
+        self._save_marks = save_marks
+        self._consumer = consumer
+        self._metrics = metrics
+        self._timeout = timeout
+        self._log = log.bind(leg=leg)
+        # Partitions whose tracker has something to commit, since the last timed commit.
+        self._due: dict[TopicPartition, LegPartition] = {}
+
+    def due(self, partition: LegPartition) -> None:
+        """``partition``'s tracker has an offset or a mark to commit at the next tick."""
+        self._due[partition.tp] = partition
+
+    async def run(
+        self, stop: asyncio.Event, partitions: Mapping[TopicPartition, LegPartition], every: float
+    ) -> None:
+        """Every ``every`` seconds until ``stop``, commit the partitions that are due and still
+        assigned (``partitions``; the final commit is :meth:`commit`'s, on release)."""
+        while not stop.is_set():
+            await sleep_unless_stopped(stop, every)
+            if stop.is_set() or not self._due:
+                continue
+            due, self._due = self._due, {}
+            # A released partition was committed on release; its successor (a new object) is
+            # due by its own transitions.
+            await self.commit([p for tp, p in due.items() if partitions.get(tp) is p])
+
+    async def commit(self, partitions: Iterable[LegPartition], within: float | None = None) -> None:
+        """Commit the acknowledged prefix of every partition that moved since its last commit
+        (within ``within`` seconds, else the request timeout); what could not be committed (or
+        its mark saved) is due again."""
+        partitions = list(partitions)
+        try:
+            await self._commit(partitions, self._timeout if within is None else within)
+        finally:
+            for partition in partitions:
+                if (tracker := partition.tracker) is not None and tracker.needs_commit:
+                    self._due[partition.tp] = partition
+
+    async def _commit(self, partitions: list[LegPartition], timeout: float) -> None:
+        points = [
+            (p, tracker, tracker.committable, tracker.mark_to_save)
+            for p in partitions
+            if (tracker := p.tracker) is not None and tracker.needs_commit
+        ]
+        if not await self.commit_offsets({p.tp: offset for p, _, offset, _ in points}, timeout):
+            return
+        for _, tracker, offset, _ in points:
+            tracker.mark_committed(offset)
+        marks = {
+            TopicPartition(p.target_topic, p.tp.partition): (tracker, mark)
+            for p, tracker, _, mark in points
+            if mark is not None
+        }
+        if marks and self._save_marks is not None:
+            try:
+                await self._save_marks({tp: mark for tp, (_, mark) in marks.items()})
+            except Exception as exc:  # an older mark only makes a resume read more
+                self._log.info("destination marks not saved", error=repr(translate(exc)))
+                return
+            for tracker, mark in marks.values():
+                tracker.mark_saved(mark)
+
+    async def commit_offsets(
+        self, offsets: dict[TopicPartition, int], timeout: float | None = None
+    ) -> bool:
+        """Commit ``offsets`` to the leg's group (within ``timeout``, else the request
+        timeout); ``False`` if nothing was committed."""
+        if not offsets:
+            return False
+        try:
+            within = self._timeout if timeout is None else timeout
+            await asyncio.wait_for(self._consumer.commit(offsets), within)
+        except Exception as exc:
+            error = translate(exc)
+            self._metrics.commits.labels(self._leg, "failed").inc()
+            self._log.warning("offset commit failed", error=str(error), partitions=len(offsets))
+            return False
+        self._metrics.commits.labels(self._leg, "ok").inc()
+        return True

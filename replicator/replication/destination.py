@@ -1,0 +1,168 @@
+"""What a partition's sender needs from its destination: the seam, and the aiokafka side of it.
+
+:class:`Destination` is the Protocol :class:`~replicator.replication.sender.PartitionSender`
+works through: wait until the cluster is up, send a closed batch and learn its outcome (a future
+of where it was written), build batches as the producer would, lift a partition's fence, know
+whether the producer's metadata lists a topic, and read a destination partition's tail (where to
+resume: :class:`TailReader`). With it come :class:`TopicPreparer` (prepare a destination topic,
+forget one deleted) and :class:`DeadLetterSink` (park a record too large). :class:`KafkaDestination`
+is the implementation on aiokafka; the unit tests drive the sender through an in-memory one
+(``tests/unit/replication/destinations.py``), as :mod:`replicator.failover.positions` is driven
+through ``MemoryLog``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from replicator.errors import TopicMissing
+from replicator.kafka.clients import track_topics
+from replicator.kafka.coalesce import Coalescer
+from replicator.kafka.producer import batch_factory, idempotent, unfence
+from replicator.model.provenance import Tagger
+from replicator.replication.resume import DestinationTail, Tail
+from replicator.topics.provisioning import DestinationTopic
+
+_Known = tuple[str, int]  # a topic and the partition count the producer must know
+
+
+class TailReader(Protocol):
+    """Where a partition resumes: what a destination partition holds of one origin."""
+
+    async def last_written(
+        self,
+        tp: TopicPartition,
+        origin: Tagger,
+        floor: int | None,
+        position: int | None = None,
+        whole: bool = False,
+    ) -> Tail: ...
+
+    async def written_since(
+        self, tp: TopicPartition, origin: Tagger, position: int
+    ) -> tuple[set[int], Tail]: ...
+
+    async def saved_mark(self, tp: TopicPartition) -> int | None: ...
+
+
+class Destination(Protocol):
+    """A leg's destination cluster, as each of its partitions' senders uses it."""
+
+    ready: asyncio.Event  # set once the cluster is up (producer and reader started)
+    timeout: float  # how long a batch in flight may take to be answered
+
+    @property
+    def tail(self) -> TailReader: ...
+
+    async def send(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]: ...
+
+    def new_batches(self, limit: int | None) -> Callable[[], Any]: ...
+
+    def unfence(self, tp: TopicPartition) -> None: ...
+
+    def knows(self, topic: str) -> bool: ...
+
+    async def learn_partitions(self, topic: str, count: int) -> None: ...
+
+
+class TopicPreparer(Protocol):
+    """Destination topics made ready before the first record (and checked again when gone)."""
+
+    async def ensure(
+        self, source_topic: str, target_topic: str, partition: int = 0
+    ) -> DestinationTopic: ...
+
+    def forget(self, target_topic: str) -> None: ...
+
+
+class DeadLetterSink(Protocol):
+    """Where a record no destination topic accepts is parked."""
+
+    topic: str
+
+    async def park(self, records: Sequence[Any], destination: str, reason: str) -> None: ...
+
+
+class KafkaDestination:
+    """A leg's destination cluster on aiokafka: the destination producer (fenced or idempotent,
+    :mod:`replicator.kafka.producer`), and a reader of partition tails (where to resume)."""
+
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        reader: AIOKafkaConsumer,
+        timeout: float,
+        marks_group: str,
+    ) -> None:
+        self.producer = producer
+        self.reader = reader
+        self.timeout = timeout
+        self.marks_group = marks_group
+        self.tail = DestinationTail(reader, timeout, marks_group)
+        self.ready = asyncio.Event()
+        self.idempotent: bool | None = None  # known once connected
+        self._learning: Coalescer[_Known, Exception | None] = Coalescer(self._learn)
+
+    def replace(self, producer: AIOKafkaProducer, reader: AIOKafkaConsumer) -> None:
+        """New clients take the place of those that failed to start (not started yet)."""
+        self.producer = producer
+        self.reader = reader
+        self.tail = DestinationTail(reader, self.timeout, self.marks_group)
+
+    async def learn_partitions(self, topic: str, count: int) -> None:
+        """Make the producer's metadata know ``count`` partitions of ``topic`` (one just grown:
+        a send to a partition it does not know would fail for good); :class:`TopicMissing`
+        (retried) while it does not yet. Topics asked for meanwhile are learnt together, in one
+        metadata request."""
+        await self._learning.get((topic, count))
+
+    async def _learn(self, wanted: list[_Known]) -> dict[_Known, Exception | None]:
+        client = self.producer.client
+
+        def short() -> list[_Known]:
+            return [
+                (topic, count)
+                for topic, count in wanted
+                if len(client.cluster.partitions_for_topic(topic) or ()) < count
+            ]
+
+        if short():
+            await track_topics(client, [topic for topic, _ in short()])
+        if short():
+            await client.force_metadata_update()
+        missing = set(short())
+        return {
+            key: TopicMissing(f"{key[0]}: {key[1]} partitions, not all in the metadata yet")
+            if key in missing
+            else None
+            for key in wanted
+        }
+
+    async def send(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]:
+        """Hand a closed batch to the producer; its future resolves to the batch's metadata
+        (``offset``: where the destination wrote it, -1 if it does not say)."""
+        future: asyncio.Future[Any] = await self.producer.send_batch(
+            builder, topic, partition=partition
+        )
+        return future
+
+    def new_batches(self, limit: int | None) -> Callable[[], Any]:
+        """New batches as the producer builds them, no larger than ``limit`` bytes if given."""
+        return batch_factory(self.producer, limit)
+
+    def unfence(self, tp: TopicPartition) -> None:
+        """Let the producer send to ``tp`` again (what is still queued for it is dropped)."""
+        unfence(self.producer, tp)
+
+    def knows(self, topic: str) -> bool:
+        """Whether the producer's metadata lists ``topic``."""
+        return bool(self.producer.client.cluster.partitions_for_topic(topic))
+
+    def connected(self) -> None:
+        """The producer and the reader started: senders may read and send."""
+        self.idempotent = idempotent(self.producer)
+        self.ready.set()

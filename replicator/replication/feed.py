@@ -1,0 +1,597 @@
+"""A source feed: one fetch of a source cluster, fanned out to every leg of its feed plan.
+
+The ``_REPLICA`` mode's feed reads the local cluster's replica topics for every cluster's leg;
+each MirrorMaker-style flow has a feed of its own (its source, its one leg). One consumer (group
+``<prefix>.<source>``, or the flow's group) subscribes to the selected topics and owns the
+partition assignment; replicas of the same datacenter share the partitions through it. Each
+fetched chunk of a partition is handed to a :class:`PartitionFanout`, which builds, in one pass
+over the records, the batches of every leg's :class:`LegPartition` that is attached and continues
+exactly where the chunk starts. A leg that cannot keep up (its queue is full: destination slow or
+down) is detached and fetched for by its own catch-up fetch, so the feed never waits for the
+slowest destination longer than ``REPLICATOR_DETACH_AFTER_MS``. Committed offsets stay per leg.
+
+On assignment the feed starts each partition at the lowest position of the legs (a leg that is
+further on waits for the feed to reach it). A stop request wins over a rebalance at any moment:
+an assignment that completes after it starts nothing, and on stop every leg drains and commits
+before the feed leaves its group. A position the source log no longer holds (retention, a topic
+deleted and recreated) is never reset silently: each leg applies ``REPLICATOR_OFFSET_RESET_POLICY``
+and counts it, then the feed starts the partition again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from replicator.config.settings import Settings, StartPosition
+from replicator.config.topology import FeedPlan
+from replicator.errors import ReplicatorError
+from replicator.kafka.clients import (
+    check_position,
+    known_topics,
+    lacks_position,
+    on_metadata,
+    out_of_range_positions,
+    pace_metadata,
+    set_fetch_wait,
+    start_consumer,
+    translate,
+)
+from replicator.kafka.decoding import Poison, take_poisoned, undecodable_reason
+from replicator.kafka.retry import retrying
+from replicator.lifecycle import IdleWait, StopDeadline, close_quietly, wait_any
+from replicator.model import batching
+from replicator.model.records import SourceRecord
+from replicator.replication.leg import LegRunner
+from replicator.replication.partition import Fit, LegPartition, Mode
+from replicator.telemetry.metrics import Metrics
+from replicator.topics.watching import TopicWatch
+
+log = structlog.get_logger(__name__)
+
+_FETCH_TIMEOUT_MS = 200
+_SWEEP_BATCH = 256
+_IDLE_HOLD_S = 10.0
+
+
+class PartitionFanout:
+    """One source partition's records, built into batches for every attached leg at once.
+
+    Backpressure: while an attached leg's queue is full (or a leg is still preparing its
+    destination topic), the feed pauses this partition, so the legs move together at the pace of
+    the slowest healthy one; see :meth:`SourceFeed._hold`.
+    """
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        partitions: list[LegPartition],
+        position: int,
+        preparing: Callable[[LegPartition], bool] | None = None,
+    ) -> None:
+        self.tp = tp
+        self.partitions = partitions
+        self.position = position
+        # Whether a starting partition's leg can prepare it now (its destination answers): the
+        # feed waits for those only, never for a leg whose destination is down or frozen.
+        self._preparing = preparing or (lambda _: True)
+        self._polled_ms: int | None = None
+        self._suspect: int | None = None
+        # ids of starting partitions the feed stopped waiting for
+        self._waited_out: set[int] = set()
+
+    def deliver(self, records: list[SourceRecord], fetched_ms: int) -> None:
+        start, end = self.position, records[-1].offset + 1
+        self.position = end
+        joining: list[LegPartition] = []
+        for partition in self.partitions:
+            fit = partition.fit(start, end)
+            if fit is Fit.JOIN:
+                joining.append(partition)
+            elif fit is Fit.AHEAD:
+                partition.attach()  # waits for the feed instead of fetching alone
+            elif fit is Fit.BEHIND:
+                partition.detach()
+        for partition in [p for p in joining if p.placement is not None]:
+            partition.take_chunk(records, end, fetched_ms)  # placed by key: built by its sender
+        joining = [p for p in joining if p.placement is None]
+        if joining:
+            targets = [p.target() for p in joining]
+            # Every leg tags a partition's records alike: build with the first leg's tagger.
+            batching.build(records, end, joining[0].tagger, targets, fetched_ms)
+            for partition, target in zip(joining, targets, strict=True):
+                partition.take_built(target, end)
+
+    def settle(self) -> None:
+        """Detach attached partitions the feed is already past (prepared late, say): without
+        this they would wait for a chunk that never comes while the source is idle. Attach
+        those fetching alone that caught up with the feed: without this they would stay fetched
+        twice (by the feed and by their leg's catch-up fetch) until the next record."""
+        for partition in self.partitions:
+            position = partition.position
+            if position is None:
+                continue
+            if partition.attached and position < self.position:
+                partition.detach()
+            elif partition.mode is Mode.ALONE and position == self.position:
+                partition.attach()
+
+    def blocking(self) -> list[LegPartition]:
+        """The partitions the feed waits for: attached and full, or still starting."""
+        return [
+            p
+            for p in self.partitions
+            if (p.attached and not p.has_room)
+            or (p.mode is Mode.STARTING and id(p) not in self._waited_out and self._preparing(p))
+        ]
+
+    def give_up(self, partitions: Iterable[LegPartition]) -> None:
+        """Stop waiting for ``partitions``: they catch up alone once they can."""
+        for partition in partitions:
+            if partition.attached:
+                partition.detach()
+            else:
+                self._waited_out.add(id(partition))
+
+    def beyond_log_end(self, log_end: int | None, polled_ms: int | None) -> int | None:
+        """A position (of the feed or a leg) past the log end, seen in two fetches in a row.
+
+        ``log_end`` and ``polled_ms`` come from the latest fetch response for the partition. A
+        position is only judged against a response fetched after it was reached, so a leg that
+        fetched further on its own, after the feed's last response, is never mistaken for one
+        beyond the end.
+        """
+        if log_end is None or polled_ms is None or polled_ms == self._polled_ms:
+            return None
+        self._polled_ms = polled_ms
+        suspect, self._suspect = self._suspect, None
+        if suspect is not None and suspect > log_end:
+            return suspect
+        positions = [p.position for p in self.partitions if p.open and p.position is not None]
+        furthest = max([self.position, *positions]) if positions else None
+        if furthest is not None and furthest > log_end:
+            self._suspect = furthest
+        return None
+
+
+class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
+    """The shared fetch of one source cluster's selected topics (one :class:`FeedPlan`)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        plan: FeedPlan,
+        metrics: Metrics,
+        legs: list[LegRunner],
+        stopping: StopDeadline | None = None,
+    ) -> None:
+        self._settings = settings
+        self._stopping = stopping or StopDeadline(settings.shutdown_grace_ms / 1000)
+        self.plan = plan
+        self._rules = plan.rules
+        self._metrics = metrics
+        self.legs = legs
+        self.group = plan.group
+        self._consumer: AIOKafkaConsumer | None = None
+        self._fanouts: dict[TopicPartition, PartitionFanout] = {}
+        # Paused partitions waiting for a leg, with when they were paused (oldest first: every
+        # hold lasts at most detach_after, so the first one is the next to expire).
+        self._held: dict[TopicPartition, float] = {}
+        # Partitions whose state changed since the feed last looked (see LegPartition.watch):
+        # holds and settling are decided for those only, not for every partition every fetch.
+        self._changed: set[TopicPartition] = set()
+        self._woken: set[TopicPartition] = set()
+        self._holds_changed = asyncio.Event()
+        self._sweep_order: list[TopicPartition] = []
+        self._sweep_at = 0
+        self._tasks: asyncio.TaskGroup | None = None
+        self._stop = asyncio.Event()
+        self._detach_after = settings.detach_after_ms / 1000
+        self.topics = TopicWatch(plan.rules, metrics, plan.source, plan.name)
+        self._listing_every = settings.metadata_max_age_ms / 1000
+        self._listing_interval = self._listing_every  # longer for a cluster of very many partitions
+        self._next_listing = 0.0
+        self._metadata_refreshed = False
+        self.joined = False
+        self._assigning = 0  # partitions of an assignment not yet handed to every leg
+        self.last_error: str | None = None
+        self.last_poll = time.monotonic()
+        self._log = log.bind(feed=plan.name, source=plan.source)
+
+    @property
+    def connected(self) -> bool:
+        return self._consumer is not None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Join the group and fan records out until ``stop``; then release every partition."""
+        self._stop = stop
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                consumer = await self._connect(stop)
+                if consumer is not None:
+                    tasks.create_task(self._release_holds(stop), name=f"holds:{self.plan.name}")
+                    await self._fetch_loop(stop, consumer)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            # Cancelled from inside (a client library cancelling its own call): the service
+            # must not go on without its feed as if nothing happened.
+            self._log.exception("source feed cancelled unexpectedly")
+            raise RuntimeError("the source feed was cancelled unexpectedly") from exc
+        finally:
+            self._tasks = None
+            await self._release(list(self._fanouts))
+            if self._stopping.started:  # producers closed before another replica takes over
+                await asyncio.gather(*(leg.close_producer() for leg in self.legs))
+            if self._consumer is not None:
+                left = self._stopping.left()
+                await close_quietly(self._consumer.stop(), left, "source feed consumer")
+            self._log.info("source feed stopped")
+
+    async def _connect(self, stop: asyncio.Event) -> AIOKafkaConsumer | None:
+        settings = self._settings
+        source = self.plan.source
+        cluster = settings.clusters[source]
+
+        def connect() -> Awaitable[AIOKafkaConsumer]:
+            client_id = f"replicator-{self.plan.name}-{source}-feed"
+            return start_consumer(cluster, settings, self.group, client_id)
+
+        def failed(error: ReplicatorError) -> None:
+            self.last_error = f"cannot connect to {source}: {error}"
+
+        consumer = await retrying(
+            connect,
+            stop=stop,
+            what="reach the source",
+            log=self._log,
+            on_error=failed,
+            interruptible=True,
+        )
+        if consumer is None:
+            return None
+        self._consumer = consumer
+        await self._list_topics(consumer, subscribe=True)
+        self.last_error = None
+        self._log.info("source feed connected", group=self.group)
+        return consumer
+
+    async def _fetch_loop(self, stop: asyncio.Event, consumer: AIOKafkaConsumer) -> None:
+        def failed(error: ReplicatorError) -> None:
+            self.last_error = f"fetch failed: {error}"
+
+        settings = self._settings
+        idle = IdleWait(
+            settings.fetch_max_wait_ms,
+            settings.fetch_idle_max_wait_ms,
+            settings.fetch_longest_wait_ms,
+        )
+        while not stop.is_set():
+            idle.fetching(len(self._fanouts))
+            if self._metadata_refreshed or time.monotonic() >= self._next_listing:
+                await self._list_topics(consumer)
+            fetched = await retrying(
+                lambda: self._fetch(consumer),
+                stop=stop,
+                what="fetch",
+                log=self._log,
+                on_error=failed,
+            )
+            if stop.is_set():
+                return
+            self.last_poll = time.monotonic()
+            wait = idle.after(bool(fetched), self.last_poll)
+            if wait is not None:
+                set_fetch_wait(consumer, wait)
+            fetched_ms = int(time.time() * 1000)
+            for tp, records in (fetched or {}).items():
+                fanout = self._fanouts.get(tp)
+                if fanout is not None and records:
+                    fanout.deliver(records, fetched_ms)
+            for poison in take_poisoned(consumer):
+                self._undecodable(poison)
+            touched = set(fetched or ()) | self._changed
+            self._changed = set()
+            # Every partition is looked at in turn, a bounded slice per fetch: a log shorter than
+            # a position already reached (some brokers do not answer OFFSET_OUT_OF_RANGE to a
+            # fetch past the end, and a leg may be further on), and anything a change did not
+            # announce. Few partitions: all of them at every fetch.
+            for tp in self._sweep_slice():
+                fanout = self._fanouts.get(tp)
+                if fanout is None:
+                    continue
+                touched.add(tp)
+                beyond = fanout.beyond_log_end(self._highwater(tp), self._polled_ms(tp))
+                if beyond is not None:
+                    await self._out_of_range(tp, beyond)
+            for tp in touched:
+                fanout = self._fanouts.get(tp)
+                if fanout is not None:
+                    fanout.settle()
+                    self._hold(fanout)
+
+    def _sweep_slice(self) -> list[TopicPartition]:
+        """The next ``_SWEEP_BATCH`` partitions in a round over all of them."""
+        if self._sweep_at >= len(self._sweep_order):
+            self._sweep_order, self._sweep_at = list(self._fanouts), 0
+        taken = self._sweep_order[self._sweep_at : self._sweep_at + _SWEEP_BATCH]
+        self._sweep_at += _SWEEP_BATCH
+        return taken
+
+    async def _fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
+        """One fetch; positions outside the log are handled here, other errors raised."""
+        try:
+            fetched: dict[TopicPartition, list[Any]] = await consumer.getmany(
+                timeout_ms=_FETCH_TIMEOUT_MS
+            )
+        except Exception as exc:
+            positions = out_of_range_positions(exc)
+            if positions is not None:
+                for tp, position in positions.items():
+                    await self._out_of_range(tp, position)
+                return {}
+            if lacks_position(exc):
+                return {}
+            raise
+        self.last_error = None
+        return fetched
+
+    async def _list_topics(self, consumer: AIOKafkaConsumer, subscribe: bool = False) -> None:
+        """List the cluster's topics; subscribe to exactly the replicated ones when they change.
+
+        The subscription is built from the rules' answer for each listing (never from the
+        user's regexes), so the group is assigned exactly the partitions the legs replicate.
+        """
+        self._metadata_refreshed = False
+        self._next_listing = time.monotonic() + 2 * self._listing_interval
+        try:
+            cached = None if subscribe else known_topics(consumer, 2 * self._listing_interval)
+            topics = cached if cached is not None else await consumer.topics()
+        except Exception as exc:
+            self.topics.listing_failed(str(translate(exc)))
+            changed = False
+        else:
+            changed = self.topics.listed(topics)
+            self._listing_interval = pace_metadata(consumer, self._listing_every)
+        if subscribe or changed:
+            consumer.subscribe(pattern=self.topics.subscription_pattern, listener=self)
+        if subscribe:
+            on_metadata(consumer, self._on_metadata)
+
+    def _on_metadata(self) -> None:
+        self._metadata_refreshed = True
+
+    # -- backpressure ---------------------------------------------------------------------------
+
+    def _hold(self, fanout: PartitionFanout) -> None:
+        """Pause ``fanout``'s partition while a leg it waits for has no room (or is starting)."""
+        tp = fanout.tp
+        if tp in self._held or not fanout.blocking():
+            return
+        self._pause(tp)
+        self._held[tp] = time.monotonic()
+        self._holds_changed.set()
+
+    def _partition_changed(self, partition: LegPartition) -> None:
+        """A leg's partition changed (room freed, started, detached...): look at it again."""
+        tp = partition.tp
+        self._changed.add(tp)
+        if tp in self._held:
+            self._woken.add(tp)
+            self._holds_changed.set()
+
+    async def _release_holds(self, stop: asyncio.Event) -> None:
+        """Resume held partitions once every leg they wait for has room; after ``detach_after``
+        seconds, stop waiting for the legs still full (they fetch alone) and resume.
+
+        One task for every hold: woken by the partitions that changed, and at the oldest hold's
+        deadline; it looks at those partitions only.
+        """
+        while not stop.is_set():
+            oldest = next(iter(self._held.values()), None)
+            left = None if oldest is None else oldest + self._detach_after - time.monotonic()
+            if left is None or left > 0:
+                await wait_any([self._holds_changed, stop], _IDLE_HOLD_S if left is None else left)
+            self._holds_changed.clear()
+            woken, self._woken = self._woken, set()
+            for tp in woken:
+                fanout = self._fanouts.get(tp)
+                if tp in self._held and (fanout is None or not fanout.blocking()):
+                    self._unhold(tp)
+            now = time.monotonic()
+            for tp, paused_at in list(self._held.items()):
+                if paused_at + self._detach_after > now:
+                    break
+                fanout = self._fanouts.get(tp)
+                if fanout is not None:
+                    fanout.give_up(fanout.blocking())
+                self._unhold(tp)
+
+    def _unhold(self, tp: TopicPartition) -> None:
+        del self._held[tp]
+        if tp in self._fanouts:
+            self._resume(tp)
+
+    # -- positions outside the log --------------------------------------------------------------
+
+    async def _out_of_range(self, tp: TopicPartition, position: int) -> None:
+        """The source log no longer holds ``position``: apply the policy on every leg."""
+        consumer = self._consumer
+        fanout = self._fanouts.get(tp)
+        if consumer is None or fanout is None or tp not in consumer.assignment():
+            return
+        try:
+            found = await check_position(consumer, tp, position)
+        except Exception as exc:
+            self._log.warning("cannot read the source log bounds", error=str(translate(exc)))
+            return
+        if self._fanouts.get(tp) is not fanout:
+            return  # released meanwhile
+        if found is None:
+            consumer.seek(tp, position)  # in range after all: carry on
+            return
+        for leg in self.legs:
+            leg.out_of_range(tp, found)
+        if self._fanouts.get(tp) is fanout:  # not released or assigned again meanwhile
+            self._drop_fanout(tp)
+            await self._start_fanout(tp)
+
+    # -- rebalance (called by aiokafka) ---------------------------------------------------------
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._release(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        consumer = self._consumer
+        assigned = list(assigned)
+        if consumer is None:
+            return
+        for tp in assigned:
+            consumer.seek(tp, 0)  # a position keeps the consumer quiet; fetching waits for it
+            consumer.pause(tp)
+        if self._stop.is_set():
+            self._log.info(
+                "assignment after stop was requested: not started", partitions=len(assigned)
+            )
+            return
+        self.joined = True
+        partitions = [tp for tp in assigned if self._rules.target(tp.topic) is not None]
+        for leg in self.legs:
+            self._metrics.rebalances.labels(leg.leg.name).inc()
+        # Not ready until the legs hold them: a partition assigned is a partition to start.
+        self._assigning = len(partitions)
+        try:
+            await asyncio.gather(*(leg.assign(partitions) for leg in self.legs))
+            if self._stop.is_set():
+                return  # the legs release what they took when they close
+            for tp in partitions:
+                await self._start_fanout(tp)
+        finally:
+            self._assigning = 0
+        self._log.info("partitions assigned", partitions=len(partitions))
+
+    async def _start_fanout(self, tp: TopicPartition) -> None:
+        """Fan ``tp`` out to the legs' partitions, from the lowest position one of them needs."""
+        consumer = self._consumer
+        assert consumer is not None
+        partitions = [leg.partitions[tp] for leg in self.legs if tp in leg.partitions]
+        starts = [p.position for p in partitions if p.open]
+        if not starts:
+            self._fanouts[tp] = PartitionFanout(tp, partitions, 0)
+            return  # halted on every leg: nothing to fetch
+        if all(offset is not None for offset in starts):
+            consumer.seek(tp, min(o for o in starts if o is not None))
+        elif self.plan.start_from is StartPosition.LATEST:
+            await consumer.seek_to_end(tp)
+        else:
+            await consumer.seek_to_beginning(tp)
+        position = await consumer.position(tp)
+        for partition in partitions:
+            partition.place(position)
+        fanout = PartitionFanout(tp, partitions, position, self._preparing)
+        self._fanouts[tp] = fanout
+        for partition in partitions:
+            partition.watch(self._partition_changed)
+        consumer.resume(tp)
+        self._hold(fanout)
+
+    def _preparing(self, partition: LegPartition) -> bool:
+        """Whether the leg of a starting ``partition`` can prepare it now (its destination is
+        connected and answers): local delivery never waits for a remote that is down."""
+        return any(
+            leg.destination_up for leg in self.legs if leg.partitions.get(partition.tp) is partition
+        )
+
+    def _drop_fanout(self, tp: TopicPartition) -> None:
+        self._fanouts.pop(tp, None)
+        self._held.pop(tp, None)
+
+    def _undecodable(self, poison: Poison) -> None:
+        """A fetch stopped at a record the client cannot decode, after handing over those before
+        it: the legs there halt at it (once what they queued is sent); never fetched again here
+        (a leg still behind reaches it with its own fetch)."""
+        tp = poison.tp
+        self._held.pop(tp, None)
+        self._pause(tp)
+        fanout = self._fanouts.get(tp)
+        if fanout is None:
+            return
+        reason = undecodable_reason(poison)
+        halted = [p for p in fanout.partitions if p.undecodable(poison.offset, reason)]
+        if halted:
+            self._log.error(
+                "a source record cannot be decoded: its partition halts at it",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=poison.offset,
+                error=poison.error,
+                legs=len(halted),
+            )
+
+    def _pause(self, tp: TopicPartition) -> None:
+        if self._consumer is not None and tp in self._consumer.assignment():
+            self._consumer.pause(tp)
+
+    def _resume(self, tp: TopicPartition) -> None:
+        if self._consumer is not None and tp in self._consumer.assignment():
+            self._consumer.resume(tp)
+
+    async def _release(self, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
+        for tp in partitions:
+            self._drop_fanout(tp)
+        await asyncio.gather(*(leg.release(partitions) for leg in self.legs))
+        self._log.info("partitions released", partitions=len(partitions))
+
+    # -- what the legs and health checks need ---------------------------------------------------
+
+    def log_end(self, tp: TopicPartition) -> int | None:
+        """The source partition's log-end offset, as last seen in a fetch response."""
+        return self._highwater(tp)
+
+    def _polled_ms(self, tp: TopicPartition) -> int | None:
+        if self._consumer is None:
+            return None
+        with contextlib.suppress(AssertionError, AttributeError):  # not assigned (any more)
+            polled: int | None = self._consumer.last_poll_timestamp(tp)
+            return polled
+        return None
+
+    def _highwater(self, tp: TopicPartition) -> int | None:
+        if self._consumer is None:
+            return None
+        with contextlib.suppress(AssertionError, AttributeError):  # not assigned (any more)
+            end: int | None = self._consumer.highwater(tp)
+            return end
+        return None
+
+    def problems(self) -> list[str]:
+        if not self.connected:
+            return [f"source feed not connected: {self.last_error or 'starting'}"]
+        if not self.joined:
+            return ["source feed has not joined its consumer group yet"]
+        if self._assigning:
+            return [f"source feed: {self._assigning} partitions assigned, handing them to the legs"]
+        return []
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "connected": self.connected,
+            "joined": self.joined,
+            "assigned_partitions": len(self._fanouts),
+            "last_error": self.last_error,
+        }
+
+    @property
+    def seconds_since_poll(self) -> float:
+        return time.monotonic() - self.last_poll

@@ -1,0 +1,14 @@
+"""Topics: which exist, which are replicated, and what each destination topic must be.
+
+``provisioning``
+    Destination topics made ready before the first record: created with the source's partition
+    count, replication factor and configuration, grown when the source grows, configs kept in sync
+    (:class:`~replicator.topics.provisioning.TopicProvisioner`, batched behind
+    :class:`~replicator.topics.provisioning.ClusterAdmin`).
+``watching``
+    A feed's source topics as its rules see them, kept current: the subscription, the topics
+    added, and the rules that match nothing (:class:`~replicator.topics.watching.TopicWatch`).
+``snapshot``
+    The exact ``[start, end)`` offset range of every partition of some topics, for the bulk jobs
+    and the operator commands.
+"""

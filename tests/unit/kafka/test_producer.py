@@ -1,0 +1,83 @@
+"""The destination producer's choices that need no broker: which InitProducerId it sends, and
+which failures mean a batch may have been written."""
+
+from __future__ import annotations
+
+import aiokafka.errors as kerr
+from aiokafka import TopicPartition
+from aiokafka.producer.message_accumulator import BatchBuilder, MessageBatch
+from aiokafka.producer.transaction_manager import TransactionManager
+
+from replicator.errors import OutcomeUnknown
+from replicator.kafka.internals import InitProducerId, _new_producer_id
+from replicator.kafka.producer import idempotence_refused, unknown_outcome
+
+
+def test_init_producer_id_uses_the_highest_version_both_sides_know() -> None:
+    request = InitProducerId(None, 60_000)
+    assert request.prepare({22: (0, 5)}).API_VERSION == 4
+    assert request.prepare({22: (0, 3)}).API_VERSION == 3
+    assert request.prepare({22: (0, 2)}).API_VERSION == 0  # older brokers: aiokafka's own v0
+    assert request.prepare({}).API_VERSION == 0
+
+
+def test_a_new_producer_asks_with_no_id_and_no_epoch() -> None:
+    struct = InitProducerId(None, 60_000).prepare({22: (0, 4)})
+    assert (struct.transactional_id, struct.producer_id, struct.producer_epoch) == (None, -1, -1)
+
+
+def test_failures_after_which_a_batch_may_be_in_the_destination() -> None:
+    for maybe in (
+        kerr.KafkaConnectionError(),
+        kerr.RequestTimedOutError(),
+        kerr.NotEnoughReplicasAfterAppendError(),
+        OutcomeUnknown("queued behind"),
+    ):
+        assert unknown_outcome(maybe), maybe
+    for not_written in (kerr.NotLeaderForPartitionError(), kerr.MessageSizeTooLargeError()):
+        assert not unknown_outcome(not_written), not_written
+
+
+def test_only_a_refused_producer_id_turns_idempotence_off() -> None:
+    assert idempotence_refused(kerr.UnknownError())
+    assert idempotence_refused(kerr.ClusterAuthorizationFailedError())
+    assert not idempotence_refused(kerr.KafkaConnectionError())  # unreachable: try again
+    assert not idempotence_refused(kerr.SaslAuthenticationFailed())
+    assert not idempotence_refused(OSError("refused"))
+
+
+def test_a_destination_that_lost_the_producer_or_the_topic_makes_the_partition_resume() -> None:
+    """Nothing was written, but the destination's state changed under the producer (restored
+    empty, topic gone): the partition reads the destination again instead of halting."""
+    for lost in (
+        kerr.UnknownProducerId(),
+        kerr.OutOfOrderSequenceNumber(),
+        kerr.UnknownTopicOrPartitionError(),
+    ):
+        assert unknown_outcome(lost), lost
+
+
+def _batch(producer_id: int) -> MessageBatch:
+    """A batch as aiokafka's sender sends it: built, then numbered with ``producer_id``."""
+    builder = BatchBuilder(1 << 16, 0)
+    builder.append(key=b"k", value=b"v", timestamp=None)
+    builder._set_producer_state(producer_id, 0, 0)
+    return MessageBatch(TopicPartition("orders", 0), builder, ttl=60, linger_time=0)
+
+
+async def test_a_lost_producer_id_is_replaced_once() -> None:
+    """The first batch refused for an unknown producer id makes the producer ask for a new id
+    and number every partition from 0; later refusals of batches sent with the old id do not
+    reset the new one."""
+    manager = TransactionManager(None, 60_000)
+    manager.set_pid_and_epoch(7, 0)
+    manager.increment_sequence_number(TopicPartition("orders", 0), 40)
+    sender = type("Sender", (), {"_txn_manager": manager})()
+    _new_producer_id(sender, _batch(7))
+    assert not manager.has_pid()
+    assert manager.sequence_number(TopicPartition("orders", 0)) == 0
+    manager.set_pid_and_epoch(8, 0)  # what the sender's next InitProducerId gets
+    manager.increment_sequence_number(TopicPartition("orders", 0), 5)
+    _new_producer_id(sender, _batch(7))  # another partition's batch of the old id
+    assert manager.producer_id == 8
+    assert manager.sequence_number(TopicPartition("orders", 0)) == 5

@@ -1,0 +1,89 @@
+"""The one retry policy: attempts until success or stop, backoff by retriability, quiet repeats."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
+
+from replicator.errors import ReplicatorError
+from replicator.kafka.retry import Backoff, retrying
+
+
+class Said:
+    """Collects what :func:`retrying` logs."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, Any]]] = []
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.lines.append((event, fields))
+
+
+def failing(times: int, error: Exception, result: str = "up") -> Any:
+    calls = {"n": 0}
+
+    async def attempt() -> str:
+        calls["n"] += 1
+        if calls["n"] <= times:
+            raise error
+        return result
+
+    attempt.calls = calls  # type: ignore[attr-defined]
+    return attempt
+
+
+async def test_retries_until_success_logging_a_repeated_failure_once() -> None:
+    said = Said()
+    errors: list[ReplicatorError] = []
+    attempt = failing(5, KafkaConnectionError("refused"))
+    result = await retrying(
+        attempt,
+        stop=asyncio.Event(),
+        what="reach dc2",
+        log=said,
+        on_error=errors.append,
+        backoff=Backoff(base=0.001),
+    )
+    assert result == "up" and attempt.calls["n"] == 6
+    assert len(errors) == 5 and all(e.retriable for e in errors)
+    assert [event for event, _ in said.lines] == ["cannot reach dc2, retrying"]
+
+
+async def test_stop_ends_the_wait_at_once() -> None:
+    stop = asyncio.Event()
+    attempt = failing(1_000, KafkaConnectionError("refused"))
+    asyncio.get_running_loop().call_later(0.05, stop.set)
+    started = time.monotonic()
+    result = await retrying(
+        attempt, stop=stop, what="reach dc2", log=Said(), backoff=Backoff(base=30.0)
+    )
+    assert result is None
+    assert time.monotonic() - started < 1.0, "the 30 s backoff was interrupted by stop"
+
+
+async def test_a_refusal_is_raised_unless_persistent() -> None:
+    refused = TopicAuthorizationFailedError()
+    with pytest.raises(ReplicatorError) as raised:
+        await retrying(
+            failing(1, refused), stop=asyncio.Event(), what="send", log=Said(), persistent=False
+        )
+    assert not raised.value.retriable
+    # Connections are persistent: a refusal is retried (slowly) until it goes away.
+    result = await retrying(
+        failing(2, refused),
+        stop=asyncio.Event(),
+        what="connect",
+        log=Said(),
+        backoff=Backoff(base=0.001, ceiling=0.002),
+    )
+    assert result == "up"
+
+
+def test_backoff_is_steady_while_retriable_and_doubles_while_refused() -> None:
+    backoff = Backoff(base=1.0, ceiling=4.0)
+    assert [backoff.delay(False) for _ in range(4)] == [1.0, 2.0, 4.0, 4.0]
+    assert backoff.delay(True) == 1.0

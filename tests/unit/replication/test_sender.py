@@ -1,0 +1,337 @@
+"""The sender's decisions, without a broker: a real :class:`LegPartition`, real batches and
+provenance, and an in-memory destination behind the sender's seam
+(``tests/unit/replication/destinations.py``).
+
+Each test feeds source records as the shared feed does, lets the destination write, refuse, lose
+an answer or lose its log, and checks what the destination holds record by record (by origin
+offset), what the partition acknowledged, and what was counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import aiokafka.errors as kerr
+import pytest
+from aiokafka import TopicPartition
+
+from replicator.config.settings import OffsetResetPolicy
+from replicator.config.topology import Leg
+from replicator.errors import TopicMismatch
+from replicator.model.records import SourceRecord
+from replicator.replication.committer import Committer
+from replicator.replication.health import Duplicates
+from replicator.replication.offset_reset import OffsetResets
+from replicator.replication.partition import Halt, LegPartition, Mode
+from replicator.replication.sender import PartitionSender
+from replicator.telemetry.metrics import Metrics
+from tests.unit.replication.destinations import (
+    MemoryCommits,
+    MemoryDeadLetters,
+    MemoryDestination,
+    MemoryTopics,
+    Outcome,
+)
+from tests.unit.sample import Record
+
+SOURCE = TopicPartition("orders_REPLICA", 0)
+TARGET = TopicPartition("orders", 0)
+LEG = Leg("dc1", "dc2")
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    found = metrics.registry.get_sample_value(name, {"leg": LEG.name, **labels})
+    return 0.0 if found is None else found
+
+
+@dataclass
+class Rig:
+    """One partition's sender against a memory destination."""
+
+    destination: MemoryDestination = field(default_factory=MemoryDestination)
+    topics: MemoryTopics = field(default_factory=MemoryTopics)
+    dead_letters: MemoryDeadLetters | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    duplicates: Duplicates = field(init=False)
+    log_start: int = 0
+    position: int | None = 0
+    preserve_partitions: bool = True
+    commits: MemoryCommits = field(default_factory=MemoryCommits)
+    partition: LegPartition = field(init=False)
+    sender: PartitionSender = field(init=False)
+    task: asyncio.Task[None] | None = None
+    committing: asyncio.Task[None] | None = None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.duplicates = Duplicates(LEG.name, self.metrics)
+        self.build()
+
+    def build(self) -> None:
+        """A new owner of the partition (a restart, a rebalance), at the committed position."""
+        self.partition = LegPartition(
+            SOURCE, "orders", "dc1", self.position, 10_000, 1 << 22, committed=True
+        )
+
+        async def log_start() -> int:
+            return self.log_start
+
+        async def save_marks(marks: dict[TopicPartition, int]) -> None:
+            self.destination.marks.update(marks)
+
+        self.committer = Committer(LEG.name, self.commits, self.metrics, 1.0, save_marks)
+        self.partition.owe_commits_to(self.committer.due)
+        self.sender = PartitionSender(
+            LEG,
+            self.partition,
+            self.destination,
+            self.topics,
+            self.metrics,
+            log_start,
+            self.dead_letters,
+            self.duplicates,
+            self.preserve_partitions,
+            resets=OffsetResets(LEG.name, OffsetResetPolicy.EARLIEST, self.metrics),
+        )
+
+    async def start(self) -> None:
+        self.stopping = asyncio.Event()
+        partitions = {SOURCE: self.partition}
+        self.committing = asyncio.create_task(self.committer.run(self.stopping, partitions, 0.01))
+        self.task = asyncio.create_task(self.sender.run())
+        await until(lambda: self.partition.mode is not Mode.STARTING or not self.partition.open)
+
+    def feed(self, first: int, end: int, value: bytes = b"v" * 10) -> None:
+        """Records ``[first, end)`` from the shared feed."""
+        assert self.partition.position == first, (self.partition.position, first)
+        records: list[SourceRecord] = [Record(o, value=value) for o in range(first, end)]
+        self.partition.take_chunk(records, end, 0)
+
+    def held(self) -> list[int]:
+        """The origin offsets the destination holds of this partition, in log order."""
+        return self.destination.origins(TARGET, self.partition.tagger)
+
+    @property
+    def committable(self) -> int | None:
+        tracker = self.partition.tracker
+        return None if tracker is None else tracker.committable
+
+    @property
+    def committed(self) -> int | None:
+        """The leg's committed offset of the partition."""
+        return self.commits.offsets.get(SOURCE)
+
+    async def stop(self) -> None:
+        self.partition.stop()
+        self.stopping.set()
+        for task in (self.task, self.committing):
+            if task is not None:
+                await asyncio.wait_for(task, 5)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Let the event loop run until ``condition`` holds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition never held"
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    made = Rig()
+    yield made
+    await made.stop()
+
+
+async def test_records_arrive_in_order_tagged_and_acknowledged(rig: Rig) -> None:
+    await rig.start()
+    rig.feed(0, 50)
+    rig.feed(50, 120)
+    await until(lambda: rig.committable == 120)
+    assert rig.held() == list(range(120))
+    assert sample(rig.metrics, "replicator_records_replicated_total", topic="orders") == 120
+    assert rig.partition.mode is Mode.ATTACHED and not rig.partition.last_error
+
+
+async def test_a_start_resumes_after_what_the_destination_holds(rig: Rig) -> None:
+    """A previous owner wrote 0-79 and committed 40 (its last commit before a crash): the next
+    owner starts at 40, finds 40-79 in the destination and writes nothing twice."""
+    await rig.start()
+    rig.feed(0, 40)
+    await until(lambda: rig.committed == 40)
+    rig.stopping.set()  # no commit after this one: the crash
+    rig.feed(40, 80)
+    await until(lambda: rig.committable == 80)
+    await rig.stop()
+    assert rig.committed == 40
+    rig.position = rig.committed
+    rig.build()
+    await rig.start()
+    assert rig.partition.position == 80
+    assert rig.partition.skipped_at_resume == 40
+    rig.feed(80, 100)
+    await until(lambda: rig.committable == 100)
+    assert rig.held() == list(range(100))
+
+
+@pytest.mark.parametrize("answer", [kerr.KafkaConnectionError(), kerr.RequestTimedOutError()])
+async def test_an_unknown_outcome_resumes_from_the_tail_without_a_duplicate(
+    rig: Rig, answer: Exception
+) -> None:
+    """A batch written but never answered: the partition restarts, reads the destination, and
+    goes on after what landed; the records fed meanwhile come again from the feed."""
+    await rig.start()
+    rig.feed(0, 30)
+    await until(lambda: rig.committable == 30)
+    rig.destination.outcomes = [Outcome(writes=True, error=answer)]
+    rig.feed(30, 60)
+    await until(lambda: rig.partition.mode is not Mode.STARTING and rig.partition.position == 60)
+    rig.feed(60, 90)
+    await until(lambda: rig.committable == 90)
+    assert rig.held() == list(range(90)), "each record exactly once, in order"
+    assert TARGET in rig.destination.unfenced
+    assert sample(
+        rig.metrics, "replicator_send_errors_total", topic="orders", error="OutcomeUnknown"
+    )
+    assert rig.duplicates.total() == 0
+
+
+async def test_a_batch_lost_with_its_answer_is_sent_again(rig: Rig) -> None:
+    """Not written and not answered: the resume finds it missing and the feed sends it again."""
+    await rig.start()
+    rig.feed(0, 30)
+    await until(lambda: rig.committable == 30)
+    rig.destination.outcomes = [Outcome(writes=False, error=kerr.KafkaConnectionError())]
+    rig.feed(30, 60)
+    await until(lambda: rig.partition.mode is not Mode.STARTING and rig.partition.position == 30)
+    rig.feed(30, 60)
+    await until(lambda: rig.committable == 60)
+    assert rig.held() == list(range(60))
+
+
+async def test_answers_of_an_abandoned_epoch_acknowledge_nothing(rig: Rig) -> None:
+    """Batches in flight when the partition restarts: their late answers do not move the new
+    tracker, and what they wrote is found by the resume, not written again."""
+    await rig.start()
+    rig.destination.hold()
+    rig.feed(0, 40)
+    await until(lambda: rig.destination.sends == 1)
+    old = rig.partition.tracker
+    assert rig.partition.restart("test: outcome unknown")
+    rig.destination.release()
+    await until(lambda: rig.partition.mode is not Mode.STARTING)
+    assert rig.partition.tracker is not old
+    assert rig.partition.position == 40  # resumed after the batch that landed meanwhile
+    rig.feed(40, 50)
+    await until(lambda: rig.committable == 50)
+    assert rig.held() == list(range(50))
+
+
+async def test_a_refused_batch_halts_the_partition_and_nothing_after_it_is_sent(
+    rig: Rig,
+) -> None:
+    await rig.start()
+    rig.feed(0, 10)
+    await until(lambda: rig.committable == 10)
+    rig.destination.outcomes = [Outcome(writes=False, error=kerr.PolicyViolationError())]
+    rig.feed(10, 20)
+    await until(lambda: rig.partition.halted)
+    assert rig.partition.halt_kind is Halt.FAILED
+    assert "destination refused a batch" in (rig.partition.last_error or "")
+    assert rig.committable == 10 and rig.held() == list(range(10))
+
+
+async def test_a_destination_topic_with_too_few_partitions_blocks_the_partition() -> None:
+    made = Rig(topics=MemoryTopics(refusal=TopicMismatch("orders: 1 partition, 3 needed")))
+    await made.start()
+    assert made.partition.halted and made.partition.halt_kind is Halt.BLOCKED
+    assert "3 needed" in (made.partition.last_error or "")
+    assert made.destination.sends == 0
+
+
+async def test_an_oversized_record_halts_under_the_halt_policy() -> None:
+    made = Rig(topics=MemoryTopics(max_message_bytes=500))
+    await made.start()
+    made.feed(0, 5)
+    await until(lambda: made.committable == 5)
+    made.feed(5, 6, value=b"x" * 2_000)
+    await until(lambda: made.partition.halted)
+    assert "REPLICATOR_RECORD_TOO_LARGE_POLICY=halt" in (made.partition.last_error or "")
+    assert made.held() == list(range(5)) and made.committable == 5
+    await made.stop()
+
+
+async def test_an_oversized_record_is_parked_and_the_partition_goes_on() -> None:
+    made = Rig(topics=MemoryTopics(max_message_bytes=500), dead_letters=MemoryDeadLetters())
+    await made.start()
+    made.feed(0, 5)
+    made.feed(5, 6, value=b"x" * 2_000)
+    made.feed(6, 10)
+    await until(lambda: made.committable == 10)
+    assert made.held() == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert made.dead_letters is not None
+    ((record, destination, reason),) = made.dead_letters.parked
+    assert record.value == b"x" * 2_000 and destination == "dc2/orders"
+    assert "accepts 500" in reason and made.partition.dead_lettered == 1
+    assert sample(made.metrics, "replicator_records_dead_lettered_total", topic="orders") == 1
+    await made.stop()
+
+
+async def test_a_replaced_destination_partition_is_replayed_from_the_source_log_start(
+    rig: Rig,
+) -> None:
+    """The destination lost its log (deleted and created again): an acknowledgement below the
+    last one shows it; the partition replays from the source's log start."""
+    await rig.start()
+    rig.feed(0, 40)
+    await until(lambda: rig.committable == 40)
+    rig.destination.replace(TARGET)
+    rig.feed(40, 50)  # written at offset 0 of the new log: below what it acknowledged
+    await until(lambda: rig.partition.mode is Mode.REPLAYING)
+    assert rig.partition.position == 0
+    # Everything acknowledged is replayed, the 10 records that reached the new log before the
+    # loss was seen included: they are written twice, and counted so.
+    assert sample(rig.metrics, "replicator_records_replayed_total", topic="orders") == 50
+    assert rig.duplicates["written_destination_replaced"] == 10
+    written = "replicator_duplicates_written_total"
+    assert sample(rig.metrics, written, topic="orders", reason="destination_replaced") == 10
+    assert rig.topics.forgotten == ["orders"]
+    # The replay's position (0) is committed before anything is sent again: a restart replays.
+    await until(lambda: rig.committed == 0)
+    rig.feed(0, 50)  # the replay, fed from the source log start
+    await until(lambda: rig.committed == 50)
+    assert rig.held() == list(range(40, 50)) + list(range(50))
+
+
+async def test_stop_while_batches_are_in_flight_ends_the_sender_and_counts_them(
+    rig: Rig,
+) -> None:
+    """A rebalance takes the partition while its batches are unanswered: drain waits, then
+    counts them as possible duplicates (the next owner may resume before they land)."""
+    await rig.start()
+    rig.destination.hold()
+    rig.feed(0, 25)
+    await until(lambda: rig.destination.sends == 1)
+    await rig.sender.drain(timeout=0.05, handed_over=True)
+    assert rig.duplicates["possible_unacknowledged_at_release"] == 25
+    await rig.stop()
+    assert rig.task is not None and rig.task.done() and rig.task.exception() is None
+    rig.destination.release()
+    assert rig.committable in (None, 0)  # a stopped partition acknowledges nothing more
+
+
+async def test_a_halted_partition_is_left_unfenced_for_others_placed_by_key() -> None:
+    """Placed by key, several source partitions write to the same destination partitions: a
+    halt must not leave them fenced."""
+    made = Rig(topics=MemoryTopics(partitions=3), preserve_partitions=False)
+    await made.start()
+    made.destination.outcomes = [Outcome(writes=False, error=kerr.PolicyViolationError())]
+    made.feed(0, 1)
+    await until(lambda: made.partition.halted)
+    assert {tp.partition for tp in made.destination.unfenced} >= {0, 1, 2}
+    assert not made.destination.fenced
+    await made.stop()

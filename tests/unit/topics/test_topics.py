@@ -1,0 +1,159 @@
+"""Destination topics follow their source: how far a destination topic is grown and which
+configs it takes (pure logic; the CreatePartitions and AlterConfigs calls run on the Apache Kafka
+path, test_topic_changes.py)."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replicator.config.settings import DEFAULT_TOPIC_CONFIGS_EXCLUDE, DefaultsFrom
+from replicator.topics.provisioning import (
+    NEVER_LOWERED,
+    REPLICATED_CONFIGS,
+    config_changes,
+    mirrored_config_changes,
+    partition_shortfall,
+    partitions_to_add,
+)
+
+
+@given(st.integers(1, 10_000), st.integers(1, 10_000))
+def test_a_destination_is_grown_to_its_source_never_shrunk_never_past_it(
+    destination: int, source: int
+) -> None:
+    total = partitions_to_add(destination, source)
+    if destination >= source:
+        assert total is None
+    else:
+        assert total == source
+    assert (total is None) == (partition_shortfall("s", source, "d", destination) is None)
+
+
+def test_the_shortfall_names_both_topics_and_counts() -> None:
+    reason = partition_shortfall("orders_REPLICA", 4, "orders", 2)
+    assert reason is not None
+    assert "orders has 2 partitions" in reason and "orders_REPLICA has 4" in reason
+
+
+EXCLUDE = re.compile(DEFAULT_TOPIC_CONFIGS_EXCLUDE)
+
+
+def changes(
+    source: dict[str, str],
+    destination: dict[str, str],
+    seen: dict[str, str] | None = None,
+    effective: dict[str, str] | None = None,
+    exclude: re.Pattern[str] = EXCLUDE,
+) -> dict[str, str]:
+    return config_changes(source, destination, {**(effective or {}), **destination}, seen, exclude)
+
+
+def test_a_destination_takes_what_it_lacks_but_never_the_excluded_configs() -> None:
+    source = {
+        "cleanup.policy": "compact",
+        "retention.ms": "86400000",
+        "min.insync.replicas": "2",
+        "message.timestamp.type": "LogAppendTime",
+        "delete.retention.ms": "1000",
+        "preallocate": "true",  # not a replicated config at all
+    }
+    assert changes(source, {}) == {
+        "cleanup.policy": "compact",
+        "retention.ms": "86400000",
+        "delete.retention.ms": "1000",
+    }
+    # MM2's own integration test excludes delete.retention.ms through the setting.
+    own = re.compile(DEFAULT_TOPIC_CONFIGS_EXCLUDE + r"|delete\.retention\..*")
+    assert "delete.retention.ms" not in changes(source, {}, exclude=own)
+
+
+def test_what_the_destination_was_given_is_kept_until_the_source_changes_it() -> None:
+    source = {"cleanup.policy": "compact", "compression.type": "zstd"}
+    destination = {"cleanup.policy": "delete", "compression.type": "lz4"}  # an operator's
+    assert changes(source, destination, seen=None) == {}  # after a start: nothing seen change
+    assert changes(source, destination, seen=dict(source)) == {}
+    changed = {**source, "compression.type": "gzip"}
+    assert changes(changed, destination, seen=dict(source)) == {"compression.type": "gzip"}
+
+
+def test_limits_are_only_raised_above_the_destinations_effective_value() -> None:
+    seen = {"retention.ms": "1", "retention.bytes": "1", "max.message.bytes": "1"}
+    source = {"retention.ms": "3600000", "retention.bytes": "1000", "max.message.bytes": "1024"}
+    destination = {"retention.ms": "-1", "retention.bytes": "5000", "max.message.bytes": "2048"}
+    assert changes(source, destination, seen) == {}
+    # No override on the destination, but a larger broker default: not lowered either.
+    assert changes({"retention.ms": "3600000"}, {}, effective={"retention.ms": "604800000"}) == {}
+    assert changes({"retention.ms": "-1"}, {"retention.ms": "5"}, {"retention.ms": "5"}) == {
+        "retention.ms": "-1"
+    }
+
+
+values = st.integers(-1, 10**12).map(str)
+configs = st.dictionaries(st.sampled_from(sorted(REPLICATED_CONFIGS)), values)
+
+
+@given(configs, configs, configs, st.none() | configs)
+def test_changes_never_touch_an_excluded_config_nor_lower_a_limit(
+    source: dict[str, str],
+    destination: dict[str, str],
+    effective: dict[str, str],
+    seen: dict[str, str] | None,
+) -> None:
+    effective = {**effective, **destination}
+    found = config_changes(source, destination, effective, seen, EXCLUDE)
+    for name, value in found.items():
+        assert not EXCLUDE.fullmatch(name)
+        assert source[name] == value != destination.get(name)
+        if name in destination:  # an override is replaced only when the source changed it
+            assert seen is not None and seen.get(name) != value
+        if name in NEVER_LOWERED and name in effective:
+            have, want = int(effective[name]), int(value)
+            assert have >= 0 and (want < 0 or want > have)
+
+
+# -- mirror sync (MirrorMaker 2's) -------------------------------------------------------------
+
+
+def test_mirror_sync_follows_the_source_down_and_removes_what_it_removed() -> None:
+    source = {"retention.bytes": "1000", "cleanup.policy": "compact"}
+    destination = {"retention.bytes": "2000", "segment.ms": "600000", "cleanup.policy": "compact"}
+    found = mirrored_config_changes(source, {}, destination, EXCLUDE, DefaultsFrom.TARGET)
+    # Lowered as the source is; segment.ms, at its default on the source, loses its override.
+    assert found == {"retention.bytes": "1000", "segment.ms": None}
+
+
+def test_mirror_sync_with_defaults_from_the_source_sets_the_sources_default() -> None:
+    effective = {"retention.ms": "604800000", "segment.ms": "604800000"}
+    destination = {"retention.ms": "86400000"}
+    found = mirrored_config_changes({}, effective, destination, EXCLUDE, DefaultsFrom.SOURCE)
+    assert found == {"retention.ms": "604800000", "segment.ms": "604800000"}
+
+
+def test_mirror_sync_never_touches_an_excluded_config() -> None:
+    destination = {"min.insync.replicas": "2"}  # excluded by default, as in MirrorMaker 2
+    source = {"min.insync.replicas": "1"}
+    assert mirrored_config_changes(source, {}, destination, EXCLUDE, DefaultsFrom.TARGET) == {}
+
+
+@given(
+    st.dictionaries(st.sampled_from(sorted(REPLICATED_CONFIGS)), st.sampled_from(["1", "2", "-1"])),
+    st.dictionaries(st.sampled_from(sorted(REPLICATED_CONFIGS)), st.sampled_from(["1", "2", "-1"])),
+)
+def test_mirror_sync_leaves_the_copied_configs_equal_to_the_source(
+    source: dict[str, str], destination: dict[str, str]
+) -> None:
+    """Applied, the changes make every copied config not excluded the source's override (or
+    none where the source has none), and a second round changes nothing."""
+    found = mirrored_config_changes(source, {}, destination, EXCLUDE, DefaultsFrom.TARGET)
+    after = {**destination, **{k: v for k, v in found.items() if v is not None}}
+    for name, value in found.items():
+        if value is None:
+            del after[name]
+    copied = {n for n in REPLICATED_CONFIGS if not EXCLUDE.fullmatch(n)}
+    assert {n: v for n, v in after.items() if n in copied} == {
+        n: v for n, v in source.items() if n in copied
+    }
+    assert mirrored_config_changes(source, {}, after, EXCLUDE, DefaultsFrom.TARGET) == {}
