@@ -230,7 +230,7 @@ def test_a_group_fails_over_from_its_checkpoint_when_its_datacenter_is_lost(
                 cli, "--group", "app.busy", "--from", "dc1", "--to", "dc2", "--execute"
             )
             assert status == 1 and "active member" in refused["error"], refused
-            time.sleep(2.5)  # two checkpoint rounds with a member: its offsets are not touched
+            wait_rounds(dc1, "app.busy", 2)  # two rounds with a member: its offsets untouched
             status, busy, _ = failover(cli, "--group", "app.busy", "--from", "dc1", "--to", "dc2")
             assert status == 0 and busy["active_members_in_target"] == 1
             assert {p["committed_in_target"] for p in busy["partitions"]} == {None}

@@ -33,6 +33,7 @@ from tests.integration.harness import (
     read,
     replicator_env,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 
@@ -143,7 +144,7 @@ def test_sigterm_during_a_stream_then_restart_loses_and_repeats_nothing(
         second.wait_ready()
         for broker in brokers.values():
             wait_until(holds(broker, "orders", chunks * per_chunk), 30, "the rest", second.log)
-        time.sleep(2)
+        wait_settled(second)  # everything read is committed: a late duplicate would be here
         for broker in brokers.values():
             values = Counter(r.value for r in read(broker, "orders"))
             assert len(values) == chunks * per_chunk, broker.alias

@@ -29,6 +29,7 @@ from tests.integration.harness import (
     Start,
     Stream,
     admin_client,
+    assigned_partitions,
     commit_offsets,
     count,
     create_topics,
@@ -41,6 +42,7 @@ from tests.integration.harness import (
     replicator_env,
     run,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 
@@ -92,7 +94,7 @@ def replicated_then_recreated(
     produce(local, "orders_REPLICA", 1500, partitions=3, tag="-old")
     for broker in brokers.values():
         wait_until(holds(broker, "orders", 1500), 60, f"first records on {broker.alias}", dc1.log)
-    time.sleep(1)  # let the offsets of the old topic be committed
+    wait_settled(dc1)  # the offsets of the old topic are committed
     recreate(local, "orders_REPLICA", 3)
     sent = produce(local, "orders_REPLICA", 300, partitions=3, tag="-new")
     return dc1, sent, time.monotonic()
@@ -267,7 +269,8 @@ def test_a_source_topic_grown_while_replicating_grows_every_destination(
                 await admin.close()
 
         run(grow())
-        time.sleep(5)  # the feed's next listing picks the new partitions up
+        # The feed's next listing picks the new partitions up, and the group assigns them.
+        wait_until(lambda: assigned_partitions(dc1) == 4, 60, "the new partitions read", dc1.log)
         later = produce(local, "orders_REPLICA", 200, partitions=4)
         source = read(local, "orders_REPLICA")
         for broker in brokers.values():
