@@ -83,8 +83,8 @@ class PartitionFanout:
         self._preparing = preparing or (lambda _: True)
         self._polled_ms: int | None = None
         self._suspect: int | None = None
-        # ids of starting partitions the feed stopped waiting for
-        self._waited_out: set[int] = set()
+        # starting partitions the feed stopped waiting for (by identity: one per leg)
+        self._waited_out: set[LegPartition] = set()
 
     def deliver(self, records: list[SourceRecord], fetched_ms: int) -> None:
         start, end = self.position, records[-1].offset + 1
@@ -128,7 +128,7 @@ class PartitionFanout:
             p
             for p in self.partitions
             if (p.attached and not p.has_room)
-            or (p.mode is Mode.STARTING and id(p) not in self._waited_out and self._preparing(p))
+            or (p.mode is Mode.STARTING and p not in self._waited_out and self._preparing(p))
         ]
 
     def give_up(self, partitions: Iterable[LegPartition]) -> None:
@@ -137,7 +137,7 @@ class PartitionFanout:
             if partition.attached:
                 partition.detach()
             else:
-                self._waited_out.add(id(partition))
+                self._waited_out.add(partition)
 
     def beyond_log_end(self, log_end: int | None, polled_ms: int | None) -> int | None:
         """A position (of the feed or a leg) past the log end, seen in two fetches in a row.
