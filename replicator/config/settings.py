@@ -8,7 +8,11 @@ credentials typed into another value (``user:secret@host:9092`` as a bootstrap s
 show values through :func:`shown_servers` and :func:`shown_value`. The replicator's own topics
 (heartbeats, checkpoints, dead letters) must not be application topics
 (:func:`replicator.config.topology.internal_topic_problem` decides), and SASL PLAIN without TLS is
-refused unless the cluster's ``ALLOW_INSECURE_PLAIN`` accepts it.
+refused unless the cluster's ``ALLOW_INSECURE_PLAIN`` accepts it; SASL settings with a protocol
+that uses no SASL are refused. A message says the offending value once (never a secret). An
+unknown ``REPLICATOR_*`` variable is refused as a typo, except the ones the kubelet injects for
+a Service named ``replicator`` (:func:`is_service_link`), which are ignored and remembered by name
+(:attr:`Settings.service_links`).
 """
 
 from __future__ import annotations
@@ -19,15 +23,17 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -54,6 +60,8 @@ DEFAULT_TOPIC_CONFIGS_EXCLUDE = (
 # Internal topics of Kafka, Kafka Connect and the schema registry are never replicated by default.
 DEFAULT_TOPICS_EXCLUDE = r"__.*|_schemas|_confluent.*|connect-(configs|offsets|status)"
 
+# A cluster's SASL settings: all required with a SASL_* protocol, none allowed without one.
+_SASL_FIELDS = ("sasl_mechanism", "sasl_username", "sasl_password")
 # The settings naming the replicator's own topics (never application data), in message order.
 INTERNAL_TOPIC_FIELDS = ("heartbeat_topic", "checkpoints_topic", "dead_letter_topic")
 
@@ -449,10 +457,11 @@ class Settings(BaseSettings):
     http_host: str = Field("0.0.0.0", description="Address of the health and metrics server.")
     http_port: int = Field(8080, ge=0, le=65535, description="Port of health and metrics.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        "INFO", description="DEBUG, INFO, WARNING or ERROR."
+        "INFO", description="DEBUG, INFO, WARNING or ERROR (any case)."
     )
     log_format: Literal["json", "console", "auto"] = Field(
-        "auto", description="json, console, or auto (console on a terminal, JSON otherwise)."
+        "auto",
+        description="json, console, or auto (console on a terminal, JSON otherwise); any case.",
     )
     batch_max_bytes: int = Field(
         512 * 1024, ge=1024, description="Largest batch written to a destination partition."
@@ -626,6 +635,20 @@ class Settings(BaseSettings):
         None, ge=1, description="Replication factor of created topics (default: the source's)."
     )
 
+    # The Kubernetes service link variables load_settings found and ignored (names only), for
+    # one debug line once logging is set up; not a setting.
+    _service_links: tuple[str, ...] = PrivateAttr(default=())
+
+    def model_post_init(self, context: Any, /) -> None:
+        # Built by load_settings: the environment it reads is at hand (empty otherwise).
+        environ = _ENVIRON.get({})
+        self._service_links = tuple(sorted(name for name in environ if is_service_link(name)))
+
+    @property
+    def service_links(self) -> tuple[str, ...]:
+        """The Kubernetes service link variables ignored when these settings were loaded."""
+        return self._service_links
+
     @property
     def fetch_longest_wait_ms(self) -> int:
         """Longest an idle fetch of many partitions waits (2 ms per partition it names, see
@@ -643,6 +666,21 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, _MappingEnvSource(settings_cls))
 
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: object, info: ValidationInfo) -> object:
+        """``debug`` is ``DEBUG``, ``JSON`` is ``json``: a word of a closed list, in any case.
+        Anything else is refused here, so the message shows the value as it was written."""
+        if not isinstance(value, str):
+            return value
+        field = cls.model_fields[info.field_name or ""]
+        allowed: tuple[str, ...] = get_args(field.annotation)
+        for word in allowed:
+            if value.strip().lower() == word.lower():
+                return word
+        *head, last = allowed
+        raise ValueError(f"must be {', '.join(head)} or {last}, in any case")
+
     @field_validator("local_cluster")
     @classmethod
     def _normalise_alias(cls, value: str) -> str:
@@ -656,7 +694,13 @@ class Settings(BaseSettings):
     def _aliases(cls, value: dict[str, ClusterSettings]) -> dict[str, ClusterSettings]:
         bad = [alias for alias in value if not _ALIAS.match(alias)]
         if bad:
-            raise ValueError(f"invalid cluster alias {', '.join(bad)}")
+            # Named by a variable of its block: REPLICATOR_CLUSTERS alone is no variable to fix.
+            raise ConfigError(
+                f"{ENV_PREFIX}CLUSTERS{NESTED_DELIMITER}{bad[0].upper()}{NESTED_DELIMITER}"
+                "BOOTSTRAP_SERVERS",
+                f"{bad[0]!r} is not a cluster alias: lower-case letters, digits and '-' "
+                "(the alias is the part between CLUSTERS__ and the next __)",
+            )
         if not value:
             raise ValueError("at least one cluster must be configured")
         return value
@@ -681,8 +725,20 @@ class Settings(BaseSettings):
             )
         for alias, cluster in self.clusters.items():
             var = f"{ENV_PREFIX}CLUSTERS__{alias.upper()}__"
+            given = [f for f in _SASL_FIELDS if getattr(cluster, f) is not None]
+            if given and not cluster.uses_sasl:
+                # Credentials the protocol never sends: the operator meant SASL and would get an
+                # unauthenticated connection, refused by the broker in a way that says little.
+                protocol = var + "SECURITY_PROTOCOL"
+                how = "" if "security_protocol" in cluster.model_fields_set else " (the default)"
+                raise ConfigError(
+                    var + given[0].upper(),
+                    f"given with {protocol}={cluster.security_protocol}{how}, which does not use "
+                    f"SASL: set {protocol}=SASL_SSL (or SASL_PLAINTEXT), or remove "
+                    + " and ".join(var + f.upper() for f in given),
+                )
             if cluster.uses_sasl:
-                for field in ("sasl_mechanism", "sasl_username", "sasl_password"):
+                for field in _SASL_FIELDS:
                     if getattr(cluster, field) is None:
                         raise ConfigError(
                             var + field.upper(),
@@ -742,8 +798,11 @@ class Settings(BaseSettings):
         for field_name in INTERNAL_TOPIC_FIELDS:
             variable, topic = ENV_PREFIX + field_name.upper(), getattr(self, field_name)
             if not _TOPIC_NAME.match(topic) or topic in (".", ".."):
+                shown = shown_value(topic)
                 raise ConfigError(
-                    variable, "must be a Kafka topic name: letters, digits, '.', '_' and '-'"
+                    variable,
+                    "must be a Kafka topic name: letters, digits, '.', '_' and '-'"
+                    + (f" (got {shown})" if shown is not None else ""),
                 )
             if topic in seen:
                 # Blame the one moved from its default: the other is where it belongs.
@@ -797,15 +856,33 @@ def env_name(loc: tuple[int | str, ...]) -> str:
     return ENV_PREFIX + NESTED_DELIMITER.join(str(part).upper() for part in loc)
 
 
+# The variables the kubelet injects into every pod of a namespace holding a Service named
+# ``replicator`` (unless the pod says enableServiceLinks: false), in its documented format:
+# {SVCNAME}_SERVICE_HOST, {SVCNAME}_SERVICE_PORT, {SVCNAME}_SERVICE_PORT_{PORTNAME} (the port's
+# name, upper-cased, '-' as '_'), {SVCNAME}_PORT, {SVCNAME}_PORT_{PORT}_{PROTOCOL} and that
+# followed by _PROTO, _PORT or _ADDR. Exactly these names, as the kubelet writes them (upper
+# case): no setting is named so, and any other unknown REPLICATOR_* variable is still a typo.
+_SERVICE_LINK = re.compile(
+    rf"^{ENV_PREFIX}(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT"
+    r"|PORT_\d{1,5}_(?:TCP|UDP|SCTP)(?:_PROTO|_PORT|_ADDR)?)$"
+)
+
+
+def is_service_link(name: str) -> bool:
+    """``name`` is a variable the kubelet injects for a Service named ``replicator``."""
+    return _SERVICE_LINK.match(name) is not None
+
+
 def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
-    """``REPLICATOR_*`` variables that name no setting: almost always a typo."""
+    """``REPLICATOR_*`` variables that name no setting: almost always a typo (Kubernetes'
+    service link variables aside: :func:`is_service_link`)."""
     top = {name.upper() for name in Settings.model_fields}
     cluster_fields = {name.upper() for name in ClusterSettings.model_fields}
     flow_fields = {name.upper() for name in FlowSettings.model_fields}
     unknown = []
     for key in environ:
         upper = key.upper()
-        if not upper.startswith(ENV_PREFIX):
+        if not upper.startswith(ENV_PREFIX) or is_service_link(key):
             continue
         parts = upper[len(ENV_PREFIX) :].split(NESTED_DELIMITER)
         if parts[0] == "CLUSTERS":
@@ -853,7 +930,8 @@ def _config_error(exc: ValidationError) -> ConfigError:
             "no cluster is configured; define one block per datacenter",
         )
     if loc and str(loc[-1]) not in _UNQUOTED_FIELDS and err["type"] != "missing":
+        # The value once: a validator that quotes it already is not followed by it again.
         shown = shown_value(exc.errors(include_url=False)[0].get("input"))
-        if shown is not None:
+        if shown is not None and shown not in message:
             message = f"{message} (got {shown})"
     return ConfigError(env_name(loc) if loc else ENV_PREFIX + "*", message)

@@ -30,6 +30,7 @@ from replicator.devtools.embedded import (
     wait_until_ready,
 )
 from replicator.kafka.readers import read_topic
+from replicator.telemetry.logs import print_table
 
 TOPIC = "orders"
 PARTITIONS = 3
@@ -153,6 +154,26 @@ async def run_demo(seconds: float, rate: int) -> int:
 def report(
     produced: dict[str, int], seen: dict[str, Counter[tuple[str, int, int]]], elapsed: float
 ) -> int:
+    table, ok = report_table(produced, seen)
+    print_table(console, table)
+    delivered = sum(sum(c.values()) for c in seen.values())
+    console.print(
+        f"{delivered} records written to {len(seen)} clusters in {elapsed:.1f}s "
+        f"(produced {sum(produced.values())}; {delivered / elapsed:.0f} records/s replicated)"
+    )
+    console.print(
+        "[green]OK: every record in every datacenter exactly once[/]"
+        if ok
+        else "[red]FAILED: records missing or duplicated[/]"
+    )
+    return 0 if ok else 1
+
+
+def report_table(
+    produced: dict[str, int], seen: dict[str, Counter[tuple[str, int, int]]]
+) -> tuple[Table, bool]:
+    """The demo's table: per cluster, the records of each origin it holds, duplicates and
+    missing ones; and whether every cluster holds every record exactly once."""
     table = Table(title=f"'{TOPIC}' in every datacenter after replication")
     table.add_column("cluster")
     for origin in produced:
@@ -173,18 +194,7 @@ def report(
             str(duplicates),
             str(missing),
         )
-    console.print(table)
-    delivered = sum(sum(c.values()) for c in seen.values())
-    console.print(
-        f"{delivered} records written to {len(seen)} clusters in {elapsed:.1f}s "
-        f"(produced {sum(produced.values())}; {delivered / elapsed:.0f} records/s replicated)"
-    )
-    console.print(
-        "[green]OK: every record in every datacenter exactly once[/]"
-        if ok
-        else "[red]FAILED: records missing or duplicated[/]"
-    )
-    return 0 if ok else 1
+    return table, ok
 
 
 def main(seconds: float, rate: int) -> int:

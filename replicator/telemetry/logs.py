@@ -1,4 +1,5 @@
-"""Logging set-up: structlog for the replicator, with aiokafka's stdlib logs routed through it.
+"""Logging set-up: structlog for the replicator, with aiokafka's stdlib logs routed through it;
+and :func:`print_table`, how the commands print their tables on a console.
 
 JSON lines when the output is not a terminal (containers, CI), a readable console format when it
 is, unless ``REPLICATOR_LOG_FORMAT`` says otherwise. Everything goes to stderr: stdout is for data.
@@ -19,6 +20,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import structlog
+from rich.cells import cell_len
+from rich.console import Console
+from rich.measure import Measurement
+from rich.segment import Segments
+from rich.table import Table
 
 Format = Literal["json", "console", "auto"]
 
@@ -79,7 +85,9 @@ class RepeatFilter(logging.Filter):
 
 
 def configure_logging(level: str = "INFO", fmt: Format = "auto") -> None:
-    """Configure structlog and the stdlib root logger once, before the service starts."""
+    """Configure structlog and the stdlib root logger once, before the service starts.
+    ``level`` in any case (``debug`` is ``DEBUG``)."""
+    level = level.upper()
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -120,3 +128,24 @@ def configure_logging(level: str = "INFO", fmt: Format = "auto") -> None:
     # itself, once per state change, so keep aiokafka to its own warnings and worse.
     logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLevelName(level)))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` whole: no header and no cell is ever cut short with an ellipsis.
+
+    Each column is at least as wide as its header. A table that fits the console once its
+    cells wrap at spaces is printed so; one that cannot (many columns on 80) is printed at the
+    width it needs, its lines longer than the console's: a terminal folds them, a file or a
+    pipe keeps them as they are.
+    """
+    for column in table.columns:
+        if isinstance(column.header, str):
+            column.min_width = max(column.min_width or 0, cell_len(column.header))
+    unbounded = console.options.update_width(1_000_000)
+    needed = Measurement.get(console, unbounded, table).minimum
+    if needed <= console.width:
+        console.print(table)
+        return
+    # Rendered at the width it needs; printed as rendered (console.print would squeeze it back).
+    lines = console.render_lines(table, console.options.update_width(needed), new_lines=True)
+    console.print(Segments(segment for line in lines for segment in line), crop=False, end="")

@@ -431,3 +431,165 @@ def test_a_credential_typed_into_another_variable_is_not_echoed(variable: str) -
 
 def test_an_ordinary_invalid_value_is_still_echoed() -> None:
     assert "'LOUD'" in config_error({**BASE, "REPLICATOR_LOG_LEVEL": "LOUD"}).message
+
+
+# Issue 27: first-contact rough edges.
+
+
+@pytest.mark.parametrize(
+    ("written", "level"),
+    [("debug", "DEBUG"), ("Info", "INFO"), ("warning", "WARNING"), (" ERROR ", "ERROR")],
+)
+def test_log_levels_are_accepted_in_any_case(written: str, level: str) -> None:
+    assert load_settings({**BASE, "REPLICATOR_LOG_LEVEL": written}).log_level == level
+
+
+def test_log_formats_are_accepted_in_any_case() -> None:
+    assert load_settings({**BASE, "REPLICATOR_LOG_FORMAT": "JSON"}).log_format == "json"
+
+
+@pytest.mark.parametrize("written", ["verbose", "trace", "Loud"])
+def test_an_unknown_log_level_is_still_refused_naming_the_variable(written: str) -> None:
+    error = config_error({**BASE, "REPLICATOR_LOG_LEVEL": written})
+    assert error.variable == "REPLICATOR_LOG_LEVEL"
+    assert error.message == f"must be DEBUG, INFO, WARNING or ERROR, in any case (got {written!r})"
+
+
+DC1 = "REPLICATOR_CLUSTERS__DC1__"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("REPLICATOR_LOG_LEVEL", "loud"),
+        ("REPLICATOR_LOG_FORMAT", "xml"),
+        ("REPLICATOR_HTTP_PORT", "70000"),
+        ("REPLICATOR_HTTP_PORT", "eighty"),
+        ("REPLICATOR_COMPRESSION", "brotli"),
+        ("REPLICATOR_LINGER_MS", "soon"),
+        ("REPLICATOR_REPLICA_MODE", "maybe"),
+        ("REPLICATOR_TOPICS_INCLUDE", "orders(["),
+        ("REPLICATOR_SYNC_GROUPS", "[a-"),
+        ("REPLICATOR_REPLICA_SUFFIX", " _R "),
+        ("REPLICATOR_HEARTBEAT_TOPIC", "heart beats"),
+        ("REPLICATOR_LOCAL_CLUSTER", "DC_1"),
+        ("REPLICATOR_LOCAL_CLUSTER", "dc9"),
+        ("REPLICATOR_DESTINATION_REPLICATION_FACTOR", "0"),
+        (DC1 + "SECURITY_PROTOCOL", "TLS1"),
+        (DC1 + "SASL_MECHANISM", "GSSAPI"),
+        (DC1 + "ALLOW_INSECURE_PLAIN", "perhaps"),
+        (DC1 + "SSL_CAFILE", "/nonexistent/ca.pem"),
+        (DC2 + "BOOTSTRAP_SERVERS", "kafka-1.dc2"),
+        (DC2 + "BOOTSTRAP_SERVERS", "kafka-1.dc2:9092,kafka-2.dc2"),
+        ("REPLICATOR_FLOWS__F__NAMING", "mirror"),
+    ],
+)
+def test_a_refusal_names_the_variable_and_says_the_value_once(variable: str, value: str) -> None:
+    env = {**BASE, variable: value}
+    if variable.startswith("REPLICATOR_FLOWS__F__"):
+        env |= {"REPLICATOR_FLOWS__F__SOURCE": "dc1", "REPLICATOR_FLOWS__F__TARGET": "dc2"}
+    error = config_error(env)
+    assert error.variable == variable
+    shown = value.strip() if "BOOTSTRAP" in variable else value
+    # The bad part of a bootstrap list is shown bare; any other value quoted, as written.
+    needle = shown.rsplit(",", 1)[-1] if "BOOTSTRAP" in variable else repr(shown)
+    assert str(error).count(needle) == 1, str(error)
+    assert "(got" not in error.message or error.message.count("(got") == 1
+
+
+def test_an_invalid_cluster_alias_names_a_variable_of_its_block_and_the_alias_once() -> None:
+    error = config_error({**BASE, "REPLICATOR_CLUSTERS__DC_2__BOOTSTRAP_SERVERS": "k:9092"})
+    assert error.variable == "REPLICATOR_CLUSTERS__DC_2__BOOTSTRAP_SERVERS"
+    assert error.message.count("'dc_2'") == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "variable", "protocol"),
+    [
+        ({"SASL_MECHANISM": "SCRAM-SHA-512"}, "SASL_MECHANISM", "PLAINTEXT (the default)"),
+        (
+            {"SECURITY_PROTOCOL": "PLAINTEXT", "SASL_MECHANISM": "PLAIN"},
+            "SASL_MECHANISM",
+            "PLAINTEXT,",
+        ),
+        (
+            {"SECURITY_PROTOCOL": "SSL", "SASL_USERNAME": "alice", "SASL_PASSWORD": CANARY},
+            "SASL_USERNAME",
+            "SSL,",
+        ),
+        ({"SASL_PASSWORD": CANARY}, "SASL_PASSWORD", "PLAINTEXT (the default)"),
+    ],
+)
+def test_sasl_settings_without_a_sasl_protocol_are_refused_naming_both(
+    extra: dict[str, str], variable: str, protocol: str
+) -> None:
+    error = config_error({**BASE, **{DC2 + k: v for k, v in extra.items()}})
+    assert error.variable == DC2 + variable
+    assert f"{DC2}SECURITY_PROTOCOL={protocol}" in error.message
+    assert f"set {DC2}SECURITY_PROTOCOL=SASL_SSL" in error.message
+    assert CANARY not in str(error) and "alice" not in str(error)
+
+
+def test_sasl_with_a_sasl_protocol_is_still_accepted() -> None:
+    env = {
+        **BASE,
+        DC2 + "SECURITY_PROTOCOL": "SASL_SSL",
+        DC2 + "SASL_MECHANISM": "SCRAM-SHA-512",
+        DC2 + "SASL_USERNAME": "alice",
+        DC2 + "SASL_PASSWORD": CANARY,
+    }
+    assert load_settings(env).clusters["dc2"].uses_sasl
+
+
+# What the kubelet injects for a Service named replicator (enableServiceLinks, the default).
+SERVICE_LINKS = {
+    "REPLICATOR_PORT": "tcp://10.0.0.1:8080",
+    "REPLICATOR_PORT_8080_TCP": "tcp://10.0.0.1:8080",
+    "REPLICATOR_PORT_8080_TCP_PROTO": "tcp",
+    "REPLICATOR_PORT_8080_TCP_PORT": "8080",
+    "REPLICATOR_PORT_8080_TCP_ADDR": "10.0.0.1",
+    "REPLICATOR_PORT_53_UDP": "udp://10.0.0.1:53",
+    "REPLICATOR_PORT_9000_SCTP_ADDR": "10.0.0.1",
+    "REPLICATOR_SERVICE_HOST": "10.0.0.1",
+    "REPLICATOR_SERVICE_PORT": "8080",
+    "REPLICATOR_SERVICE_PORT_HTTP": "8080",
+    "REPLICATOR_SERVICE_PORT_HTTP_METRICS": "8080",  # a port named http-metrics
+}
+
+
+def test_kubernetes_service_link_variables_are_ignored_and_remembered_by_name() -> None:
+    settings = load_settings({**BASE, **SERVICE_LINKS})
+    assert settings.service_links == tuple(sorted(SERVICE_LINKS))
+    assert settings.http_port == 8080
+    assert "service_links" not in settings.masked()
+    assert load_settings(BASE).service_links == ()
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "REPLICATOR_PORTS",
+        "REPLICATOR_PORT_8080",
+        "REPLICATOR_PORT_8080_HTTP",
+        "REPLICATOR_PORT_HTTP_TCP",
+        "REPLICATOR_PORT_8080_TCP_HOST",
+        "REPLICATOR_SERVICE_HOSTNAME",
+        "REPLICATOR_SERVICE",
+        "REPLICATOR_SERVICE_PORT_",
+        "REPLICATOR_SERVICE_PORTS",
+        "replicator_port",  # the kubelet writes upper case
+        "REPLICATOR_HTTP_PORTS",
+    ],
+)
+def test_names_near_the_service_links_are_still_refused_as_typos(variable: str) -> None:
+    error = config_error({**BASE, variable: "8080"})
+    assert error.variable == variable
+    assert error.message == "unknown setting (check the spelling)"
+
+
+def test_no_setting_is_named_like_a_service_link() -> None:
+    from replicator.config.settings import Settings, is_service_link
+
+    assert not [
+        name for name in Settings.model_fields if is_service_link("REPLICATOR_" + name.upper())
+    ]

@@ -318,3 +318,14 @@ def test_the_environment_adds_operator_settings_but_not_clusters(plain: Path) ->
     assert any("overrides linger.ms (in dst.properties)" in n for n in translation.notes)
     error = refusal(translation.with_environment({"REPLICATOR_HTTP_PORT": "x"}).settings)
     assert error.variable == "REPLICATOR_HTTP_PORT (in the environment)"
+
+
+def test_kubernetes_service_links_are_not_carried_into_a_translation(plain: Path) -> None:
+    links = {
+        "REPLICATOR_PORT": "tcp://10.0.0.1:8080",
+        "REPLICATOR_PORT_8080_TCP_ADDR": "10.0.0.1",
+        "REPLICATOR_SERVICE_HOST": "10.0.0.1",
+    }
+    translation = translate(plain).with_environment({**links, "REPLICATOR_HTTP_PORT": "9099"})
+    assert not set(links) & set(translation.env), "--print-env would print the kubelet's lines"
+    assert translation.settings().http_port == 9099

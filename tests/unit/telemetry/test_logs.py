@@ -8,8 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
+from rich.console import Console
+from rich.table import Table
 
-from replicator.telemetry.logs import RepeatFilter, configure_logging
+from replicator.telemetry.logs import RepeatFilter, configure_logging, print_table
 
 
 class Clock:
@@ -99,3 +101,40 @@ def test_configure_logging_limits_the_whole_aiokafka_hierarchy() -> None:
         child.error(UNREACHABLE, node, "refused")
     lines = out.getvalue().splitlines()
     assert len(lines) == 1 and "Unable connect to node with id 0: refused" in lines[0]
+
+
+@pytest.mark.usefixtures("restored_logging")
+@pytest.mark.parametrize("level", ["debug", "DEBUG", "Debug"])
+def test_configure_logging_takes_a_level_in_any_case(level: str) -> None:
+    configure_logging(level, "json")
+    assert logging.getLogger().level == logging.DEBUG
+
+
+def printed(table: Table, width: int) -> list[str]:
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    print_table(console, table)
+    return console.export_text().splitlines()
+
+
+def test_print_table_never_cuts_a_header_or_a_cell() -> None:
+    table = Table(title="many columns")
+    names = [f"column-{n}" for n in range(10)]
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_row(*(f"value-{n:04}" for n in range(10)))
+    lines = printed(table, 80)
+    text = "\n".join(lines)
+    assert "…" not in text
+    assert all(name in text for name in names)
+    assert all(f"value-{n:04}" in text for n in range(10))
+    assert max(map(len, lines)) > 80  # printed at the width it needs, not squeezed
+
+
+def test_print_table_wraps_cells_at_spaces_to_fit_when_it_can() -> None:
+    table = Table()
+    table.add_column("cluster")
+    table.add_column("detail")
+    table.add_row("dc1", "has 3 partitions, the pair needs 6; " * 4)
+    lines = printed(table, 80)
+    assert max(map(len, lines)) <= 80
+    assert "cluster" in lines[1] and "detail" in lines[1]
