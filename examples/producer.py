@@ -7,6 +7,11 @@ is written to is kept everywhere, so per-key order holds in every datacenter.
     python examples/producer.py --bootstrap-servers localhost:19092 --topic orders --rate 50
 
 Needs only aiokafka (``pip install aiokafka``). Prints one JSON summary line on stdout at the end.
+
+The producer is idempotent (no duplicates from its own retries). A broker that refuses one (it
+answers ``InitProducerId`` with an error, as the embedded trial broker of ``replicator sandbox``
+does) gets one line on stderr saying so and a plain ``acks=all`` producer instead;
+``--no-idempotence`` asks for that from the start.
 """
 
 from __future__ import annotations
@@ -14,28 +19,84 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
 
 REPLICA_SUFFIX = "_REPLICA"
 
+# Errors that say nothing about idempotence: the cluster is not there, or refused the login.
+_NOT_ABOUT_IDEMPOTENCE = (
+    kafka_errors.KafkaConnectionError,
+    kafka_errors.NodeNotReadyError,
+    kafka_errors.RequestTimedOutError,
+    kafka_errors.AuthenticationFailedError,
+    kafka_errors.SaslAuthenticationFailed,
+)
 
-async def produce(args: argparse.Namespace) -> int:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=args.bootstrap_servers,
-        client_id=f"orders-app-{args.datacenter}",
-        acks="all",  # the replicator can only copy what the local cluster has stored
-        enable_idempotence=args.idempotence,  # no duplicates from the producer's own retries
-        linger_ms=5,
+
+def refuses_idempotence(error: BaseException) -> bool:
+    """Whether an idempotent producer failed to start because the broker refused it a producer
+    id (``InitProducerId``), not because the cluster was unreachable or refused the login."""
+    return isinstance(error, kafka_errors.KafkaError) and not isinstance(
+        error, _NOT_ABOUT_IDEMPOTENCE
     )
+
+
+def producer_options(args: argparse.Namespace, idempotence: bool) -> dict[str, Any]:
+    return {
+        "bootstrap_servers": args.bootstrap_servers,
+        "client_id": f"orders-app-{args.datacenter}",
+        "acks": "all",  # the replicator can only copy what the local cluster has stored
+        "enable_idempotence": idempotence,  # no duplicates from the producer's own retries
+        "linger_ms": 5,
+    }
+
+
+async def start_producer(
+    args: argparse.Namespace, factory: Callable[..., AIOKafkaProducer] = AIOKafkaProducer
+) -> AIOKafkaProducer:
+    """A started producer: idempotent if asked and the broker grants it, else ``acks=all``."""
+    producer = factory(**producer_options(args, args.idempotence))
+    # aiokafka logs a refused InitProducerId as an error of its own: said once, below, instead.
+    sender_log = logging.getLogger("aiokafka.producer.sender")
+    level = sender_log.level
+    if args.idempotence:
+        sender_log.setLevel(logging.CRITICAL)
+    try:
+        await producer.start()
+        return producer
+    except Exception as error:
+        await producer.stop()
+        if not (args.idempotence and refuses_idempotence(error)):
+            raise
+        reason = type(error).__name__
+    finally:
+        sender_log.setLevel(level)
+    print(
+        f"the broker at {args.bootstrap_servers} refused an idempotent producer "
+        f"(InitProducerId: {reason}); producing without idempotence (acks=all; a retry may "
+        "write a record twice)",
+        file=sys.stderr,
+        flush=True,
+    )
+    producer = factory(**producer_options(args, False))
     try:
         await producer.start()
     except Exception:
         await producer.stop()
         raise
+    return producer
+
+
+async def produce(args: argparse.Namespace) -> int:
+    producer = await start_producer(args)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -64,7 +125,7 @@ async def produce(args: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic", default="orders", help="the real topic X; writes X_REPLICA")
@@ -78,9 +139,14 @@ def main() -> int:
         "--idempotence",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="idempotent producer (turn off for brokers without InitProducerId support)",
+        help="idempotent producer (the default falls back to a plain one, saying so, when "
+        "the broker refuses it)",
     )
-    return asyncio.run(produce(parser.parse_args()))
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    return asyncio.run(produce(parse_args()))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 Starts one embedded broker per datacenter alias (the same :class:`EmbeddedBroker` the demo uses),
 prints the ``export REPLICATOR_...`` lines that run each datacenter's replicator against them (each
 with its own HTTP port, so all of them run on one host), and keeps the brokers up until SIGINT or
-SIGTERM. The environment goes to stdout, everything else to stderr. The brokers keep data in memory
-only, which is why this is for trials and never for production.
+SIGTERM. The environment goes to stdout, everything else to stderr, including, once at the start,
+the trial broker's limits (:data:`LIMITS`: memory only, wrong end offsets after multi-record
+batches, slow group assignment, no idempotent aiokafka producer, no TLS), which is why this is for
+trials and never for production.
 """
 
 from __future__ import annotations
@@ -32,6 +34,27 @@ WARNING = (
     "warning: the embedded brokers keep data in memory only: everything is lost when the sandbox "
     "stops. For trials, not production."
 )
+
+# What the trial broker (Tansu, from the embedded extra) cannot do, said where users meet it:
+# each limit measured against it (DESIGN.md, "Facts about the environment").
+LIMITS = (
+    "limits of the trial brokers (not of the replicator):",
+    "  - memory only: every topic and record is lost when the sandbox stops",
+    "  - end offsets are wrong after multi-record batches (ListOffsets answers the last batch's "
+    "base offset + 1): to count records, read until idle instead of trusting end offsets or "
+    "high watermarks",
+    "  - consumer groups are slow to get their partitions: 20-45 s after a consumer joins "
+    "(measured); a new consumer or replicator reads nothing before that",
+    "  - no idempotent or transactional aiokafka producer (InitProducerId answers UnknownError): "
+    "use enable_idempotence=False; the replicator and examples/producer.py fall back by "
+    "themselves, saying so",
+    "  - no TLS: plaintext listeners only (SECURITY_PROTOCOL=SSL or SASL_SSL cannot be tried here)",
+)
+
+
+def limits() -> str:
+    """The trial brokers' limits, printed once when the sandbox starts."""
+    return "\n".join(LIMITS)
 
 
 def parse_aliases(text: str) -> list[str]:
@@ -110,6 +133,7 @@ def serve(aliases: list[str], as_json: bool) -> int:
             for alias, broker in brokers.items():
                 _say(f"broker {alias}: {broker.bootstrap_servers} (log: {broker.log_path})")
             _say(WARNING)
+            _say(limits())
             _say("sandbox running; Ctrl-C (or SIGTERM) stops the brokers")
             while not stop.wait(0.5):
                 dead = [a for a, b in brokers.items() if b.process and b.process.poll() is not None]

@@ -154,6 +154,14 @@ def unforwarded(
     )
 
 
+def stale_for(last_seen_ms: int | None, started: float, now: float) -> float:
+    """The heartbeat age the gauge shows: since the newest heartbeat seen or, before the first,
+    since the flow started, so that a flow that never delivers one is seen to stall (an alert on
+    the age fires) instead of showing nothing."""
+    since = started if last_seen_ms is None else last_seen_ms / 1000
+    return max(0.0, now - since)
+
+
 def _origin(headers: Any, topic: str) -> str | None:
     """The cluster a heartbeat copied from another cluster's ``topic`` came from, if it is one."""
     try:
@@ -190,6 +198,7 @@ class FlowHeartbeat:
         self._log = log.bind(flow=plan.name)
         self.last_emitted_ms: int | None = None
         self.last_seen_ms: int | None = None  # emission time of the newest heartbeat seen
+        self._started = time.time()  # the age's origin until a first heartbeat is seen
         self.delay_seconds: float | None = None
         self.emit_error: str | None = None
         self.watch_error: str | None = None
@@ -483,9 +492,7 @@ class FlowHeartbeat:
         return max(0.0, time.time() - self.last_seen_ms / 1000)
 
     def refresh(self) -> None:
-        age = self.age_seconds
-        if age is not None:
-            self._age.set(age)
+        self._age.set(stale_for(self.last_seen_ms, self._started, time.time()))
 
     def status(self) -> dict[str, Any]:
         age = self.age_seconds

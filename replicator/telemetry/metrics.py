@@ -5,7 +5,7 @@ Names use base units (seconds, bytes) and ``_total`` for counters. Labels are th
 a reason, never a partition: the number of series grows with legs and topics, not with the
 thousands of partitions a replicator may hold (``/status`` shows partitions on request). No label
 ever carries configuration values, so secrets cannot leak through metrics. ``Metrics.catalogue``
-lists every metric (README's metrics reference and the Grafana dashboard are checked against it).
+lists every metric (docs/reference/metrics.md and the Grafana dashboard are checked against it).
 """
 
 from __future__ import annotations
@@ -262,7 +262,8 @@ class Metrics:
             Gauge,
             "replicator_heartbeat_age_seconds",
             "Now minus the emission time of the newest heartbeat of the flow seen on its target: "
-            "grows when the flow stalls, with or without application traffic.",
+            "grows when the flow stalls, with or without application traffic (before the first "
+            "heartbeat: since the flow started).",
             ["flow"],
         )
         self.heartbeat_delay = self._declare(

@@ -77,6 +77,23 @@ def dockerfile_stages() -> list[list[Instruction]]:
     return stages
 
 
+def stage_names() -> list[str | None]:
+    """Each stage's name (``FROM image AS name``), None for an unnamed one, in order."""
+    names: list[str | None] = []
+    for stage in dockerfile_stages():
+        words = stage[0].arguments.split()
+        names.append(words[2] if len(words) == 3 and words[1].upper() == "AS" else None)
+    return names
+
+
+def named_stage(name: str) -> dict[str, list[Instruction]]:
+    """The instructions of the named stage, by keyword."""
+    found: dict[str, list[Instruction]] = {}
+    for instruction in dockerfile_stages()[stage_names().index(name)]:
+        found.setdefault(instruction.keyword, []).append(instruction)
+    return found
+
+
 def final_stage() -> dict[str, list[Instruction]]:
     found: dict[str, list[Instruction]] = {}
     for instruction in dockerfile_stages()[-1]:

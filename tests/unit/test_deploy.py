@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,9 @@ from tests.unit.deployment import (
     load_yaml,
     manifests,
     mounts,
+    named_stage,
     project,
+    stage_names,
 )
 
 OVERLAYS = sorted(p for p in (KUBERNETES / "overlays").iterdir() if p.is_dir())
@@ -133,6 +136,62 @@ def test_image_pins_satisfy_the_package_requirements() -> None:
         assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} vs {requirement}"
 
 
+def spark_pins() -> dict[str, str]:
+    """What the spark image's build stage installs on top of the sidecar's pins."""
+    (install,) = [
+        r.arguments for r in named_stage("build-spark")["RUN"] if " install " in r.arguments
+    ]
+    return {
+        canonicalize_name(name): version
+        for name, version in re.findall(r"([A-Za-z0-9_.-]+)==([^\s&]+)", install)
+    }
+
+
+def test_spark_image_is_a_target_of_its_own_with_a_jre_and_the_spark_extra() -> None:
+    names = stage_names()
+    assert names.index("spark") < len(names) - 1, "the default (last) stage stays the sidecar"
+    spark = named_stage("spark")
+    copies = [c.arguments for c in spark["COPY"]]
+    assert copies == ["--from=build-spark /opt/replicator /opt/replicator"]
+    installs = " ".join(r.arguments for r in spark["RUN"])
+    assert re.search(r"\bopenjdk-17-jre-headless=17\.", installs), "Java 17, a runtime only"
+    assert "rm -rf /var/lib/apt/lists/*" in installs
+    assert spark["USER"][-1].arguments.split(":")[0] not in ("root", "0")
+    assert spark["ENTRYPOINT"][-1].exec_form() == ["replicator"]
+    assert named_stage("build-spark")["FROM"][0].arguments.split()[0] == "build"
+    # the sidecar image holds neither Java nor Spark
+    final = final_stage()
+    assert not [r for r in final.get("RUN", []) if "openjdk" in r.arguments]
+    assert [c.arguments for c in final["COPY"]] == ["--from=build /opt/replicator /opt/replicator"]
+
+
+def test_spark_image_pins_are_the_spark_extra_and_what_pyspark_accepts() -> None:
+    pins = spark_pins()
+    extra = [Requirement(r) for r in project()["optional-dependencies"]["spark"]]
+    for requirement in extra:
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} of the spark extra is not pinned in the spark stage"
+        assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} vs {requirement}"
+    # PySpark's own dependencies (from its installed metadata, the dev environment has the extra)
+    try:
+        needed = metadata.requires("pyspark") or []
+    except metadata.PackageNotFoundError:
+        pytest.skip("pyspark is not installed here (the spark extra)")
+    for line in needed:
+        requirement = Requirement(line)
+        if requirement.marker is not None:
+            continue  # an extra of PySpark's we do not install
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} (needed by pyspark) is not pinned in the spark stage"
+        assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} vs {requirement}"
+    sidecar = {
+        canonicalize_name(line.partition("==")[0])
+        for line in (DEPLOY / "requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert not pins.keys() & sidecar, "a spark pin would override a sidecar pin"
+
+
 # -- Docker Compose ---------------------------------------------------------------------------
 
 
@@ -179,12 +238,36 @@ def test_compose_replicators_are_configured_by_environment_only() -> None:
     assert locals_seen == {"dc1", "dc2"}
 
 
+PROJECT_IMAGES = {"replicator:local": None, "replicator-spark:local": "spark"}  # tag: target
+
+
+def test_every_service_of_the_project_image_can_build_it() -> None:
+    """No Compose version may try to pull replicator:local: whichever service starts first
+    builds it; services of one tag build it the same way (one image)."""
+    services = compose()["services"]
+    ours = {n: s for n, s in services.items() if s.get("image") in PROJECT_IMAGES}
+    assert {"topics", "replicator-dc1", "orders-app-dc1", "audit"} <= ours.keys()
+    builds: dict[str, list[dict[str, Any]]] = {}
+    for name, service in ours.items():
+        assert "build" in service, f"{name} uses {service['image']} but cannot build it"
+        build = service["build"]
+        assert build["dockerfile"] == "deploy/Dockerfile", name
+        assert (DEPLOY / build["context"] / build["dockerfile"]).exists(), name
+        assert build.get("target") == PROJECT_IMAGES[service["image"]], name
+        builds.setdefault(service["image"], []).append(build)
+    for tag, same in builds.items():
+        assert all(b == same[0] for b in same), f"services of {tag} build it differently"
+    assert not [
+        s for s in services.values() if "build" in s and s.get("image") not in PROJECT_IMAGES
+    ]
+
+
 def test_compose_runs_the_product_image_and_the_example_apps() -> None:
     services = compose()["services"]
-    built = [s for s in services.values() if "build" in s]
-    assert len(built) == 1 and built[0]["build"]["dockerfile"] == "deploy/Dockerfile"
-    assert (DEPLOY / built[0]["build"]["context"] / built[0]["build"]["dockerfile"]).exists()
     settings_of(services["topics"]["environment"])
+    audit = services["audit"]
+    settings_of(audit["environment"])
+    assert audit["command"][0] == "audit" and audit["profiles"] == ["jobs"], "on demand only"
     for name, service in services.items():
         if service.get("entrypoint") == ["python"]:
             script = service["command"][0]
@@ -221,10 +304,15 @@ def test_prometheus_scrapes_every_replicator_and_grafana_gets_the_dashboard() ->
 
 
 def kubernetes_resources() -> list[Path]:
+    """Manifests of built-in kinds. The monitoring component's PrometheusRule and ServiceMonitor
+    are custom resources kubernetes-validate has no schema for (it would only warn and pass):
+    tests/unit/test_alerts.py validates them against the operator's CRDs."""
     return sorted(
         p
         for p in KUBERNETES.rglob("*.yaml")
-        if p.name != "kustomization.yaml" and "overlays" not in p.parts
+        if p.name != "kustomization.yaml"
+        and "overlays" not in p.parts
+        and not p.is_relative_to(KUBERNETES / "components" / "monitoring")
     )
 
 

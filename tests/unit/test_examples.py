@@ -1,12 +1,18 @@
-"""The example environment files are valid configurations; the example consumer reads provenance."""
+"""The example environment files are valid configurations; the example consumer reads provenance;
+the example producer falls back from idempotence on a broker that refuses it, saying so."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
+from aiokafka import errors as kafka_errors
 
 from replicator.config.settings import SecurityProtocol, load_settings
 from replicator.config.topology import TopicRules, legs_for
@@ -57,3 +63,93 @@ def test_consumer_example_reads_the_provenance_header_as_the_replicator_writes_i
     for headers in ([], [("app", b"x")], [(provenance.ORIGIN, b"not/provenance")]):
         assert consumer.origin(headers) is None
         assert consumer.origin_cluster(headers) == "unknown"
+
+
+# -- the example producer on a broker that refuses idempotence ---------------------------------
+
+
+def _producer_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("producer_example", EXAMPLES / "producer.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeProducer:
+    """Stands in for AIOKafkaProducer at the example's seam: ``start`` fails as told."""
+
+    made: list[FakeProducer] = []
+
+    def __init__(self, fail_with: BaseException | None, **options: Any) -> None:
+        self.options = options
+        self.fail_with = fail_with
+        self.started = self.stopped = False
+        FakeProducer.made.append(self)
+
+    async def start(self) -> None:
+        if self.fail_with is not None and self.options["enable_idempotence"]:
+            raise self.fail_with
+        self.started = True
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+def factory(fail_with: BaseException | None) -> Callable[..., FakeProducer]:
+    FakeProducer.made = []
+    return functools.partial(FakeProducer, fail_with)
+
+
+def start(argv: list[str], fail_with: BaseException | None) -> Any:
+    producer = _producer_example()
+    args = producer.parse_args(["--bootstrap-servers", "127.0.0.1:9092", *argv])
+    return asyncio.run(producer.start_producer(args, factory(fail_with)))
+
+
+def test_producer_falls_back_to_acks_all_when_the_broker_refuses_idempotence(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # what aiokafka raises from start() when the broker answers InitProducerId with an error
+    started = start([], kafka_errors.UnknownError())
+    refused, plain = FakeProducer.made
+    assert refused.options["enable_idempotence"] is True and refused.stopped
+    assert started is plain and plain.started
+    assert plain.options["enable_idempotence"] is False and plain.options["acks"] == "all"
+    said = capsys.readouterr()
+    assert said.out == "", "stdout keeps only the JSON summary"
+    (line,) = said.err.splitlines()
+    assert "refused an idempotent producer" in line and "UnknownError" in line
+    assert "acks=all" in line
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        kafka_errors.KafkaConnectionError("Unable to bootstrap"),
+        kafka_errors.SaslAuthenticationFailed("bad password"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_producer_does_not_take_an_unreachable_cluster_for_a_refusal(
+    error: BaseException, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(type(error)):
+        start([], error)
+    (only,) = FakeProducer.made
+    assert only.stopped
+    assert capsys.readouterr().err == ""
+
+
+def test_producer_without_idempotence_asks_for_none(capsys: pytest.CaptureFixture[str]) -> None:
+    started = start(["--no-idempotence"], kafka_errors.UnknownError())
+    (only,) = FakeProducer.made
+    assert started is only and only.options["enable_idempotence"] is False
+    assert capsys.readouterr().err == ""
+
+
+def test_producer_granted_idempotence_keeps_it(capsys: pytest.CaptureFixture[str]) -> None:
+    started = start([], None)
+    (only,) = FakeProducer.made
+    assert started is only and only.options["enable_idempotence"] is True
+    assert capsys.readouterr().err == ""

@@ -8,7 +8,7 @@ from typing import Any
 
 from replicator.config.settings import load_settings
 from replicator.config.topology import feeds_for
-from replicator.replication.heartbeats import emissions, mm2_heartbeat, unforwarded
+from replicator.replication.heartbeats import emissions, mm2_heartbeat, stale_for, unforwarded
 
 AFTER = 5.0
 
@@ -75,3 +75,11 @@ def test_where_a_flow_writes_its_heartbeats() -> None:
     assert where(**mm2) == [("b", ["a", "b"], (0, 7))]
     reverse = {**mm2, "REPLICATOR_FLOWS__F__REVERSE_HEARTBEATS": "true"}
     assert where(**reverse) == [("b", ["a", "b"], (0, 7)), ("a", ["b", "a"], (0, 7))]
+
+
+def test_the_age_grows_from_the_start_until_a_first_heartbeat_is_seen() -> None:
+    # Never seen: the age counts from the flow's start, so a flow that never delivers one stalls.
+    assert stale_for(None, started=1_000.0, now=1_400.0) == 400.0
+    # Seen: the age counts from the newest heartbeat's emission.
+    assert stale_for(1_390_000, started=1_000.0, now=1_400.0) == 10.0
+    assert stale_for(1_401_000, started=1_000.0, now=1_400.0) == 0.0  # a clock ahead: never < 0
