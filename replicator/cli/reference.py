@@ -1,12 +1,15 @@
-"""README's reference tables, generated: configuration from the settings model, metrics from
-the metric catalogue.
+"""The documentation site's reference tables, generated from the code: configuration from the
+settings model, metrics from the metric catalogue, the command line from the typer app, the HTTP
+endpoints from the routes the server registers.
 
-Each table sits in README between a pair of markers; a unit test fails when README differs, and
-``python -m replicator.devtools.reference --update`` rewrites them.
+Each table sits in a page under ``docs/reference/`` between a pair of markers; a unit test fails
+when a page differs, and ``python -m replicator.cli.reference --update`` rewrites them.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,9 +17,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import typer.main
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from replicator.cli.commands import app
 from replicator.config.settings import (
     ENV_PREFIX,
     NESTED_DELIMITER,
@@ -24,22 +29,42 @@ from replicator.config.settings import (
     FlowSettings,
     Settings,
 )
+from replicator.replication.health import PartitionQuery
+from replicator.service import http
 from replicator.telemetry.metrics import Metrics
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+REFERENCE = DOCS / "reference"
 
 
 @dataclass(frozen=True)
 class Section:
-    """A generated part of README: its markers and what produces it."""
+    """A generated part of a documentation page: the page, its markers, what produces it."""
 
+    path: Path
     start: str
     end: str
     generate: Callable[[], str]
 
 
+def _prose(text: str, cell: bool = False) -> str:
+    """``text`` as Markdown shows it literally: outside `code spans`, ``*``, ``<`` and ``>`` are
+    escaped (``<topic>`` would be read as an HTML tag, ``a.* b.*`` as emphasis), and in a table
+    ``cell`` ``|`` too (inside code spans the table reader leaves it alone)."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # the even parts are outside code spans
+        part = parts[i].replace("*", "\\*").replace("<", "&lt;").replace(">", "&gt;")
+        parts[i] = part.replace("|", "\\|") if cell else part
+    return "`".join(parts)
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    return _prose(text, cell=True)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`"
 
 
 def _default(field: FieldInfo, required: str) -> str:
@@ -50,7 +75,7 @@ def _default(field: FieldInfo, required: str) -> str:
         return ""
     if isinstance(value, Enum):
         value = value.value
-    return "`" + _cell(str(value)) + "`"
+    return _code(str(value))
 
 
 def _row(variable: str, field: FieldInfo, required: str = "(required)") -> str:
@@ -86,39 +111,159 @@ def metrics_table() -> str:
     return "\n".join(rows)
 
 
+def _cli() -> Any:
+    """The ``replicator`` command as typer's click sees it (typed ``Any``: typer builds it with a
+    click of its own)."""
+    return typer.main.get_command(app)
+
+
+def _commands(group: Any, prefix: str) -> list[tuple[str, Any]]:
+    """Every command under ``group`` with its full name, sub-groups flattened, in their order."""
+    ctx = group.context_class(group, info_name=prefix.rsplit(" ", 1)[-1])
+    found: list[tuple[str, Any]] = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is None or command.hidden:
+            continue
+        path = f"{prefix} {name}"
+        if hasattr(command, "list_commands"):
+            found.extend(_commands(command, path))
+        else:
+            found.append((path, command))
+    return found
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _param(param: Any) -> str:
+    if param.param_type_name == "argument":
+        name = (param.metavar or param.name or "").upper()
+        kind = "(argument, required)" if param.required else "(argument)"
+        return f"| `{name}` | {kind} | {_cell(_one_line(param.help or ''))} |"
+    names = " / ".join(f"`{opt}`" for opt in (*param.opts, *param.secondary_opts))
+    default = param.default
+    shown = ""
+    if param.required:
+        shown = "(required)"
+    elif default not in (None, (), [], "") and not (param.is_flag and default is False):
+        shown = _code(str(default))
+    return f"| {names} | {shown} | {_cell(_one_line(param.help or ''))} |"
+
+
+def cli_reference() -> str:
+    """Every command of ``replicator``: its synopsis, help text and options, in the app's order."""
+    root = _cli()
+    parts = [f"`replicator`: {_prose(_one_line(root.help or ''))}"]
+    root_options = [p for p in root.params if not getattr(p, "hidden", False)]
+    if root_options:
+        rows = ["| option | default | meaning |", "|---|---|---|"]
+        rows.extend(_param(p) for p in root_options)
+        parts.append("Options of `replicator` itself, before any command:\n\n" + "\n".join(rows))
+    for path, command in _commands(root, "replicator"):
+        arguments = [
+            (p.metavar or p.name or "").upper()
+            for p in command.params
+            if p.param_type_name == "argument"
+        ]
+        extra = (
+            ["[MIRRORMAKER OPTIONS...]"] if command.context_settings.get("allow_extra_args") else []
+        )
+        synopsis = " ".join([path, "[OPTIONS]", *arguments, *extra])
+        help_text = _prose(inspect.cleandoc(command.help or ""))
+        parts.append(f"### `{path}`\n\n```\n{synopsis}\n```\n\n{help_text}")
+        params = [p for p in command.params if not getattr(p, "hidden", False)]
+        rows = ["| option | default | meaning |", "|---|---|---|"]
+        rows.extend(_param(p) for p in params)
+        rows.append("| `--help` | | Show the command's help and exit. |")
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts)
+
+
+class _Silent:
+    """Enough of a service to build the HTTP app and read its routes."""
+
+    def liveness_problems(self) -> list[str]:
+        return []
+
+    def readiness_problems(self, local_only: bool = False) -> list[str]:
+        return []
+
+    def status(self, detail: PartitionQuery | None = None) -> dict[str, Any]:
+        return {}
+
+    def metrics_exposition(self) -> bytes:
+        return b""
+
+
+def _endpoint_descriptions() -> dict[str, str]:
+    """The ``- ``/path``: text`` bullets of the HTTP module's docstring, by path."""
+    described: dict[str, str] = {}
+    for bullet in re.split(r"\n(?=- ``/)", (http.__doc__ or "").split("\n\n")[1]):
+        match = re.match(r"- ``(/[\w/]*)``: (.*)", bullet, re.S)
+        if match:
+            text = _one_line(match.group(2)).replace("``", "`")
+            described[match.group(1)] = text
+    return described
+
+
+def http_endpoints() -> str:
+    """Every route the HTTP server registers, with what its module docstring says it answers."""
+    described = _endpoint_descriptions()
+    rows = ["| method | path | answers |", "|---|---|---|"]
+    methods: dict[str, list[str]] = {}
+    for route in http.build_app(_Silent()).router.routes():
+        path = route.resource.canonical if route.resource else ""
+        methods.setdefault(path, []).append(route.method)
+    for path, verbs in methods.items():
+        rows.append(f"| {', '.join(verbs)} | `{path}` | {_cell(described.get(path, ''))} |")
+    return "\n".join(rows)
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return (
+        f"<!-- {name} reference: generated by python -m replicator.cli.reference -->",
+        f"<!-- end of {name} reference -->",
+    )
+
+
 CONFIGURATION = Section(
-    "<!-- configuration reference: generated by python -m replicator.devtools.reference -->",
-    "<!-- end of configuration reference -->",
-    configuration_table,
+    REFERENCE / "configuration.md", *_markers("configuration"), configuration_table
 )
-METRICS = Section(
-    "<!-- metrics reference: generated by python -m replicator.devtools.reference -->",
-    "<!-- end of metrics reference -->",
-    metrics_table,
-)
-SECTIONS = (CONFIGURATION, METRICS)
+METRICS = Section(REFERENCE / "metrics.md", *_markers("metrics"), metrics_table)
+CLI = Section(REFERENCE / "cli.md", *_markers("command line"), cli_reference)
+HTTP = Section(REFERENCE / "http.md", *_markers("HTTP"), http_endpoints)
+SECTIONS = (CONFIGURATION, METRICS, CLI, HTTP)
 
 
-def readme_section(text: str, section: Section) -> str:
-    """A generated part of a README text (empty if its markers are missing)."""
+def generated_part(text: str, section: Section) -> str:
+    """The generated part of a page's text (empty if its markers are missing)."""
     if section.start not in text or section.end not in text:
         return ""
     return text.split(section.start, 1)[1].split(section.end, 1)[0].strip()
 
 
-def update(path: Path = README) -> bool:
-    """Rewrite every generated table in ``path``; ``True`` if anything changed."""
-    original = text = path.read_text()
-    for section in SECTIONS:
-        before, rest = text.split(section.start, 1)
+def update(sections: tuple[Section, ...] = SECTIONS) -> list[Path]:
+    """Rewrite every generated part of ``sections``' pages; the pages that changed."""
+    changed: list[Path] = []
+    for section in sections:
+        original = section.path.read_text()
+        before, rest = original.split(section.start, 1)
         _, after = rest.split(section.end, 1)
         text = f"{before}{section.start}\n{section.generate()}\n{section.end}{after}"
-    path.write_text(text)
-    return text != original
+        if text != original:
+            section.path.write_text(text)
+            changed.append(section.path)
+    return changed
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--update"]:
-        print("README updated" if update() else "README already current", file=sys.stderr)
+        pages = update()
+        for page in pages:
+            print(f"updated {page.relative_to(ROOT)}", file=sys.stderr)
+        if not pages:
+            print("the reference pages are already current", file=sys.stderr)
     else:
         print("\n\n".join(section.generate() for section in SECTIONS))

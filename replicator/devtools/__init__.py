@@ -8,7 +8,4 @@
     counted.
 ``sandbox``
     ``replicator sandbox``: local brokers and the ``export`` lines to try the replicator by hand.
-``reference``
-    The README's configuration and metrics tables, generated from the code
-    (``python -m replicator.devtools.reference --update``).
 """

@@ -41,7 +41,7 @@ _RETRY_NOTE = (
 )
 NO_TRANSACTIONS_NOTE = (
     "no transactions: duplicates are avoided by resuming from what the target holds "
-    "(see README, Guarantees)"
+    "(see docs/guarantees.md)"
 )
 _METADATA_NOTE = "metadata and topic listings are refreshed every REPLICATOR_METADATA_MAX_AGE_MS"
 METRICS_NOTE = "metrics are served at /metrics (Prometheus) on REPLICATOR_HTTP_PORT"

@@ -23,7 +23,7 @@ offsets API; here the flow's group is moved back with any Kafka tool, and
 ``test_flows.py::test_a_flows_committed_offsets_moved_back_copy_nothing_twice`` asserts what
 then happens (nothing copied twice: MM2 copies the records again).
 testNoCheckpointsIfNoRecordsAreMirrored differs on purpose (a position 0 is checkpointed: it is
-exact, and the README says why); restarts and failover are in ``test_failover.py``.
+exact, and docs/concepts/failover.md says why); restarts and failover are in ``test_failover.py``.
 """
 
 from __future__ import annotations
@@ -426,7 +426,7 @@ def test_three_nodes_share_a_flow_and_survive_a_rolling_restart_as_mm2_tests_it(
     interval it runs in /status. As MM2's test, each step settles (the others hold the stopped
     node's partitions, then the three share them) before the next: the embedded broker's group
     coordinator, unlike Kafka's, can hand a joining member partitions another member still
-    writes (README, Guarantees). Stronger than MM2's test: records written all through the
+    writes (docs/guarantees.md). Stronger than MM2's test: records written all through the
     restart arrive on B exactly once and in order, and the three nodes share the partitions."""
     b = "B- ._~:/?#[]@!$&'()*+;=\"<>%{}|\\^`618"
     ab, ba = f"A->{b}", f"{b}->A"
@@ -508,7 +508,8 @@ def test_checkpoints_follow_a_group_forth_back_and_across_a_restart_as_mm2_tests
     read as MirrorClient reads them. Stronger than MM2: every position is exact (MM2 allows
     offset.lag.max behind), the restarted node syncs on from its checkpoints. Different on
     purpose: a position at 0 in a partition nothing was mirrored from is checkpointed at 0
-    (exact: there is nothing before it), where MM2 waits for a record (README, Checkpoints)."""
+    (exact: there is nothing before it), where MM2 waits for a record (docs/concepts/failover.md,
+    Checkpoints)."""
     remote, empty = "primary.test-topic-1", "primary.test-topic-no-checkpoints"
     with start_clusters("primary", "backup") as brokers:
         primary, backup = brokers["primary"], brokers["backup"]

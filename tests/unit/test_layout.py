@@ -3,7 +3,7 @@
 The layers are the order of ``replicator/__init__.py``'s package map: a package imports only from
 packages listed before it (or on its own line), never from a later one, so the import graph
 between packages is acyclic by construction. Each package's ``__init__`` docstring names every
-module in it, and README's module map names every package.
+module in it, and the module map of docs/development.md names every package and module.
 """
 
 from __future__ import annotations
@@ -104,21 +104,60 @@ def test_each_package_docstring_maps_its_modules() -> None:
     assert not unmapped, "\n".join(unmapped)
 
 
-def test_readme_module_map_names_every_package() -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = readme[readme.index("## Development") :]
+def _module_map() -> dict[str, str]:
+    """The development page's module map: each package's entry (``  name/  text...``)."""
+    page = (ROOT / "docs" / "development.md").read_text()
+    block = page[page.index("## Module map") :].split("```", 2)[1]
+    entries: dict[str, str] = {}
+    current = ""
+    for line in block.splitlines():
+        match = re.match(r"^  (\w+)/\s+(.*)$", line)
+        if match:
+            current = match.group(1)
+            entries[current] = match.group(2)
+        elif current and line.startswith("    "):
+            entries[current] += " " + line.strip()
+        elif not line.startswith(" "):
+            current = ""
+    return entries
+
+
+def test_module_map_names_every_package_and_module() -> None:
+    """docs/development.md's map names every package under replicator/ and nothing else, and in
+    each package's entry every module of it."""
+    entries = _module_map()
     packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
-    missing = [name for name in packages if f"  {name}/ " not in block]
-    assert not missing, f"README's module map lacks {missing}"
+    assert sorted(entries) == packages, (
+        f"the module map's packages differ from the tree: lacks "
+        f"{sorted(set(packages) - set(entries))}, names {sorted(set(entries) - set(packages))}"
+    )
+    unnamed: list[str] = []
+    for package, text in entries.items():
+        words = set(re.findall(r"\w+", text))
+        modules = {p.stem for p in (PACKAGE / package).glob("*.py")} - {"__init__", "__main__"}
+        unnamed.extend(f"{package}/{m}" for m in sorted(modules - words))
+    assert not unnamed, f"the module map lacks {unnamed}"
 
 
-def test_every_test_file_the_readme_cites_exists() -> None:
-    """The guarantees cite their tests by path: a moved or deleted test file fails here."""
-    readme = (ROOT / "README.md").read_text()
-    cited = set(re.findall(r"`(tests/[\w/]+\.py)`", readme))
-    assert cited, "README cites no test file"
+def test_every_test_file_the_docs_cite_exists() -> None:
+    """The guarantees cite their tests by path, or by the name of an integration test file: a
+    moved or deleted test file fails here."""
+    pages = {p: p.read_text() for p in (ROOT / "docs").rglob("*.md")}
+    cited = {path for text in pages.values() for path in re.findall(r"`(tests/[\w/]+\.py)`", text)}
+    assert cited, "the docs cite no test file"
     missing = sorted(path for path in cited if not (ROOT / path).is_file())
-    assert not missing, f"README cites test files that do not exist: {missing}"
+    assert not missing, f"the docs cite test files that do not exist: {missing}"
+    guarantees = pages[ROOT / "docs" / "guarantees.md"]
+    named = set(re.findall(r"(?<![/\w])`(test_\w+)`", guarantees))
+    files = {p.stem for p in (ROOT / "tests").rglob("test_*.py")}
+    functions = {
+        node.name
+        for p in (ROOT / "tests").rglob("test_*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    unknown = sorted(name for name in named if name not in files | functions)
+    assert not unknown, f"the guarantees cite tests that do not exist: {unknown}"
 
 
 def test_unit_tests_mirror_the_package_layout() -> None:
