@@ -273,11 +273,8 @@ def test_service_links_do_not_stop_the_configuration_from_loading(
 
 
 @pytest.fixture
-def service_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def service_stub(monkeypatch: pytest.MonkeyPatch, restored_logging: None) -> None:
     """``run`` up to the service, which returns at once; logging restored afterwards."""
-    import logging
-
-    import structlog
 
     class Service:
         def __init__(self, settings: object, notes: tuple[str, ...] = ()) -> None:
@@ -288,14 +285,6 @@ def service_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setattr("replicator.service.app.ReplicatorService", Service)
     monkeypatch.setattr("replicator.kafka.decoding.use_decoded_records", lambda: None)
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    aiokafka_level = logging.getLogger("aiokafka").level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logging.getLogger("aiokafka").setLevel(aiokafka_level)
-    structlog.reset_defaults()
 
 
 @pytest.mark.usefixtures("service_stub")

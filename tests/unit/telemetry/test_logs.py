@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Iterator
 
 import pytest
-import structlog
 from rich.console import Console
 from rich.table import Table
 
@@ -73,18 +71,6 @@ def test_records_outside_the_scope_are_never_limited() -> None:
     limit = RepeatFilter("aiokafka", clock=Clock())
     for name in ("replicator.replication.leg", "aiokafkaesque", "root"):
         assert all(limit.filter(record(name, "same line")) for _ in range(5))
-
-
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    aiokafka_level = logging.getLogger("aiokafka").level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logging.getLogger("aiokafka").setLevel(aiokafka_level)
-    structlog.reset_defaults()
 
 
 @pytest.mark.usefixtures("restored_logging")
