@@ -17,6 +17,7 @@ a Service named ``replicator`` (:func:`is_service_link`), which are ignored and 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -642,7 +643,9 @@ class Settings(BaseSettings):
     def model_post_init(self, context: Any, /) -> None:
         # Built by load_settings: the environment it reads is at hand (empty otherwise).
         environ = _ENVIRON.get({})
-        self._service_links = tuple(sorted(name for name in environ if is_service_link(name)))
+        self._service_links = tuple(
+            sorted(name for name, value in environ.items() if is_service_link(name, value))
+        )
 
     @property
     def service_links(self) -> tuple[str, ...]:
@@ -862,15 +865,38 @@ def env_name(loc: tuple[int | str, ...]) -> str:
 # name, upper-cased, '-' as '_'), {SVCNAME}_PORT, {SVCNAME}_PORT_{PORT}_{PROTOCOL} and that
 # followed by _PROTO, _PORT or _ADDR. Exactly these names, as the kubelet writes them (upper
 # case): no setting is named so, and any other unknown REPLICATOR_* variable is still a typo.
+# The value must have the kubelet's shape too, so that a typo such as REPLICATOR_PORT=9090 (for
+# REPLICATOR_HTTP_PORT) is still refused rather than ignored.
 _SERVICE_LINK = re.compile(
-    rf"^{ENV_PREFIX}(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT"
-    r"|PORT_\d{1,5}_(?:TCP|UDP|SCTP)(?:_PROTO|_PORT|_ADDR)?)$"
+    rf"^{ENV_PREFIX}(?:(?P<host>SERVICE_HOST)|(?P<port>SERVICE_PORT(?:_[A-Z0-9_]+)?)|(?P<url>PORT)"
+    r"|PORT_\d{1,5}_(?:TCP|UDP|SCTP)(?:(?P<proto>_PROTO)|(?P<port_of>_PORT)|(?P<addr>_ADDR)|(?P<url_of>)))$"
 )
+_LINK_URL = re.compile(r"^(?:tcp|udp|sctp)://(?P<ip>\[[0-9a-fA-F:.]+\]|[0-9.]+):\d{1,5}$")
 
 
-def is_service_link(name: str) -> bool:
-    """``name`` is a variable the kubelet injects for a Service named ``replicator``."""
-    return _SERVICE_LINK.match(name) is not None
+def is_service_link(name: str, value: str) -> bool:
+    """``name=value`` is a variable the kubelet injects for a Service named ``replicator``: one
+    of its names, with a value of its shape (an address, a port, a protocol, a URL of them)."""
+    match = _SERVICE_LINK.match(name)
+    if match is None:
+        return False
+    kind = match.lastgroup
+    if kind in ("host", "addr"):
+        return _is_ip(value)
+    if kind in ("port", "port_of"):
+        return value.isdigit() and 0 < int(value) < 65536
+    if kind == "proto":
+        return value in ("tcp", "udp", "sctp")
+    url = _LINK_URL.match(value)
+    return url is not None and _is_ip(url["ip"].strip("[]"))
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
@@ -882,7 +908,7 @@ def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
     unknown = []
     for key in environ:
         upper = key.upper()
-        if not upper.startswith(ENV_PREFIX) or is_service_link(key):
+        if not upper.startswith(ENV_PREFIX) or is_service_link(key, environ[key]):
             continue
         parts = upper[len(ENV_PREFIX) :].split(NESTED_DELIMITER)
         if parts[0] == "CLUSTERS":

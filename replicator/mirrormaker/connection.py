@@ -196,7 +196,7 @@ def cluster_env(b: Builder, cluster: Cluster) -> list[str]:
     if protocol.startswith("SASL_"):
         _sasl_env(b, cluster, var)
     else:
-        _sasl_unused(b, cluster, protocol, protocol_offer)
+        _sasl_unused(b, cluster, protocol)
     if protocol in ("SSL", "SASL_SSL"):
         _ssl_env(b, cluster, var)
     else:
@@ -205,31 +205,21 @@ def cluster_env(b: Builder, cluster: Cluster) -> list[str]:
     return listed
 
 
-def _sasl_unused(b: Builder, cluster: Cluster, protocol: str, protocol_offer: Offer | None) -> None:
-    """SASL properties of a cluster whose security.protocol uses no SASL.
+def _sasl_unused(b: Builder, cluster: Cluster, protocol: str) -> None:
+    """SASL properties of a cluster whose security.protocol uses no SASL: noted, not refused.
 
-    Credentials or a mechanism said where the protocol is said, or more specifically (the same
-    file; MM2's ``<alias>.`` over the top level), meant SASL: refused, naming both, as the
-    replicator's own variables are. Said only more broadly than a protocol without SASL (MM2's
-    top-level SASL for every cluster, ``<alias>.security.protocol=PLAINTEXT`` for one), they
-    are another cluster's: noted as ignored for this one, as Kafka ignores them."""
-    protocol_priority = protocol_offer.priority if protocol_offer is not None else -1
-    for key in _SASL_KEYS:
-        offer = cluster.get(key)
-        if offer is not None and offer.priority >= protocol_priority:
-            said = (
-                f"{protocol_offer.origin} is {protocol}"
-                if protocol_offer is not None
-                else f"security.protocol is not given ({protocol}, Kafka's default)"
-            )
-            raise ConfigError(
-                offer.origin,
-                f"SASL given, but {said}, which does not use SASL: set "
-                f"{cluster.key_prefix}security.protocol=SASL_SSL (or SASL_PLAINTEXT), or "
-                "remove the cluster's sasl.* properties",
-            )
-    for _key, offer in cluster.given("sasl."):
-        b.note(offer.origin, f"ignored: security.protocol is {protocol}, without SASL")
+    Kafka's clients ignore them, so MirrorMaker runs such a file (a file MirrorMaker runs must run
+    unchanged here): the cluster is reached without authenticating, and the note says so and how
+    to use them. The ``REPLICATOR_*`` variables, which no MirrorMaker file is translated into
+    with such a mix, refuse it (:class:`~replicator.config.settings.ClusterSettings`)."""
+    for key, offer in cluster.given("sasl."):
+        consequence = (
+            f": cluster {cluster.alias} is reached without authenticating (set "
+            f"{cluster.key_prefix}security.protocol=SASL_SSL or SASL_PLAINTEXT to use them)"
+            if key in _SASL_KEYS
+            else ""
+        )
+        b.note(offer.origin, f"ignored: security.protocol is {protocol}, without SASL{consequence}")
 
 
 def _sasl_env(b: Builder, cluster: Cluster, var: _VarFn) -> None:

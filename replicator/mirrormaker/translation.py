@@ -150,7 +150,7 @@ class Translation:
         owned = (f"{ENV_PREFIX}CLUSTERS{NESTED_DELIMITER}", f"{ENV_PREFIX}FLOWS{NESTED_DELIMITER}")
         for name, value in sorted(environ.items()):
             upper = name.upper()
-            if not upper.startswith(ENV_PREFIX) or is_service_link(name):
+            if not upper.startswith(ENV_PREFIX) or is_service_link(name, value):
                 continue  # not ours, or the kubelet's (a Service named replicator)
             if self._operator_cluster_setting(upper):
                 env[upper] = value

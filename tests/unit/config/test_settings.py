@@ -590,6 +590,39 @@ def test_names_near_the_service_links_are_still_refused_as_typos(variable: str) 
 def test_no_setting_is_named_like_a_service_link() -> None:
     from replicator.config.settings import Settings, is_service_link
 
+    shapes = ("10.0.0.1", "8080", "tcp", "tcp://10.0.0.1:8080")
     assert not [
-        name for name in Settings.model_fields if is_service_link("REPLICATOR_" + name.upper())
+        name
+        for name in Settings.model_fields
+        if any(is_service_link("REPLICATOR_" + name.upper(), value) for value in shapes)
     ]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("REPLICATOR_PORT", "9090"),  # meant REPLICATOR_HTTP_PORT: a typo, not a service link
+        ("REPLICATOR_PORT", "tcp://replicator:8080"),
+        ("REPLICATOR_SERVICE_HOST", "replicator.svc"),
+        ("REPLICATOR_SERVICE_PORT", "http"),
+        ("REPLICATOR_SERVICE_PORT_HTTP", "70000"),
+        ("REPLICATOR_PORT_8080_TCP_PROTO", "http"),
+        ("REPLICATOR_PORT_8080_TCP_ADDR", "10.0.0"),
+        ("REPLICATOR_PORT_8080_TCP", "10.0.0.1:8080"),
+    ],
+)
+def test_a_service_link_name_with_a_value_the_kubelet_never_writes_is_refused(
+    variable: str, value: str
+) -> None:
+    error = config_error({**BASE, variable: value})
+    assert error.variable == variable
+    assert error.message == "unknown setting (check the spelling)"
+
+
+def test_service_links_of_an_ipv6_cluster_are_ignored_too() -> None:
+    links = {
+        "REPLICATOR_PORT": "tcp://[fd00::1]:8080",
+        "REPLICATOR_SERVICE_HOST": "fd00::1",
+        "REPLICATOR_PORT_8080_TCP_ADDR": "fd00::1",
+    }
+    assert load_settings({**BASE, **links}).service_links == tuple(sorted(links))
