@@ -229,7 +229,7 @@ def test_the_extras_named_are_the_packages_extras() -> None:
 
 
 @pytest.mark.parametrize("command", ["check-config", "run"])
-def test_debug_in_lower_case_is_accepted_and_an_unknown_level_named(command: str) -> None:
+def test_an_unknown_log_level_is_named_with_the_levels_accepted(command: str) -> None:
     result = CliRunner().invoke(app, [command], env={**UNREACHABLE, "REPLICATOR_LOG_LEVEL": "x"})
     assert result.exit_code == 2
     assert result.stderr == (
