@@ -9,6 +9,7 @@ stop the partition and report it).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
 
@@ -55,19 +56,30 @@ async def _delete_topic(bootstrap: str, topic: str) -> None:
         await admin.close()
 
 
-async def _create(bootstrap: str, topic: str, partitions: int) -> None:
+async def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
     admin = await admin_client(bootstrap)
     try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
+        await admin.delete_topics([topic])
+        for _ in range(200):  # created again as soon as the broker takes it (TOPIC_ALREADY_EXISTS)
+            response = await admin.create_topics([NewTopic(topic, partitions, 1)])
+            (error_code,) = {error[1] for error in response.topic_errors}
+            if error_code == 0:
+                return
+            assert error_code == _TOPIC_ALREADY_EXISTS, f"creating {topic}: error {error_code}"
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{topic} was never deleted")
     finally:
         await admin.close()
 
 
+_TOPIC_ALREADY_EXISTS = 36
+
+
 def recreate(broker: Broker, topic: str, partitions: int) -> None:
-    """Delete ``topic`` and create it again, empty."""
-    run(_delete_topic(broker.bootstrap_servers, topic))
-    time.sleep(1)
-    run(_create(broker.bootstrap_servers, topic, partitions))
+    """Delete ``topic`` and create it again, empty, at once: a running replicator sees a topic
+    whose log starts again at 0 below its committed offsets (what the tests below are about),
+    not a topic gone for a while (its partitions released, then new ones assigned)."""
+    run(_recreate(broker.bootstrap_servers, topic, partitions))
 
 
 def new_records_in_order(destination: Broker, sent: list[Sent], tag: str) -> tuple[int, int]:
