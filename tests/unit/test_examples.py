@@ -42,8 +42,9 @@ def test_three_datacenter_example_has_separate_credentials() -> None:
     assert rules.target("audit_REPLICA") is None
 
 
-def _consumer_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("consumer_example", EXAMPLES / "consumer.py")
+def _example(name: str) -> ModuleType:
+    """``examples/<name>.py``, loaded as a module (the examples are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_example", EXAMPLES / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -51,7 +52,7 @@ def _consumer_example() -> ModuleType:
 
 
 def test_consumer_example_reads_the_provenance_header_as_the_replicator_writes_it() -> None:
-    consumer = _consumer_example()
+    consumer = _example("consumer")
     written = Tagger("dc2", "orders_REPLICA", 3).tag([("trace-id", b"t1")], 1042)
     assert consumer.origin(written) == ("dc2", "orders_REPLICA", 3, 1042)
     assert consumer.origin_cluster(written) == "dc2"
@@ -66,14 +67,6 @@ def test_consumer_example_reads_the_provenance_header_as_the_replicator_writes_i
 
 
 # -- the example producer on a broker that refuses idempotence ---------------------------------
-
-
-def _producer_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("producer_example", EXAMPLES / "producer.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class FakeProducer:
@@ -102,7 +95,7 @@ def factory(fail_with: BaseException | None) -> Callable[..., FakeProducer]:
 
 
 def start(argv: list[str], fail_with: BaseException | None) -> Any:
-    producer = _producer_example()
+    producer = _example("producer")
     args = producer.parse_args(["--bootstrap-servers", "127.0.0.1:9092", *argv])
     return asyncio.run(producer.start_producer(args, factory(fail_with)))
 
