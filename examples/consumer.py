@@ -8,6 +8,9 @@ need not).
     python examples/consumer.py --bootstrap-servers localhost:29092 --topic orders
 
 Needs only aiokafka. Prints a JSON line per ``--report-every`` seconds: records per origin cluster.
+``--idle-seconds N`` stops once N seconds pass without a record (after the first one: a group
+can take a while to get its partitions) and prints the final counts: reading until idle is how to
+count what a topic holds where end offsets cannot be trusted.
 """
 
 from __future__ import annotations
@@ -58,18 +61,24 @@ async def consume(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     per_origin: Counter[str] = Counter()
     total = 0
+    last_record: float | None = None  # when the latest record arrived
+
+    def idle() -> bool:
+        quiet = last_record is not None and time.monotonic() - last_record >= args.idle_seconds
+        return bool(args.idle_seconds) and quiet
 
     def report() -> None:
         print(json.dumps({"topic": args.topic, "consumed": total, "by_origin": per_origin}))
 
     next_report = time.monotonic() + args.report_every
     try:
-        while not stop.is_set() and (args.count == 0 or total < args.count):
+        while not stop.is_set() and (args.count == 0 or total < args.count) and not idle():
             batches = await consumer.getmany(timeout_ms=500)
             for records in batches.values():
                 for record in records:
                     per_origin[origin_cluster(list(record.headers))] += 1
                     total += 1
+                    last_record = time.monotonic()
             if time.monotonic() >= next_report:
                 report()
                 next_report += args.report_every
@@ -86,6 +95,12 @@ def main() -> int:
     parser.add_argument("--group", default="orders-app")
     parser.add_argument("--count", type=int, default=0, help="stop after this many, 0 = never")
     parser.add_argument("--report-every", type=float, default=10.0, help="seconds")
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=0.0,
+        help="stop once this long passes without a record (after the first); 0 = never",
+    )
     return asyncio.run(consume(parser.parse_args()))
 
 

@@ -17,6 +17,7 @@ a Service named ``replicator`` (:func:`is_service_link`), which are ignored and 
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
@@ -927,12 +928,30 @@ def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
 _UNQUOTED_FIELDS = {"sasl_password", "bootstrap_servers"}
 
 
+def _unknown_setting(name: str) -> str:
+    """Why ``name`` is refused, with the setting it most likely meant (a typo is the usual cause:
+    ``REPLICATOR_PORT`` for ``REPLICATOR_HTTP_PORT``, ``..._LOG_LEVLE``)."""
+    upper = name.upper()[len(ENV_PREFIX) :]
+    head, _, field_name = upper.rpartition(NESTED_DELIMITER)
+    if head.startswith(("CLUSTERS", "FLOWS")) and head.count(NESTED_DELIMITER) == 1:
+        model = ClusterSettings if head.startswith("CLUSTERS") else FlowSettings
+        fields = list(model.model_fields)
+        prefix, wrong = f"{ENV_PREFIX}{head}{NESTED_DELIMITER}", field_name
+    else:
+        nested = {"clusters", "flows"}  # set as CLUSTERS__<ALIAS>__..., never alone
+        fields = [f for f in Settings.model_fields if f not in nested]
+        prefix, wrong = ENV_PREFIX, upper
+    close = difflib.get_close_matches(wrong, [f.upper() for f in fields], n=1, cutoff=0.6)
+    meant = f"; did you mean {prefix}{close[0]}?" if close else ""
+    return f"unknown setting (check the spelling{meant})"
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Build and validate the settings from an environment (``os.environ`` by default)."""
     env = dict(os.environ if environ is None else environ)
     unknown = _unknown_variables(env)
     if unknown:
-        raise ConfigError(unknown[0], "unknown setting (check the spelling)")
+        raise ConfigError(unknown[0], _unknown_setting(unknown[0]))
     token = _ENVIRON.set(env)
     try:
         return Settings()  # type: ignore[call-arg]

@@ -16,6 +16,7 @@ import shlex
 import signal
 import socket
 import sys
+import textwrap
 import threading
 from types import FrameType
 
@@ -46,15 +47,22 @@ LIMITS = (
     "  - consumer groups are slow to get their partitions: 20-45 s after a consumer joins "
     "(measured); a new consumer or replicator reads nothing before that",
     "  - no idempotent or transactional aiokafka producer (InitProducerId answers UnknownError): "
-    "use enable_idempotence=False; the replicator and examples/producer.py fall back by "
-    "themselves, saying so",
+    "use enable_idempotence=False; examples/producer.py falls back by itself, saying so (the "
+    "replicator asks with a version this broker grants: its producer is idempotent here)",
     "  - no TLS: plaintext listeners only (SECURITY_PROTOCOL=SSL or SASL_SSL cannot be tried here)",
 )
 
 
-def limits() -> str:
-    """The trial brokers' limits, printed once when the sandbox starts."""
-    return "\n".join(LIMITS)
+def limits(width: int = 80) -> str:
+    """The trial brokers' limits, printed once when the sandbox starts, wrapped at ``width``."""
+    head, *items = LIMITS
+    wrapped = [
+        textwrap.fill(
+            item.removeprefix("  - "), width, initial_indent="  - ", subsequent_indent="    "
+        )
+        for item in items
+    ]
+    return "\n".join([head, *wrapped])
 
 
 def parse_aliases(text: str) -> list[str]:
@@ -105,11 +113,13 @@ def environments(brokers: dict[str, EmbeddedBroker]) -> dict[str, dict[str, str]
 
 def render(envs: dict[str, dict[str, str]]) -> str:
     """The shell blocks to paste, one per datacenter."""
-    blocks = []
+    blocks: list[str] = []
     for alias, env in envs.items():
         lines = [f"# datacenter {alias}: in its own shell"]
         lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
-        lines.append("replicator run")
+        if not blocks:  # once, in any datacenter: the pair of topics on every cluster
+            lines.append("# then, once: replicator topics ensure --topic orders --partitions 3")
+        lines.append("# then: replicator run")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

@@ -584,7 +584,7 @@ def test_kubernetes_service_link_variables_are_ignored_and_remembered_by_name() 
 def test_names_near_the_service_links_are_still_refused_as_typos(variable: str) -> None:
     error = config_error({**BASE, variable: "8080"})
     assert error.variable == variable
-    assert error.message == "unknown setting (check the spelling)"
+    assert error.message.startswith("unknown setting (check the spelling")
 
 
 def test_no_setting_is_named_like_a_service_link() -> None:
@@ -616,7 +616,7 @@ def test_a_service_link_name_with_a_value_the_kubelet_never_writes_is_refused(
 ) -> None:
     error = config_error({**BASE, variable: value})
     assert error.variable == variable
-    assert error.message == "unknown setting (check the spelling)"
+    assert error.message.startswith("unknown setting (check the spelling")
 
 
 def test_service_links_of_an_ipv6_cluster_are_ignored_too() -> None:
@@ -626,3 +626,26 @@ def test_service_links_of_an_ipv6_cluster_are_ignored_too() -> None:
         "REPLICATOR_PORT_8080_TCP_ADDR": "fd00::1",
     }
     assert load_settings({**BASE, **links}).service_links == tuple(sorted(links))
+
+
+@pytest.mark.parametrize(
+    ("variable", "meant"),
+    [
+        ("REPLICATOR_PORT", "REPLICATOR_HTTP_PORT"),
+        ("REPLICATOR_LOG_LEVLE", "REPLICATOR_LOG_LEVEL"),
+        (
+            "REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVER",
+            "REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVERS",
+        ),
+        ("REPLICATOR_FLOWS__F__SORUCE", "REPLICATOR_FLOWS__F__SOURCE"),
+    ],
+)
+def test_an_unknown_setting_names_the_one_it_most_likely_meant(variable: str, meant: str) -> None:
+    error = config_error({**BASE, variable: "9090"})
+    assert error.variable == variable
+    assert error.message == f"unknown setting (check the spelling; did you mean {meant}?)"
+
+
+@pytest.mark.parametrize("variable", ["REPLICATOR_XYZ", "REPLICATOR_CLUSTERS__DC2"])
+def test_an_unknown_setting_like_none_suggests_nothing(variable: str) -> None:
+    assert config_error({**BASE, variable: "1"}).message == "unknown setting (check the spelling)"

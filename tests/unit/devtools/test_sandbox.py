@@ -55,3 +55,15 @@ def test_sandbox_prints_the_limits_once_at_start(
     assert said.err.count(sandbox.limits()) == 1
     assert said.err.index(sandbox.limits()) < said.err.index("sandbox running")
     assert "memory only" in said.err and "not production" in said.err
+
+
+def test_the_limits_fit_80_columns_and_the_blocks_say_what_comes_next() -> None:
+    assert max(len(line) for line in sandbox.limits().splitlines()) <= 80
+    blocks = sandbox.render({"dc1": {"REPLICATOR_X": "1"}, "dc2": {"REPLICATOR_X": "2"}})
+    dc1, dc2 = blocks.split("\n\n")
+    # Pasting a block only exports: the topics are ensured once, then each replicator runs.
+    assert [line for line in dc1.splitlines() if not line.startswith("#")] == [
+        "export REPLICATOR_X=1"
+    ]
+    assert "# then, once: replicator topics ensure" in dc1 and "topics ensure" not in dc2
+    assert dc1.endswith("# then: replicator run") and dc2.endswith("# then: replicator run")
