@@ -246,14 +246,21 @@ def lag(settings: Settings, as_json: bool) -> int:
 
 
 def lag_table(rows: list[PartitionLag]) -> Table:
-    table = Table(title="replication lag per leg and source partition")
-    for column in ("leg", "group", "topic", "partition", "committed", "log end", "lag"):
+    """Lag per leg and source partition; each leg's consumer group (one per leg) in the caption,
+    not in a column, so that the table fits 80 columns (``--json`` has it on every row)."""
+    groups = ", ".join(
+        f"{leg} {group}" for leg, group in dict((r.leg, r.group) for r in rows).items()
+    )
+    table = Table(
+        title="replication lag per leg and source partition",
+        caption=f"committed offsets of the groups {groups}" if groups else None,
+        caption_justify="left",
+    )
+    for column in ("leg", "topic", "partition", "committed", "log end", "lag"):
         table.add_column(column, justify="right")
     for r in rows:
         committed = "-" if r.committed is None else str(r.committed)
-        table.add_row(
-            r.leg, r.group, r.topic, str(r.partition), committed, str(r.log_end), str(r.lag)
-        )
+        table.add_row(r.leg, r.topic, str(r.partition), committed, str(r.log_end), str(r.lag))
     return table
 
 

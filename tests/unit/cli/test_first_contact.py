@@ -112,7 +112,12 @@ def test_the_lag_table_shows_every_header_and_cell_whole_at_80_columns() -> None
     row = PartitionLag(
         "dc1->dc2", "replicator.dc1.dc2", "customer-orders_REPLICA", 11, 123456789, 123456799, 10
     )
-    assert_whole(lag_table([row]), ["replicator.dc1.dc2", "customer-orders_REPLICA", "123456799"])
+    table = lag_table([row])
+    assert_whole(table, ["customer-orders_REPLICA", "123456799"])
+    assert str(table.caption).endswith("dc1->dc2 replicator.dc1.dc2")
+    console = Console(width=80, record=True)
+    print_table(console, table)
+    assert max(len(line) for line in console.export_text().splitlines()) <= 80
 
 
 def test_the_topics_table_shows_every_header_and_cell_whole_at_80_columns() -> None:
