@@ -250,12 +250,10 @@ def demo(
     """Two local brokers, two replicators, live traffic both ways; prints counts that prove it."""
     if spark:
         _needs_extra("demo --spark", "spark", "embedded")
-    else:
-        _needs_extra("demo", "embedded")
-    if spark:
         from replicator.spark.jobs_demo import run as run_jobs_demo
 
         raise typer.Exit(run_jobs_demo(records, "local[2]"))
+    _needs_extra("demo", "embedded")
     from replicator.devtools.demo import main as run_demo
 
     raise typer.Exit(run_demo(seconds, rate))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import typer.main
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -85,20 +86,21 @@ def _row(variable: str, field: FieldInfo, required: str = "(required)") -> str:
 def configuration_table() -> str:
     """Every ``REPLICATOR_*`` variable: name, default and meaning, in model order."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
+    # The settings given once per cluster or flow: one row per field of their block.
+    blocks: dict[str, tuple[type[BaseModel], str, str]] = {
+        "clusters": (ClusterSettings, "<ALIAS>", "cluster"),
+        "flows": (FlowSettings, "<NAME>", "flow"),
+    }
     for name, field in Settings.model_fields.items():
-        if name == "clusters":
-            prefix = f"{ENV_PREFIX}CLUSTERS{NESTED_DELIMITER}<ALIAS>{NESTED_DELIMITER}"
-            for cluster_name, cluster_field in ClusterSettings.model_fields.items():
-                variable = prefix + cluster_name.upper()
-                rows.append(_row(variable, cluster_field, "(required, one per cluster)"))
+        if name not in blocks:
+            rows.append(_row(ENV_PREFIX + name.upper(), field))
             continue
-        if name == "flows":
-            prefix = f"{ENV_PREFIX}FLOWS{NESTED_DELIMITER}<NAME>{NESTED_DELIMITER}"
-            for flow_name, flow_field in FlowSettings.model_fields.items():
-                variable = prefix + flow_name.upper()
-                rows.append(_row(variable, flow_field, "(required, one per flow)"))
-            continue
-        rows.append(_row(ENV_PREFIX + name.upper(), field))
+        model, key, each = blocks[name]
+        prefix = f"{ENV_PREFIX}{name.upper()}{NESTED_DELIMITER}{key}{NESTED_DELIMITER}"
+        for block_name, block_field in model.model_fields.items():
+            rows.append(
+                _row(prefix + block_name.upper(), block_field, f"(required, one per {each})")
+            )
     return "\n".join(rows)
 
 

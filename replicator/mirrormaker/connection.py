@@ -211,7 +211,7 @@ def _sasl_unused(b: Builder, cluster: Cluster, protocol: str) -> None:
     Kafka's clients ignore them, so MirrorMaker runs such a file (a file MirrorMaker runs must run
     unchanged here): the cluster is reached without authenticating, and the note says so and how
     to use them. The ``REPLICATOR_*`` variables, which no MirrorMaker file is translated into
-    with such a mix, refuse it (:class:`~replicator.config.settings.ClusterSettings`)."""
+    with such a mix, refuse it (:class:`~replicator.config.settings.Settings`)."""
     for key, offer in cluster.given("sasl."):
         consequence = (
             f": cluster {cluster.alias} is reached without authenticating (set "

@@ -487,9 +487,10 @@ class FlowHeartbeat:
 
     @property
     def age_seconds(self) -> float | None:
+        """The newest heartbeat's age; ``None`` before the first is seen."""
         if self.last_seen_ms is None:
             return None
-        return max(0.0, time.time() - self.last_seen_ms / 1000)
+        return stale_for(self.last_seen_ms, self._started, time.time())
 
     def refresh(self) -> None:
         self._age.set(stale_for(self.last_seen_ms, self._started, time.time()))
