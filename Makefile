@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: install demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration docs docs-serve clean
+.PHONY: install kafka demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve clean
 
 # Everything: the tests, the Spark jobs and the documentation site.
 $(STAMP): pyproject.toml
@@ -21,16 +21,23 @@ $(DEMO_STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[embedded]"
 	touch $(DEMO_STAMP)
 
-install: $(STAMP)
+install: $(STAMP) kafka
+
+## Apache Kafka's jars (broker, tools, MirrorMaker 2) from Maven Central into ~/.cache/replicator
+## (once; later runs are offline). Needs Java 17+ and Maven 3.8+.
+kafka: $(STAMP)
+	$(BIN)/python -m replicator.devtools.apache_kafka
 
 ## The embedded two-datacenter demo: two local brokers, two replicators, live traffic.
 ## Afterwards the command is .venv/bin/replicator (or `source .venv/bin/activate`).
 demo: $(DEMO_STAMP)
 	$(BIN)/replicator demo
 
-## The whole test suite: static checks, unit tests, integration tests on real brokers.
-test: lint $(STAMP)
+## The whole test suite: static checks, unit tests, integration tests on Apache Kafka, then the
+## smoke subset on the embedded broker (the demo's).
+test: lint $(STAMP) kafka
 	$(BIN)/pytest -q -n 2 --dist worksteal --durations=25
+	REPLICATOR_TEST_BROKER=embedded $(BIN)/pytest -q -n 2 --dist worksteal -m smoke tests/integration
 
 ## Throughput, latency and memory, side by side with a naive mirror and a batch-copy ceiling.
 jobs-demo: $(STAMP)
@@ -57,8 +64,12 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"
 
-integration: $(STAMP)
+integration: $(STAMP) kafka
 	$(BIN)/pytest -q -n 2 --dist worksteal tests/integration
+
+## The integration tests marked smoke, on the embedded broker (no JVM).
+smoke: $(STAMP)
+	REPLICATOR_TEST_BROKER=embedded $(BIN)/pytest -q -n 2 --dist worksteal -m smoke tests/integration
 
 ## The documentation site, built strictly into site/ (a broken link or a missing page fails).
 docs: $(STAMP)

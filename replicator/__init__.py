@@ -28,7 +28,7 @@ The package map, lowest layer first (a package imports only from those above it 
 ``mirrormaker``
     MirrorMaker 1, Go mirror maker and MirrorMaker 2 configurations, translated.
 ``devtools``
-    Embedded brokers, the demo, the sandbox.
+    Embedded brokers, Apache Kafka as local JVMs, the demo, the sandbox.
 ``spark``
     The bulk jobs (backfill, audit) on Spark.
 ``cli``

@@ -35,6 +35,8 @@ may succeed later without anyone changing anything::
       PropertiesError         a Java .properties file Java would refuse (also a ValueError); no
       EmbeddedBrokerError     an embedded broker (demo, sandbox, tests) could not be found or did
                               not start; no
+        LocalKafkaError       Apache Kafka's jars could not be fetched, or a local Apache Kafka
+                              node (tests, benchmarks) did not start; no
     Stopped                   not an error: a stop came first and the work was abandoned
                               (:func:`replicator.lifecycle.unless_stopped`); never retried, never
                               reported
@@ -139,6 +141,11 @@ class PropertiesError(ReplicatorError, ValueError):
 
 class EmbeddedBrokerError(ReplicatorError, RuntimeError):
     """The embedded broker could not be found or did not start."""
+
+
+class LocalKafkaError(EmbeddedBrokerError):
+    """Apache Kafka's jars could not be fetched (no Java, no Maven, no Maven Central), or a
+    local Apache Kafka node did not start (its log is in the message)."""
 
 
 class Stopped(Exception):

@@ -3,6 +3,10 @@
 ``embedded``
     Embedded Kafka-protocol brokers on loopback (the ``embedded`` extra), for the demo, the
     sandbox and the test suite.
+``apache_kafka``
+    Apache Kafka itself from Maven Central's jars, as local JVMs (KRaft, one or three nodes,
+    TLS, SCRAM and ACLs on request), for the test suite and the benchmarks; Kafka's own
+    command-line tools.
 ``demo``
     ``replicator demo``: two local datacenters, two replicators, live traffic, every record
     counted.

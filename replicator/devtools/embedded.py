@@ -121,6 +121,13 @@ class EmbeddedBroker:
             raise
         return self
 
+    def kill(self) -> None:
+        """SIGKILL: whatever the broker held (in memory) is gone."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()

@@ -6,7 +6,7 @@ it a black hole (connections accepted, nothing forwarded), add latency, limit ba
 connections periodically, and restore it. The proxy runs its own event loop in a thread, so
 tests drive it from plain synchronous code.
 
-Without a proxy, a whole embedded broker can be frozen (SIGSTOP: it stops answering) and thawed,
+Without a proxy, a whole broker can be frozen (SIGSTOP: it stops answering) and thawed,
 or killed (:func:`freeze`, :func:`thaw`, :func:`frozen`, :func:`kill_broker`).
 """
 
@@ -22,7 +22,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from replicator.devtools.embedded import EmbeddedBroker, free_port
+from replicator.devtools.embedded import free_port
+from tests.integration.harness import Cluster, new_cluster
 
 
 @dataclass
@@ -171,13 +172,14 @@ class FaultProxy:
             await writer.drain()
 
 
-def behind_proxy(alias: str) -> tuple[EmbeddedBroker, FaultProxy]:
-    """A started embedded broker for ``alias`` that advertises a started proxy in front of it,
-    so that every client connection to it passes through the proxy; the caller stops both."""
-    broker_port, proxy_port = free_port(), free_port()
-    proxy = FaultProxy(proxy_port, broker_port).start()
+def behind_proxy(alias: str) -> tuple[Cluster, FaultProxy]:
+    """A started broker for ``alias`` that advertises a started proxy in front of it, so that
+    every client connection to it passes through the proxy; the caller stops both."""
+    proxy_port = free_port()
+    broker = new_cluster(alias, advertised_port=proxy_port)
+    proxy = FaultProxy(proxy_port, broker.port).start()
     try:
-        broker = EmbeddedBroker(alias, port=broker_port, advertised_port=proxy_port).start()
+        broker.start()
     except BaseException:
         proxy.stop()
         raise
@@ -226,21 +228,21 @@ class _RequestFrames:
 # -- a whole broker that stops answering or dies (no proxy needed) ------------------------------
 
 
-def freeze(broker: EmbeddedBroker) -> None:
+def freeze(broker: Cluster) -> None:
     """The broker stops answering (SIGSTOP): the kernel still accepts connections, but every
     request hangs, as with a datacenter whose network black-holes traffic."""
     assert broker.process is not None, "the broker is not running"
     os.kill(broker.process.pid, signal.SIGSTOP)
 
 
-def thaw(broker: EmbeddedBroker) -> None:
+def thaw(broker: Cluster) -> None:
     """Undo :func:`freeze` (SIGCONT): the broker answers the requests it held, then new ones."""
     if broker.process is not None and broker.process.poll() is None:
         os.kill(broker.process.pid, signal.SIGCONT)
 
 
 @contextlib.contextmanager
-def frozen(broker: EmbeddedBroker) -> Iterator[None]:
+def frozen(broker: Cluster) -> Iterator[None]:
     """:func:`freeze` for the block, thawed on the way out whatever happened (a broker left
     stopped would make its own ``stop`` wait for nothing)."""
     freeze(broker)
@@ -250,10 +252,8 @@ def frozen(broker: EmbeddedBroker) -> Iterator[None]:
         thaw(broker)
 
 
-def kill_broker(broker: EmbeddedBroker) -> None:
-    """SIGKILL the broker process: connections reset, its address refuses new ones. The embedded
-    broker keeps its data in memory only, so whatever it held is gone."""
-    assert broker.process is not None, "the broker is not running"
-    broker.process.kill()
-    broker.process.wait()
-    broker.process = None
+def kill_broker(broker: Cluster) -> None:
+    """SIGKILL the broker process: connections reset, its address refuses new ones. Apache Kafka
+    keeps its log on disk for a later start; the embedded broker keeps its data in memory only,
+    so whatever it held is gone."""
+    broker.kill()

@@ -1,9 +1,12 @@
-"""Integration harness: real brokers (embedded, or Apache Kafka in containers), real replicators.
+"""Integration harness: real brokers (Apache Kafka, or the embedded broker), real replicators.
 
-The backend is chosen by ``REPLICATOR_TEST_BROKER``: ``embedded`` (default; one local Kafka-protocol
-broker process per datacenter) or ``kafka`` (Apache Kafka through testcontainers, which needs a
-Docker engine and skips with the reason where there is none). Replicators run as real
-``python -m replicator run`` subprocesses, configured only by environment variables.
+The backend is chosen by ``REPLICATOR_TEST_BROKER``: ``kafka`` (default: Apache Kafka itself, one
+single-node KRaft cluster per datacenter, JVMs started from Maven Central's jars by
+:mod:`replicator.devtools.apache_kafka`), ``embedded`` (one embedded broker process per
+datacenter: the demo's broker, for the smoke run) or ``container`` (Apache Kafka through
+testcontainers, which needs a Docker engine and skips with the reason where there is none).
+Replicators run as real ``python -m replicator run`` subprocesses, configured only by environment
+variables.
 """
 
 from __future__ import annotations
@@ -30,10 +33,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from replicator.devtools.apache_kafka import ApacheKafkaCluster, ScramUser, Security, start_all
 from replicator.devtools.embedded import EmbeddedBroker, free_port
 from replicator.kafka.readers import StoredRecord, read_topic
 
-BACKEND = os.environ.get("REPLICATOR_TEST_BROKER", "embedded")
+BACKENDS = ("kafka", "embedded", "container")
+BACKEND = os.environ.get("REPLICATOR_TEST_BROKER", "kafka")
+APACHE_KAFKA = BACKEND in ("kafka", "container")
+"""Whether the brokers are Apache Kafka (the product's target), not the embedded broker."""
 
 
 class Broker(Protocol):
@@ -59,7 +66,7 @@ class KafkaContainerBroker:
     def start(self) -> KafkaContainerBroker:
         from testcontainers.kafka import KafkaContainer
 
-        self.container = KafkaContainer("confluentinc/cp-kafka:7.7.1").with_kraft()
+        self.container = KafkaContainer("apache/kafka:4.1.1").with_kraft()
         self.container.start()
         return self
 
@@ -74,29 +81,82 @@ def docker_unavailable_reason() -> str | None:
 
         docker.from_env().ping()
     except Exception as exc:
-        return f"REPLICATOR_TEST_BROKER=kafka needs a Docker engine, none reachable: {exc}"
+        return f"REPLICATOR_TEST_BROKER=container needs a Docker engine, none reachable: {exc}"
     return None
 
 
 @contextmanager
 def start_clusters(*aliases: str) -> Iterator[dict[str, Broker]]:
-    brokers: dict[str, Broker] = {}
-    if BACKEND == "kafka":
+    """One single-node cluster per datacenter alias, of the chosen backend; stopped on exit."""
+    if BACKEND not in BACKENDS:
+        raise pytest.UsageError(f"REPLICATOR_TEST_BROKER must be one of {BACKENDS}, not {BACKEND}")
+    if BACKEND == "container":
         reason = docker_unavailable_reason()
         if reason:
             pytest.skip(reason)
-    elif BACKEND != "embedded":
-        raise pytest.UsageError(f"REPLICATOR_TEST_BROKER must be embedded or kafka, not {BACKEND}")
+    brokers: dict[str, Broker] = {}
     try:
+        if BACKEND == "kafka":
+            clusters = {alias: ApacheKafkaCluster(alias) for alias in aliases}
+            brokers.update(clusters)
+            start_all(list(clusters.values()))
         for alias in aliases:
-            if BACKEND == "kafka":
+            if BACKEND == "container":
                 brokers[alias] = KafkaContainerBroker(alias).start()
-            else:
+            elif BACKEND == "embedded":
                 brokers[alias] = EmbeddedBroker(alias).start()
         yield brokers
     finally:
         for broker in brokers.values():
-            broker.stop()
+            if isinstance(broker, ApacheKafkaCluster):
+                broker.remove()
+            else:
+                broker.stop()
+
+
+class Cluster(Broker, Protocol):
+    """A broker the test starts, stops and restarts itself (of the chosen backend)."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None: ...
+
+    def start(self) -> Cluster: ...
+
+    def kill(self) -> None: ...
+
+
+def new_cluster(alias: str, advertised_port: int | None = None) -> Cluster:
+    """A single-node cluster of the backend, not started (``start()`` it; ``stop()`` it, and
+    ``start()`` again: Apache Kafka keeps its log, the embedded broker starts empty).
+    ``advertised_port``: clients are told to connect there (a proxy in front of it)."""
+    if BACKEND == "kafka":
+        return ApacheKafkaCluster(alias, advertised_port=advertised_port)
+    if BACKEND == "embedded":
+        return EmbeddedBroker(alias, advertised_port=advertised_port)
+    pytest.skip("a cluster stopped and started by the test needs REPLICATOR_TEST_BROKER=kafka")
+
+
+@contextmanager
+def scram_cluster(alias: str) -> Iterator[str]:
+    """A started cluster whose SASL_PLAINTEXT listener requires SCRAM and knows no user the
+    tests log in as (every login is refused); yields that listener's bootstrap servers."""
+    if BACKEND == "kafka":
+        users = (ScramUser("someone-else", "not-the-canary"),)
+        cluster = ApacheKafkaCluster(alias, security=Security(users=users, sasl_plaintext=True))
+        try:
+            cluster.start()
+            yield cluster.listener("SASL_PLAINTEXT")
+        finally:
+            cluster.remove()
+        return
+    broker = EmbeddedBroker(alias, authentication=True).start()
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
 
 
 # -- replicator processes ---------------------------------------------------------------------

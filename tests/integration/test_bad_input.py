@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from replicator.devtools.embedded import EmbeddedBroker
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
     Broker,
@@ -23,6 +22,7 @@ from tests.integration.harness import (
     read,
     replicator_env,
     run,
+    scram_cluster,
     start_clusters,
     wait_until,
 )
@@ -92,56 +92,50 @@ def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
     """dc3 requires SASL/SCRAM and refuses the replicator's credentials, whose password is a
     canary: dc1's own leg goes on, dc3 is reported with a clear reason, attempts back off, and
     the canary never appears in logs (DEBUG), /readyz, /status, /livez or /metrics."""
-    dc3 = EmbeddedBroker("dc3", authentication=True).start()
-    try:
-        with start_clusters("dc1") as brokers:
-            create_topics(brokers["dc1"], orders_REPLICA=1)
-            env = replicator_env(
-                "dc1",
-                brokers,
-                log_level="DEBUG",
-                clusters__dc3__bootstrap_servers=dc3.bootstrap_servers,
-                clusters__dc3__security_protocol="SASL_PLAINTEXT",
-                clusters__dc3__sasl_mechanism="SCRAM-SHA-512",
-                clusters__dc3__sasl_username="replicator-dc1",
-                clusters__dc3__sasl_password=CANARY,
+    with scram_cluster("dc3") as dc3_servers, start_clusters("dc1") as brokers:
+        create_topics(brokers["dc1"], orders_REPLICA=1)
+        env = replicator_env(
+            "dc1",
+            brokers,
+            log_level="DEBUG",
+            clusters__dc3__bootstrap_servers=dc3_servers,
+            clusters__dc3__security_protocol="SASL_PLAINTEXT",
+            clusters__dc3__sasl_mechanism="SCRAM-SHA-512",
+            clusters__dc3__sasl_username="replicator-dc1",
+            clusters__dc3__sasl_password=CANARY,
+        )
+        dc1 = replicators("dc1", env)
+        dc1.wait_serving()
+
+        def attempt_lines() -> list[str]:
+            return [
+                line for line in dc1.log().splitlines() if _ATTEMPT in line and "dc1->dc3" in line
+            ]
+
+        # The watch runs from the first attempt (logged at once) while the rest is checked.
+        wait_until(lambda: bool(attempt_lines()), 30, "a first attempt on dc3", dc1.log)
+        watch_ends = time.monotonic() + _WATCH_S + _LOG_SLACK_S
+        produce(brokers["dc1"], "orders_REPLICA", 100, partitions=1)
+        wait_until(holds(brokers["dc1"], "orders", 100), 60, "the local leg", dc1.log)
+
+        def dc3_reported() -> bool:
+            status, body = dc1.get("/readyz")
+            return status == 503 and any(
+                "dc3" in p and "authentication refused" in p for p in body["problems"]
             )
-            dc1 = replicators("dc1", env)
-            dc1.wait_serving()
 
-            def attempt_lines() -> list[str]:
-                return [
-                    line
-                    for line in dc1.log().splitlines()
-                    if _ATTEMPT in line and "dc1->dc3" in line
-                ]
-
-            # The watch runs from the first attempt (logged at once) while the rest is checked.
-            wait_until(lambda: bool(attempt_lines()), 30, "a first attempt on dc3", dc1.log)
-            watch_ends = time.monotonic() + _WATCH_S + _LOG_SLACK_S
-            produce(brokers["dc1"], "orders_REPLICA", 100, partitions=1)
-            wait_until(holds(brokers["dc1"], "orders", 100), 60, "the local leg", dc1.log)
-
-            def dc3_reported() -> bool:
-                status, body = dc1.get("/readyz")
-                return status == 503 and any(
-                    "dc3" in p and "authentication refused" in p for p in body["problems"]
-                )
-
-            wait_until(dc3_reported, 30, "/readyz reporting dc3's refusal", dc1.log)
-            time.sleep(max(0.0, watch_ends - time.monotonic()))
-            attempts = attempt_lines()
-            surfaces = {
-                "/readyz": str(dc1.get("/readyz")[1]),
-                "/status": str(dc1.get("/status")[1]),
-                "/livez": str(dc1.get("/livez")[1]),
-                "/metrics": dc1.get("/metrics")[1],
-            }
-            rss = peak_rss_mb(dc1)
-            assert dc1.stop() == 0
-            surfaces["log"] = dc1.log_path.read_text(errors="replace")
-    finally:
-        dc3.stop()
+        wait_until(dc3_reported, 30, "/readyz reporting dc3's refusal", dc1.log)
+        time.sleep(max(0.0, watch_ends - time.monotonic()))
+        attempts = attempt_lines()
+        surfaces = {
+            "/readyz": str(dc1.get("/readyz")[1]),
+            "/status": str(dc1.get("/status")[1]),
+            "/livez": str(dc1.get("/livez")[1]),
+            "/metrics": dc1.get("/metrics")[1],
+        }
+        rss = peak_rss_mb(dc1)
+        assert dc1.stop() == 0
+        surfaces["log"] = dc1.log_path.read_text(errors="replace")
     for name, text in surfaces.items():
         assert CANARY not in text, f"the secret leaked into {name}"
     assert "dc3" in surfaces["/status"]

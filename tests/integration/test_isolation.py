@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from replicator.devtools.embedded import EmbeddedBroker
 from tests.integration.harness import (
-    BACKEND,
     Start,
     count,
     create_topics,
+    new_cluster,
     produce,
     replicator_env,
     start_clusters,
@@ -18,7 +17,7 @@ from tests.integration.harness import (
 def test_remote_down_local_delivery_continues_and_remote_catches_up(replicators: Start) -> None:
     with start_clusters("dc1") as brokers:
         # dc2's broker is not running yet: its address refuses connections.
-        dc2 = EmbeddedBroker("dc2")
+        dc2 = new_cluster("dc2")
         env = replicator_env("dc1", {**brokers, "dc2": dc2})
         create_topics(brokers["dc1"], orders_REPLICA=3)
         dc1 = replicators("dc1", env)
@@ -34,8 +33,6 @@ def test_remote_down_local_delivery_continues_and_remote_catches_up(replicators:
         status, live = dc1.get("/livez")
         assert status == 200, live
 
-        if BACKEND != "embedded":
-            return  # only the embedded broker can be started late on a chosen port
         try:
             dc2.start()
             wait_until(lambda: count(dc2, "orders") == 200, 60, "dc2 catching up", dc1.log)

@@ -1,0 +1,605 @@
+"""Apache Kafka itself on loopback, from Maven Central's jars: the brokers the suite and the
+benchmarks prove the product on, and ``replicator sandbox --broker kafka``.
+
+Owns the jars (one Maven copy step into a cache, offline once the cache holds them), the broker's
+configuration (KRaft combined mode: every node is broker and controller), and the JVM processes:
+one node per datacenter by default, three for leader failover. Listeners beyond PLAINTEXT (SSL,
+SASL_SSL, SASL_PLAINTEXT) with a test certificate authority, SCRAM users and the standard
+authorizer are switched on per cluster. Each node keeps its data on disk, so a restart keeps the
+log; its output goes to a file that :meth:`ApacheKafkaCluster.log` shows. A node's JVM dies with
+the process that started it (``PR_SET_PDEATHSIG``), so no broker outlives a killed test run.
+
+Nothing here is used by ``replicator run``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replicator.devtools.embedded import free_port
+from replicator.errors import LocalKafkaError
+
+KAFKA_VERSION = "4.3.1"
+"""The pinned release: the newest whose every module the harness needs (broker, tools,
+``connect-mirror`` and ``connect-mirror-client``) resolves from Maven Central (4.2.1 and 4.4.0
+lack ``connect-mirror-client`` there)."""
+
+POM = Path(__file__).parent / "maven" / "kafka.pom.xml"
+_READY = "Kafka Server started (kafka.server.KafkaRaftServer)"
+_PR_SET_PDEATHSIG = 1
+
+JVM_FLAGS = (
+    "-XX:+UseSerialGC",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-XX:-UsePerfData",
+    "-Djava.awt.headless=true",
+    "-Xshare:auto",
+)
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {root}
+rootLogger.appenderRef.out.ref = out
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = INFO
+logger.config.name = org.apache.kafka.common.config.AbstractConfig
+logger.config.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def cache_root() -> Path:
+    """Where fetched jars live: ``$REPLICATOR_KAFKA_CACHE``, else ``~/.cache/replicator``."""
+    configured = os.environ.get("REPLICATOR_KAFKA_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "replicator"
+
+
+def kafka_libs(version: str = KAFKA_VERSION) -> Path:
+    """The directory holding Apache Kafka's jars (broker, tools, MirrorMaker 2), fetched through
+    Maven the first time (offline from ``~/.m2`` when it can, else from Maven Central)."""
+    libs = cache_root() / f"kafka-{version}" / "libs"
+    done = libs.parent / "complete"
+    if done.exists():
+        return libs
+    maven = shutil.which("mvn")
+    if maven is None:
+        raise LocalKafkaError("Apache Kafka's jars come through Maven: install mvn (3.8+)")
+    staging = Path(tempfile.mkdtemp(prefix="libs-", dir=_ensure(libs.parent)))
+    command = [
+        maven,
+        "-B",
+        "-q",
+        "-f",
+        str(POM),
+        "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={staging}",
+        f"-Dkafka.version={version}",
+    ]
+    failure = ""
+    for offline in (["-o"], []):
+        done_run = subprocess.run(
+            [command[0], *offline, *command[1:]],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
+        if done_run.returncode == 0:
+            break
+        failure = (done_run.stdout + done_run.stderr)[-3000:]
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise LocalKafkaError(f"Maven could not fetch Apache Kafka {version}:\n{failure}")
+    # Another process may have finished first: its copy is as good as ours.
+    with contextlib.suppress(OSError):
+        staging.rename(libs)
+    shutil.rmtree(staging, ignore_errors=True)
+    done.touch()
+    return libs
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def java() -> str:
+    """The ``java`` to run Kafka with (17 or later): ``$JAVA_HOME/bin/java``, else the PATH's."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if found is None:
+        raise LocalKafkaError("Apache Kafka needs Java 17 or later: no java on the PATH")
+    return found
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent dies, so no JVM outlives the tests."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def spawn_jvm(
+    args: list[str], log_path: Path, tmpdir: Path, heap_mb: int = 512
+) -> subprocess.Popen[bytes]:
+    """Start one JVM with its output in ``log_path`` (an unread pipe would block it), its own
+    native-library tmpdir, its own session, dying with this process."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            [
+                java(),
+                "-Xms64m",
+                f"-Xmx{heap_mb}m",
+                *JVM_FLAGS,
+                f"-Djava.io.tmpdir={_ensure(tmpdir)}",
+                f"-XX:ErrorFile={log_path.parent}/hs_err_%p.log",
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads touch state in between)
+        )
+
+
+def log4j2_config(directory: Path, root: str = "INFO") -> Path:
+    path = directory / "log4j2.properties"
+    path.write_text(_LOG4J2.format(root=root))
+    return path
+
+
+def new_cluster_id() -> str:
+    """22 URL-safe base64 characters of a random UUID, never starting with ``-``."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+@dataclass
+class ScramUser:
+    name: str
+    password: str
+    mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass
+class Security:
+    """What a cluster's listeners beyond PLAINTEXT ask of clients.
+
+    ``pki`` is a directory holding ``ca.pem`` and ``broker.pem`` (PKCS#8 key, leaf, CA) made by
+    :func:`replicator.devtools.pki.write_pki`; ``users`` are SCRAM users created at format time;
+    ``acls`` switches on the standard authorizer with ``super_users`` allowed everything (the
+    broker's own PLAINTEXT listener stays open for the harness, as ``User:ANONYMOUS``).
+    """
+
+    pki: Path | None = None
+    mutual_tls: bool = False
+    users: tuple[ScramUser, ...] = ()
+    sasl_plaintext: bool = False
+    acls: bool = False
+    super_users: tuple[str, ...] = ("User:ANONYMOUS",)
+
+
+@dataclass
+class Node:
+    node_id: int
+    port: int
+    controller_port: int
+    directory: Path
+    ssl_port: int | None = None
+    sasl_ssl_port: int | None = None
+    sasl_plaintext_port: int | None = None
+    process: subprocess.Popen[bytes] | None = None
+    log_offset: int = 0  # where this start's output begins in the log
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "server.log"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class ApacheKafkaCluster:
+    """One Apache Kafka cluster (one datacenter): ``nodes`` combined broker-controller JVMs."""
+
+    alias: str
+    nodes_count: int = 1
+    security: Security = field(default_factory=Security)
+    overrides: dict[str, str] = field(default_factory=dict)
+    directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="apache-kafka-")))
+    cluster_id: str = field(default_factory=new_cluster_id)
+    nodes: list[Node] = field(default_factory=list)
+    heap_mb: int = 0
+    # Clients are told to connect here (a proxy in front of a single node, say); default: port.
+    advertised_port: int | None = None
+
+    def __post_init__(self) -> None:
+        pki = self.security.pki
+        for node_id in range(1, self.nodes_count + 1):
+            self.nodes.append(
+                Node(
+                    node_id,
+                    free_port(),
+                    free_port(),
+                    self.directory / f"node-{node_id}",
+                    ssl_port=free_port() if pki else None,
+                    sasl_ssl_port=free_port() if pki and self.security.users else None,
+                    sasl_plaintext_port=free_port() if self.security.sasl_plaintext else None,
+                )
+            )
+        if not self.heap_mb:
+            self.heap_mb = 512 if self.nodes_count == 1 else 384
+
+    # -- addresses ----------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The PLAINTEXT listener of every node (as advertised: the proxy's, if one fronts it)."""
+        if self.advertised_port:
+            return f"127.0.0.1:{self.advertised_port}"
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    @property
+    def port(self) -> int:
+        """The first node's PLAINTEXT port."""
+        return self.nodes[0].port
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The first node's JVM (a single-node cluster's only one), ``None`` when stopped."""
+        return self.nodes[0].process if self.nodes[0].running else None
+
+    def listener(self, name: str) -> str:
+        """Bootstrap servers of the ``SSL``, ``SASL_SSL`` or ``SASL_PLAINTEXT`` listener."""
+        attribute = {
+            "PLAINTEXT": "port",
+            "SSL": "ssl_port",
+            "SASL_SSL": "sasl_ssl_port",
+            "SASL_PLAINTEXT": "sasl_plaintext_port",
+        }[name]
+        ports = [getattr(n, attribute) for n in self.nodes]
+        if None in ports:
+            raise LocalKafkaError(f"cluster {self.alias} has no {name} listener")
+        return ",".join(f"127.0.0.1:{p}" for p in ports)
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def properties(self, node: Node) -> dict[str, str]:
+        many = self.nodes_count > 1
+        replicas = "3" if many else "1"
+        min_isr = "2" if many else "1"
+        listeners = {"PLAINTEXT": node.port}
+        if node.ssl_port:
+            listeners["SSL"] = node.ssl_port
+        if node.sasl_ssl_port:
+            listeners["SASL_SSL"] = node.sasl_ssl_port
+        if node.sasl_plaintext_port:
+            listeners["SASL_PLAINTEXT"] = node.sasl_plaintext_port
+        bound = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
+        if self.advertised_port and not many:
+            listeners["PLAINTEXT"] = self.advertised_port
+        advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listeners": f"{bound},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": advertised,
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+            "SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "log.dirs": str(node.directory / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.num.partitions": "1",
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.num.partitions": "1",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
+            "group.initial.rebalance.delay.ms": "0",
+            "group.min.session.timeout.ms": "1000",
+            "auto.create.topics.enable": "false",
+            "log.cleaner.dedupe.buffer.size": "2097152",
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "num.recovery.threads.per.data.dir": "1",
+            "background.threads": "2",
+            "group.coordinator.threads": "1",
+            "delete.topic.enable": "true",
+        }
+        if many:
+            properties |= {
+                "broker.session.timeout.ms": "4000",
+                "broker.heartbeat.interval.ms": "1000",
+                "replica.lag.time.max.ms": "5000",
+            }
+        security = self.security
+        if security.pki:
+            properties |= {
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(security.pki / "broker.pem"),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(security.pki / "ca.pem"),
+            }
+            if security.mutual_tls:
+                properties["listener.name.ssl.ssl.client.auth"] = "required"
+        if security.users:
+            properties["sasl.enabled.mechanisms"] = "SCRAM-SHA-256,SCRAM-SHA-512"
+            for listener in ("sasl_ssl", "sasl_plaintext"):
+                for mechanism in ("scram-sha-256", "scram-sha-512"):
+                    properties[f"listener.name.{listener}.{mechanism}.sasl.jaas.config"] = (
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                    )
+        if security.acls:
+            properties |= {
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": ";".join(security.super_users),
+                "allow.everyone.if.no.acl.found": "false",
+            }
+        return properties | self.overrides
+
+    def format_storage(self, node: Node, libs: Path) -> None:
+        config = node.directory / "server.properties"
+        scram = [
+            arg
+            for user in self.security.users
+            for mechanism in user.mechanisms
+            for arg in ("--add-scram", f"{mechanism}=[name={user.name},password={user.password}]")
+        ]
+        formatting = subprocess.run(
+            [
+                java(),
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-XX:-UsePerfData",
+                f"-Dlog4j2.configurationFile={log4j2_config(node.directory, 'WARN')}",
+                "-cp",
+                f"{libs}/*",
+                "kafka.tools.StorageTool",
+                "format",
+                "--config",
+                str(config),
+                "--cluster-id",
+                self.cluster_id,
+                *scram,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        if formatting.returncode != 0:
+            raise LocalKafkaError(
+                f"formatting {self.alias} node {node.node_id} failed:\n"
+                f"{formatting.stdout}{formatting.stderr}"
+            )
+
+    # -- processes ----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> ApacheKafkaCluster:
+        """Format every node (the first time), start them all, wait until each serves. A
+        stopped cluster starts again on its own ports and data."""
+        start_all([self], timeout)
+        return self
+
+    def prepare(self, node: Node, libs: Path) -> None:
+        """Write the node's configuration and format its storage, once."""
+        if (node.directory / "data" / "meta.properties").exists():
+            return
+        _ensure(node.directory)
+        (node.directory / "server.properties").write_text(
+            "".join(f"{k}={v}\n" for k, v in self.properties(node).items())
+        )
+        self.format_storage(node, libs)
+
+    def spawn(self, node: Node, libs: Path) -> None:
+        if node.running:
+            return
+        node.log_path.touch()
+        node.log_offset = node.log_path.stat().st_size
+        log4j2_config(node.directory)
+        node.process = spawn_jvm(
+            [
+                f"-Dkafka.logs.dir={node.directory / 'logs'}",
+                f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
+                "-cp",
+                f"{libs}/*",
+                "kafka.Kafka",
+                str(node.directory / "server.properties"),
+            ],
+            node.log_path,
+            node.directory / "tmp",
+            self.heap_mb,
+        )
+
+    def wait_ready(self, node: Node, timeout: float) -> None:
+        """Wait for this start's readiness line (only output written since the start)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with node.log_path.open("rb") as log:
+                log.seek(node.log_offset)
+                if _READY.encode() in log.read():
+                    return
+            if not node.running:
+                raise LocalKafkaError(
+                    f"{self.alias} node {node.node_id} exited before serving:\n{self.log(node)}"
+                )
+            time.sleep(0.1)
+        raise LocalKafkaError(
+            f"{self.alias} node {node.node_id} not serving after {timeout}s:\n{self.log(node)}"
+        )
+
+    def stop_node(self, node: Node, timeout: float = 30.0) -> None:
+        """SIGTERM (a controlled shutdown), SIGKILL after ``timeout``; waits for the exit."""
+        if node.process is None:
+            return
+        if node.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.process.pid, signal.SIGTERM)
+            try:
+                node.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill_node(node)
+        node.process = None
+
+    def kill_node(self, node: Node) -> None:
+        """SIGKILL: the node dies as in a power cut (its log on disk stays)."""
+        if node.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.process.pid, signal.SIGKILL)
+            node.process.wait()
+            node.process = None
+
+    def start_node(self, node: Node, timeout: float = 120.0) -> None:
+        """Start a stopped node again on its own ports and data (it rejoins the cluster)."""
+        self.spawn(node, kafka_libs())
+        self.wait_ready(node, timeout)
+
+    def restart(self, timeout: float = 120.0) -> None:
+        """Stop every node, then start them again: the data stays."""
+        self.stop()
+        self.start(timeout)
+
+    def stop(self) -> None:
+        """A controlled shutdown of every node; the data stays for a later :meth:`start`."""
+        for node in self.nodes:
+            self.stop_node(node)
+
+    def kill(self) -> None:
+        """SIGKILL every node (the data on disk stays)."""
+        for node in self.nodes:
+            self.kill_node(node)
+
+    def remove(self) -> None:
+        """Stop, then delete the data directories."""
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def log(self, node: Node | None = None, tail: int = 6000) -> str:
+        """The tail of one node's output (every node's without ``node``)."""
+        parts = []
+        for each in [node] if node else self.nodes:
+            text = each.log_path.read_text(errors="replace") if each.log_path.exists() else ""
+            parts.append(f"--- {self.alias} node {each.node_id} ---\n{text[-tail:]}")
+        return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def apache_kafka_clusters(*aliases: str) -> Iterator[dict[str, ApacheKafkaCluster]]:
+    """One single-node Apache Kafka cluster per alias, started together; removed on exit."""
+    clusters = {alias: ApacheKafkaCluster(alias) for alias in aliases}
+    try:
+        start_all(list(clusters.values()))
+        yield clusters
+    finally:
+        for cluster in clusters.values():
+            cluster.remove()
+
+
+def start_all(clusters: list[ApacheKafkaCluster], timeout: float = 120.0) -> None:
+    """Start several clusters at once (their JVMs warm up in parallel); on a failure, stop
+    every one of them and raise with the failing node's log."""
+    libs = kafka_libs()
+    try:
+        for cluster in clusters:
+            for node in cluster.nodes:
+                cluster.prepare(node, libs)
+        for cluster in clusters:
+            for node in cluster.nodes:
+                cluster.spawn(node, libs)
+        for cluster in clusters:
+            for node in cluster.nodes:
+                cluster.wait_ready(node, timeout)
+    except BaseException:
+        for cluster in clusters:
+            cluster.stop()
+        raise
+
+
+def kafka_tool(main_class: str, *args: str, timeout: float = 120.0) -> str:
+    """Run one of Apache Kafka's command-line tools (``org.apache.kafka.tools.AclCommand``...)
+    as a short JVM; its output, or :class:`LocalKafkaError` with it when it fails."""
+    libs = kafka_libs()
+    with tempfile.TemporaryDirectory(prefix="kafka-tool-") as scratch:
+        done = subprocess.run(
+            [
+                java(),
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-XX:-UsePerfData",
+                f"-Djava.io.tmpdir={scratch}",
+                f"-Dlog4j2.configurationFile={log4j2_config(Path(scratch), 'WARN')}",
+                "-cp",
+                f"{libs}/*",
+                main_class,
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+            preexec_fn=_die_with_parent,
+        )
+    if done.returncode != 0:
+        raise LocalKafkaError(
+            f"{main_class.rsplit('.', 1)[-1]} {' '.join(args)} failed ({done.returncode}):\n"
+            f"{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        )
+    return done.stdout
+
+
+def grant(cluster: ApacheKafkaCluster, principal: str, *resource: str, operations: str) -> None:
+    """Add ACLs with Kafka's own AclCommand: ``principal`` (``User:alice``) is allowed each of
+    ``operations`` (comma-separated) on ``resource`` (``--topic orders``, ``--group x
+    --resource-pattern-type prefixed``, ``--cluster``), through the PLAINTEXT listener."""
+    kafka_tool(
+        "org.apache.kafka.tools.AclCommand",
+        "--bootstrap-server",
+        ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes),
+        "--add",
+        "--allow-principal",
+        principal,
+        *[arg for operation in operations.split(",") for arg in ("--operation", operation)],
+        *resource,
+        "--force",
+    )
+
+
+if __name__ == "__main__":  # ``python -m replicator.devtools.apache_kafka``: fetch the jars
+    print(kafka_libs())
