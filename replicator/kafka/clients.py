@@ -18,6 +18,7 @@ import aiokafka.errors as kerr
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
+from aiokafka.conn import create_conn
 from aiokafka.helpers import create_ssl_context
 from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
@@ -95,9 +96,16 @@ def translate(exc: BaseException) -> ReplicatorError:
     if _in_scram_exchange(exc):
         return AuthenticationFailed("SASL/SCRAM authentication refused: check username/password")
     if isinstance(exc, _AUTH):
-        return AuthenticationFailed(f"{name}: credentials refused")
+        return AuthenticationFailed(
+            f"authentication refused ({name}): check the username, password and SASL mechanism"
+        )
     if isinstance(exc, _AUTHORIZATION):
         return AuthorizationFailed(f"{name}: operation denied by the cluster's ACLs")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        # "unable to get local issuer certificate", "IP address mismatch, certificate is not
+        # valid for 'localhost'.": the certificate the broker showed was not accepted.
+        why = exc.verify_message or exc.reason or name
+        return AuthenticationFailed(f"TLS handshake failed: broker certificate refused: {why}")
     if isinstance(exc, ssl.SSLError):
         # ``reason`` is set only on errors raised by OpenSSL, not on those raised in Python.
         return AuthenticationFailed(f"TLS handshake failed: {getattr(exc, 'reason', None) or name}")
@@ -108,6 +116,49 @@ def translate(exc: BaseException) -> ReplicatorError:
     if isinstance(exc, kerr.KafkaError):
         return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))
     return KafkaFailure(name, retriable=False)
+
+
+async def why_unreachable(
+    exc: BaseException, cluster: ClusterSettings, settings: Settings
+) -> ReplicatorError:
+    """``exc`` translated, with the cause a failed bootstrap hides.
+
+    aiokafka's bootstrap logs why each server refused (a password refused, a certificate not
+    trusted, a host name that does not match) and raises only "Unable to bootstrap": an
+    operator would read "could not reach" where the fix is a credential. When ``exc`` is that
+    bootstrap failure, one connection per server is attempted again with the same security
+    settings and the first cause found is returned, translated (``AuthenticationFailed``:
+    retrying with the same settings cannot help). Costs a connection only on a failure.
+    """
+    error = translate(exc)
+    if not isinstance(exc, kerr.KafkaConnectionError) or "bootstrap" not in str(exc):
+        return error
+    options = client_options(cluster, settings)
+    timeout = settings.probe_timeout_ms / 1000
+    for server in cluster.servers:
+        host, _, port = server.rpartition(":")
+        try:
+            connection = await asyncio.wait_for(
+                create_conn(
+                    host.strip("[]"),
+                    int(port),
+                    client_id="replicator-diagnosis",
+                    request_timeout_ms=settings.probe_timeout_ms,
+                    ssl_context=options.get("ssl_context"),
+                    security_protocol=options["security_protocol"],
+                    sasl_mechanism=options.get("sasl_mechanism", "PLAIN"),
+                    sasl_plain_username=options.get("sasl_plain_username"),
+                    sasl_plain_password=options.get("sasl_plain_password"),
+                ),
+                timeout,
+            )
+        except Exception as cause:  # the answer sought: why this server refused
+            found = translate(cause)
+            if not isinstance(found, ClusterUnavailable):
+                return found
+            continue
+        connection.close()
+    return error
 
 
 def said(exc: BaseException) -> str:
@@ -252,6 +303,13 @@ def answered_at(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
     return None
 
 
+def fetched_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """Where ``consumer`` fetches ``tp`` next, known without a request (``None``: unknown).
+    Past the last record handed over when a fetch ended in transaction markers or aborted
+    records, which a ``read_committed`` consumer never hands over."""
+    return internals.fetched_position(consumer, tp)
+
+
 def set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
     """Change how long ``consumer``'s next fetches wait for data (aiokafka fixes it at start)."""
     internals.set_fetch_wait(consumer, wait_ms)
@@ -322,8 +380,10 @@ async def start_consumer(
     consumer = make_consumer(cluster, settings, group_id, client_id, discovers_topics)
     try:
         await consumer.start()
-    except BaseException:
+    except BaseException as exc:
         await close_quietly(consumer.stop())
+        if isinstance(exc, Exception):
+            raise await why_unreachable(exc, cluster, settings) from exc
         raise
     return consumer
 
@@ -388,7 +448,7 @@ class ClusterClient:
                 except BaseException as exc:
                     await close_quietly(admin.close())
                     if isinstance(exc, Exception):
-                        raise translate(exc) from exc
+                        raise await why_unreachable(exc, self._cluster, self._settings) from exc
                     raise
                 self._admin = admin
             return self._admin
@@ -445,7 +505,15 @@ class ClusterClient:
         """
         cause = str(error) or type(exc).__name__
         if isinstance(error, ClusterUnavailable):
-            return f"{cause}: could not reach {self.bootstrap_servers}"
+            hint = ""
+            if self._cluster.uses_ssl and self._cluster.ssl_certfile is None:
+                # A broker that requires client certificates (ssl.client.auth=required) ends
+                # the TLS 1.3 session after the handshake: to the client, a closed connection.
+                hint = (
+                    " (TLS without a client certificate: if the brokers require one, set "
+                    f"REPLICATOR_CLUSTERS__{self.alias.upper()}__SSL_CERTFILE and _SSL_KEYFILE)"
+                )
+            return f"{cause}: could not reach {self.bootstrap_servers}{hint}"
         return f"{cause} (at {self.bootstrap_servers})"
 
     async def reset(self) -> None:

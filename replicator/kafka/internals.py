@@ -111,6 +111,7 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(fetcher.Fetcher, "_fetch_max_wait_ms", "the fetch wait"),
     Reliance(SubscriptionState, "subscription", "a consumer's current assignment"),
     Reliance(Assignment, "active", "forgetting poisoned records of an old assignment"),
+    Reliance(Assignment, "state_value", "the position past records never handed over"),
     Reliance(fetcher.PartitionRecords, "_consumer_record", "handing records over unwrapped"),
     Reliance(fetcher.PartitionRecords, "next_fetch_offset", "where an undecodable record is"),
     Reliance(fetcher.FetchResult, "_partition_records", "the fetch path's records"),
@@ -304,6 +305,20 @@ def assignment_of(consumer: Any) -> Any:
     against), ``None`` when it has none."""
     subscription = consumer._subscription.subscription
     return subscription.assignment if subscription is not None else None
+
+
+def fetched_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """Where ``consumer`` fetches ``tp`` next, without a request (``None``: not assigned, or no
+    position yet). Past the last record handed over when a fetch ended in records the client
+    never hands over: transaction markers, aborted transactions' records."""
+    subscription = consumer._subscription.subscription
+    if subscription is None:
+        return None
+    state = subscription.assignment.state_value(tp)
+    if state is None or not state.has_valid_position:
+        return None
+    position: int = state.position
+    return position
 
 
 def assignment_active(assignment: Any) -> bool:

@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from replicator.errors import ReplicatorError
 from replicator.kafka.clients import (
     check_position,
+    fetched_position,
     out_of_range_positions,
     set_fetch_wait,
     translate,
@@ -157,6 +158,13 @@ class CatchUpFetch:
             self._positions[tp] = end
             # Refused (a gap, or no longer fed alone) or full: reconcile() pauses or seeks.
             partition.take_fetched(records, start, end, fetched_ms)
+        for tp, start in list(self._positions.items()):
+            # Past records the client never hands over (transaction markers, aborted records).
+            position = fetched_position(self._source(), tp)
+            partition = self._partitions.get(tp)
+            if partition is not None and position is not None and position > start:
+                self._positions[tp] = position
+                partition.pass_over(start, position)
         for poison in take_poisoned(self._source()):
             # Stopped at a record it cannot decode: the partition halts there (source.py).
             self._source().pause(poison.tp)

@@ -34,6 +34,7 @@ from replicator.config.topology import FeedPlan
 from replicator.errors import ReplicatorError
 from replicator.kafka.clients import (
     check_position,
+    fetched_position,
     known_topics,
     lacks_position,
     on_metadata,
@@ -107,6 +108,17 @@ class PartitionFanout:
             batching.build(records, end, joining[0].tagger, targets, fetched_ms)
             for partition, target in zip(joining, targets, strict=True):
                 partition.take_built(target, end)
+
+    def pass_over(self, offset: int) -> None:
+        """The consumer's position moved to ``offset`` past the last record it handed over
+        (transaction markers, aborted records): the attached partitions at the feed's position
+        move with it."""
+        if offset <= self.position:
+            return
+        start, self.position = self.position, offset
+        for partition in self.partitions:
+            if partition.attached:
+                partition.pass_over(start, offset)
 
     def settle(self) -> None:
         """Detach attached partitions the feed is already past (prepared late, say): without
@@ -296,6 +308,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 fanout = self._fanouts.get(tp)
                 if fanout is not None and records:
                     fanout.deliver(records, fetched_ms)
+                    self._pass_over(consumer, fanout)
             for poison in take_poisoned(consumer):
                 self._undecodable(poison)
             touched = set(fetched or ()) | self._changed
@@ -309,6 +322,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 if fanout is None:
                     continue
                 touched.add(tp)
+                self._pass_over(consumer, fanout)
                 beyond = fanout.beyond_log_end(self._highwater(tp), self._polled_ms(tp))
                 if beyond is not None:
                     await self._out_of_range(tp, beyond)
@@ -317,6 +331,14 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 if fanout is not None:
                     fanout.settle()
                     self._hold(fanout)
+
+    def _pass_over(self, consumer: AIOKafkaConsumer, fanout: PartitionFanout) -> None:
+        """Move ``fanout`` past what the consumer read without handing it over (a fetch that
+        ended in a transaction marker, or aborted records): looked at for the partitions of
+        each fetch and in the sweep, which reaches a partition whose fetch held nothing else."""
+        position = fetched_position(consumer, fanout.tp)
+        if position is not None and position > fanout.position:
+            fanout.pass_over(position)
 
     def _sweep_slice(self) -> list[TopicPartition]:
         """The next ``_SWEEP_BATCH`` partitions in a round over all of them."""

@@ -41,6 +41,7 @@ from replicator.kafka.clients import (
     committed_offsets,
     make_reader,
     start_consumer,
+    why_unreachable,
 )
 from replicator.kafka.producer import idempotence_refused, make_producer
 from replicator.kafka.retry import Backoff, retrying
@@ -248,6 +249,9 @@ class LegRunner:
                         "being retried",
                     )
                 destination.replace(self._new_producer(), self._new_reader())
+                if isinstance(exc, Exception):
+                    cluster = self._settings.clusters[self.leg.destination]
+                    raise await why_unreachable(exc, cluster, self._settings) from exc
                 raise
             destination.connected()
             self._metrics.idempotent_producer.labels(self.leg.name).set(

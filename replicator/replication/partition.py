@@ -441,6 +441,19 @@ class LegPartition:
         self.last_error = note
         self._changed()
 
+    def pass_over(self, start: int, offset: int) -> None:
+        """The source holds nothing to copy in ``[start, offset)``: offsets the client never
+        hands over (a transaction's commit or abort marker, an aborted transaction's records,
+        read ``read_committed``). Only from :attr:`position` (``start``); queued as an empty
+        range, so the committed offset moves past them in order, after what is queued and in
+        flight, as a Kafka consumer's position does (lag 0 after a transaction's marker)."""
+        if not self.open or self.poisoned or self.position != start or offset <= start:
+            return
+        gap = OutboundBatch(None, start, offset, 0, 0, 0)
+        self._enqueue(Work(0, 0, batches=[gap], epoch=self.epoch))
+        self.position = offset
+        self._changed()
+
     def report(self, problem: str) -> None:
         """Record a problem the sender is retrying through (shown as ``last_error``)."""
         self.last_error = problem

@@ -1,15 +1,20 @@
-"""Transactions respected: only committed records are replicated, control records never are.
+"""Transactions in source topics: committed records copied once, aborted and control records
+never, and an open transaction holds back what follows it in its partition (the last stable
+offset) until it commits or aborts, also when the coordinator aborts it at its timeout. In both
+modes: ``_REPLICA`` topics fanned out, and a one-way identity flow.
 
 The replicator reads ``read_committed``. This needs a broker that grants transactional
-producers: Apache Kafka (``REPLICATOR_TEST_BROKER=kafka``, testcontainers). The embedded broker
-refuses ``InitProducerId`` for transactions, so there the test skips, saying so; what it can
-check there (plain records read ``read_committed`` and replicated exactly) every other
-integration test covers.
+producers: Apache Kafka (the default backend). The embedded broker refuses ``InitProducerId``
+for transactions and hands aborted records to ``read_committed`` consumers, so there the test
+skips, saying so.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -17,35 +22,44 @@ from aiokafka.errors import KafkaError
 
 from tests.integration.harness import (
     Broker,
+    ReplicatorProcess,
     Start,
     create_topics,
     holds,
+    produce_records,
     read,
     replicator_env,
-    run,
     start_clusters,
+    wait_settled,
     wait_until,
 )
+from tests.integration.harness import Sent as Record
+
+TIMEOUT_MS = 4000  # the open transaction's timeout: the coordinator aborts it after this
 
 
-async def transactional_producer(broker: Broker) -> AIOKafkaProducer:
+async def transactional_producer(
+    broker: Broker, transactional_id: str, timeout_ms: int = 60_000
+) -> AIOKafkaProducer:
     producer = AIOKafkaProducer(
-        bootstrap_servers=broker.bootstrap_servers, transactional_id="orders-writer"
+        bootstrap_servers=broker.bootstrap_servers,
+        transactional_id=transactional_id,
+        transaction_timeout_ms=timeout_ms,
     )
     try:
         await producer.start()
     except KafkaError as exc:
         await producer.stop()
-        pytest.skip(f"this broker refuses transactional producers ({exc!r}): run with kafka")
+        pytest.skip(f"this broker refuses transactional producers ({exc!r}): run on Apache Kafka")
     return producer
 
 
 async def in_transaction(
-    producer: AIOKafkaProducer, values: list[bytes], partition: int, commit: bool
+    producer: AIOKafkaProducer, topic: str, values: list[bytes], partition: int, commit: bool
 ) -> None:
     await producer.begin_transaction()
     for value in values:
-        await producer.send_and_wait("orders_REPLICA", value, partition=partition)
+        await producer.send_and_wait(topic, value, partition=partition)
     if commit:
         await producer.commit_transaction()
     else:
@@ -56,39 +70,90 @@ def values(tag: str, n: int) -> list[bytes]:
     return [f"{tag}-{i}".encode() for i in range(n)]
 
 
-def test_only_committed_transactions_are_replicated(replicators: Start) -> None:
+def in_partition(broker: Broker, topic: str, partition: int) -> list[bytes]:
+    return [r.value or b"" for r in read(broker, topic) if r.partition == partition]
+
+
+@pytest.mark.parametrize("mode", ["replica", "flow"])
+def test_only_committed_transactions_are_copied_and_open_ones_hold_back_what_follows(
+    replicators: Start, mode: str
+) -> None:
+    """Partition 0: committed, aborted, committed. Partition 1: a transaction left open (it
+    times out, the coordinator aborts it), plain records after it, then a transaction committed
+    late. Every destination holds exactly the committed records, in order; nothing after the
+    open transaction is copied while it is open."""
     with start_clusters("dc1", "dc2") as brokers:
         local = brokers["dc1"]
-        create_topics(local, orders_REPLICA=2)
+        if mode == "replica":
+            source_topic, destinations = "orders_REPLICA", dict(brokers)
+            env = replicator_env("dc1", brokers)
+        else:
+            source_topic, destinations = "orders", {"dc2": brokers["dc2"]}
+            env = replicator_env("dc1", brokers, replica_mode="false")
+            prefix = "REPLICATOR_FLOWS__BACKUP__"
+            env |= {prefix + "SOURCE": "dc1", prefix + "TARGET": "dc2"}
+        create_topics(local, None, **{source_topic: 2})
 
-        async def write() -> AIOKafkaProducer:
-            producer = await transactional_producer(local)
-            await in_transaction(producer, values("committed", 10), 0, commit=True)
-            await in_transaction(producer, values("aborted", 10), 0, commit=False)
-            await in_transaction(producer, values("committed-too", 10), 0, commit=True)
-            # Left open: it holds back partition 1 only.
-            await producer.begin_transaction()
+        committed = values("committed", 10) + values("committed-too", 10)
+
+        async def scenario() -> ReplicatorProcess:
+            """One event loop for the transactional producers, which live in it throughout;
+            the harness's blocking calls run in threads."""
+            writer = await transactional_producer(local, "orders-writer")
+            await in_transaction(writer, source_topic, values("committed", 10), 0, commit=True)
+            await in_transaction(writer, source_topic, values("aborted", 10), 0, commit=False)
+            await in_transaction(writer, source_topic, values("committed-too", 10), 0, True)
+            # Left open past its timeout: the coordinator aborts it.
+            abandoned = await transactional_producer(local, "abandoned", TIMEOUT_MS)
+            await abandoned.begin_transaction()
             for value in values("open", 5):
-                await producer.send_and_wait("orders_REPLICA", value, partition=1)
-            return producer
+                await abandoned.send_and_wait(source_topic, value, partition=1)
+            opened = time.monotonic()
+            # Plain records after the open transaction: held back by the last stable offset.
+            after_open = [
+                Record(source_topic, 1, -1, None, v, (), int(time.time() * 1000))
+                for v in values("after-open", 5)
+            ]
+            await asyncio.to_thread(produce_records, local, source_topic, after_open)
+            process = replicators("dc1", env)
+            await asyncio.to_thread(process.wait_ready)
+            for alias, broker in destinations.items():
+                await asyncio.to_thread(
+                    wait_until, holds(broker, "orders", 20), 60, f"{alias}: committed", process.log
+                )
+            if time.monotonic() - opened < TIMEOUT_MS / 1000:
+                for alias, broker in destinations.items():
+                    held = await asyncio.to_thread(in_partition, broker, "orders", 1)
+                    assert held == [], f"{alias}: read past the last stable offset"
+            # The coordinator aborts the open transaction (its timeout, then its next check):
+            # what followed it is released.
+            for alias, broker in destinations.items():
+                await asyncio.to_thread(
+                    wait_until,
+                    released(broker),
+                    90,
+                    f"{alias}: what followed the timed-out transaction",
+                    process.log,
+                )
+            await in_transaction(writer, source_topic, values("late", 5), 1, commit=True)
+            await writer.stop()
+            # Fenced by the coordinator's abort: what it says on the way out does not matter.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(abandoned.stop(), 10)
+            return process
 
-        producer = run(write())
-        dc1 = replicators("dc1", replicator_env("dc1", brokers))
-        dc1.wait_ready()
-        for broker in brokers.values():
-            wait_until(holds(broker, "orders", 20), 60, f"{broker.alias}: committed", dc1.log)
-        time.sleep(2)
-        for broker in brokers.values():
-            stored = sorted(r.value or b"" for r in read(broker, "orders"))
-            assert stored == sorted(values("committed", 10) + values("committed-too", 10))
+        def released(broker: Broker) -> Callable[[], bool]:
+            return lambda: len(in_partition(broker, "orders", 1)) >= 5
 
-        async def commit_open() -> None:
-            await producer.commit_transaction()
-            await producer.stop()
-
-        run(commit_open())
-        for broker in brokers.values():
-            wait_until(holds(broker, "orders", 25), 60, f"{broker.alias}: the late commit", dc1.log)
-            stored_open = [r.value for r in read(broker, "orders") if r.partition == 1]
-            assert stored_open == list(values("open", 5))
-        assert dc1.stop() == 0
+        process = asyncio.run(scenario())
+        for alias, broker in destinations.items():
+            wait_until(holds(broker, "orders", 30), 60, f"{alias}: the late commit", process.log)
+        wait_settled(process)
+        for alias, broker in destinations.items():
+            assert in_partition(broker, "orders", 0) == committed, alias
+            assert in_partition(broker, "orders", 1) == values("after-open", 5) + values(
+                "late", 5
+            ), alias
+            stored = read(broker, "orders")
+            assert len(stored) == 30, f"{alias}: {len(stored)} records, 30 committed"
+        assert process.stop() == 0

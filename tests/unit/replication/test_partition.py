@@ -1005,3 +1005,20 @@ def test_a_record_that_cannot_be_decoded_halts_the_partition_after_what_came_bef
     assert order.start == 20 and order.records == 0
     alone = partition(5, Mode.ALONE)
     assert alone.undecodable(5, "at once") and not alone.fed_alone
+
+
+async def test_the_feed_passes_over_transaction_markers_in_order_without_a_note() -> None:
+    """A fetch that ended in a commit marker (offset 20) moves the consumer to 21: the attached
+    partition follows behind its queued records, with an empty range, and no problem noted; a
+    partition elsewhere (detached, behind) is left alone."""
+    attached = partition(10, Mode.ATTACHED)
+    behind = partition(5, Mode.ALONE)
+    fanout = PartitionFanout(TP, [attached, behind], 10)
+    fanout.deliver(records(10, 20), FETCHED_MS)
+    fanout.pass_over(21)
+    fanout.pass_over(21)  # no further: nothing more
+    assert fanout.position == 21 and attached.position == 21 and behind.position == 5
+    assert attached.last_error is None
+    assert [r for w in queued(attached) for r in ranges(w)] == [(10, 20, 10), (20, 21, 0)]
+    behind.pass_over(4, 9)  # not from its position: ignored
+    assert behind.position == 5 and behind.next_work() is None
