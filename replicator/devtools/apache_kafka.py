@@ -495,6 +495,15 @@ class ApacheKafkaCluster:
         self.stop()
         self.start(timeout)
 
+    def restart_empty(self, timeout: float = 120.0) -> None:
+        """Stop, lose every node's data (a lost volume, a cluster rebuilt under the same
+        addresses: a new cluster id), and start again on the same ports."""
+        self.stop()
+        for node in self.nodes:
+            shutil.rmtree(node.directory / "data", ignore_errors=True)
+        self.cluster_id = new_cluster_id()
+        self.start(timeout)
+
     def stop(self) -> None:
         """A controlled shutdown of every node; the data stays for a later :meth:`start`."""
         for node in self.nodes:
@@ -584,16 +593,23 @@ def kafka_tool(main_class: str, *args: str, timeout: float = 120.0) -> str:
     return done.stdout
 
 
-def grant(cluster: ApacheKafkaCluster, principal: str, *resource: str, operations: str) -> None:
-    """Add ACLs with Kafka's own AclCommand: ``principal`` (``User:alice``) is allowed each of
-    ``operations`` (comma-separated) on ``resource`` (``--topic orders``, ``--group x
-    --resource-pattern-type prefixed``, ``--cluster``), through the PLAINTEXT listener."""
+def grant(
+    cluster: ApacheKafkaCluster,
+    principal: str,
+    *resource: str,
+    operations: str,
+    allow: bool = True,
+) -> None:
+    """Add ACLs with Kafka's own AclCommand: ``principal`` (``User:alice``) is allowed (denied,
+    with ``allow=False``) each of ``operations`` (comma-separated) on ``resource`` (``--topic
+    orders``, ``--group x --resource-pattern-type prefixed``, ``--cluster``), through the
+    PLAINTEXT listener."""
     kafka_tool(
         "org.apache.kafka.tools.AclCommand",
         "--bootstrap-server",
         ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes),
         "--add",
-        "--allow-principal",
+        "--allow-principal" if allow else "--deny-principal",
         principal,
         *[arg for operation in operations.split(",") for arg in ("--operation", operation)],
         *resource,

@@ -121,6 +121,11 @@ class EmbeddedBroker:
             raise
         return self
 
+    def restart_empty(self) -> None:
+        """Stop and start again on the same port: empty, as every start of this broker is."""
+        self.stop()
+        self.start()
+
     def kill(self) -> None:
         """SIGKILL: whatever the broker held (in memory) is gone."""
         if self.process is not None:

@@ -94,7 +94,10 @@ def translate(exc: BaseException) -> ReplicatorError:
         return exc
     name = type(exc).__name__
     if _in_scram_exchange(exc):
-        return AuthenticationFailed("SASL/SCRAM authentication refused: check username/password")
+        return AuthenticationFailed(
+            "authentication refused (SCRAM exchange): check the username, password and SASL "
+            "mechanism"
+        )
     if isinstance(exc, _AUTH):
         return AuthenticationFailed(
             f"authentication refused ({name}): check the username, password and SASL mechanism"

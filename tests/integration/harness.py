@@ -127,6 +127,8 @@ class Cluster(Broker, Protocol):
 
     def kill(self) -> None: ...
 
+    def restart_empty(self) -> None: ...
+
 
 def new_cluster(alias: str, advertised_port: int | None = None) -> Cluster:
     """A single-node cluster of the backend, not started (``start()`` it; ``stop()`` it, and
@@ -139,22 +141,41 @@ def new_cluster(alias: str, advertised_port: int | None = None) -> Cluster:
     pytest.skip("a cluster stopped and started by the test needs REPLICATOR_TEST_BROKER=kafka")
 
 
+@dataclass
+class RefusingCluster:
+    """A cluster whose SASL_PLAINTEXT listener refuses every login (see :func:`scram_cluster`)."""
+
+    bootstrap_servers: str
+    log: Callable[[], str] | None = None  # the broker's own log, where it keeps one
+
+    def refusals(self) -> int | None:
+        """How many logins the broker refused so far, as its log says (Apache Kafka logs each
+        one); ``None`` where the broker keeps no such log."""
+        if self.log is None:
+            return None
+        return self.log().count("Failed authentication with")
+
+
 @contextmanager
-def scram_cluster(alias: str) -> Iterator[str]:
+def scram_cluster(alias: str) -> Iterator[RefusingCluster]:
     """A started cluster whose SASL_PLAINTEXT listener requires SCRAM and knows no user the
-    tests log in as (every login is refused); yields that listener's bootstrap servers."""
+    tests log in as (every login is refused)."""
     if BACKEND == "kafka":
         users = (ScramUser("someone-else", "not-the-canary"),)
         cluster = ApacheKafkaCluster(alias, security=Security(users=users, sasl_plaintext=True))
         try:
             cluster.start()
-            yield cluster.listener("SASL_PLAINTEXT")
+            node = cluster.nodes[0]
+            yield RefusingCluster(
+                cluster.listener("SASL_PLAINTEXT"),
+                lambda: node.log_path.read_text(errors="replace"),
+            )
         finally:
             cluster.remove()
         return
     broker = EmbeddedBroker(alias, authentication=True).start()
     try:
-        yield broker.bootstrap_servers
+        yield RefusingCluster(broker.bootstrap_servers)
     finally:
         broker.stop()
 

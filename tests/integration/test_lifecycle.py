@@ -13,13 +13,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from replicator.devtools.apache_kafka import ApacheKafkaCluster, ScramUser, Security, grant
 from replicator.topics.provisioning import describe_partitions
 from tests.integration.harness import (
+    BACKEND,
+    Broker,
     ReplicatorProcess,
     Start,
     Stream,
@@ -89,11 +93,47 @@ def test_destination_topic_gets_source_partitions_and_configs(replicators: Start
         assert dc1.stop() == 0
 
 
+@contextmanager
+def growth_refused(brokers: dict[str, Broker], topic: str) -> Iterator[dict[str, str]]:
+    """The replicator's settings for dc2 on a cluster that refuses to grow ``topic``.
+
+    Apache Kafka grows topics on request (CreatePartitions): dc2 is one whose ACLs deny the
+    replicator's user Alter on ``topic`` (and allow it everything else). The embedded broker
+    has no CreatePartitions at all: plain."""
+    if BACKEND != "kafka":
+        with start_clusters("dc2") as more:
+            brokers.update(more)
+            yield {}
+        return
+    dc2 = ApacheKafkaCluster(
+        "dc2",
+        security=Security(
+            users=(ScramUser("replicator", "replicator-secret"),), acls=True, sasl_plaintext=True
+        ),
+    )
+    try:
+        dc2.start()
+        user = "User:replicator"
+        grant(dc2, user, "--topic", "*", operations="All")
+        grant(dc2, user, "--group", "*", operations="All")
+        grant(dc2, user, "--topic", topic, operations="Alter", allow=False)
+        brokers["dc2"] = dc2
+        yield {
+            "clusters__dc2__bootstrap_servers": dc2.listener("SASL_PLAINTEXT"),
+            "clusters__dc2__security_protocol": "SASL_PLAINTEXT",
+            "clusters__dc2__sasl_mechanism": "SCRAM-SHA-512",
+            "clusters__dc2__sasl_username": "replicator",
+            "clusters__dc2__sasl_password": "replicator-secret",
+        }
+    finally:
+        dc2.remove()
+
+
 def test_destination_with_fewer_partitions_blocks_only_that_topic(replicators: Start) -> None:
-    with start_clusters("dc1", "dc2") as brokers:
+    with start_clusters("dc1") as brokers, growth_refused(brokers, "narrow") as dc2_settings:
         create_topics(brokers["dc1"], narrow_REPLICA=3, wide_REPLICA=2)
         create_topics(brokers["dc2"], narrow=1)
-        dc1 = replicators("dc1", replicator_env("dc1", brokers))
+        dc1 = replicators("dc1", replicator_env("dc1", brokers, **dc2_settings))
         dc1.wait_serving()
         produce(brokers["dc1"], "narrow_REPLICA", 30, partitions=3)
         produce(brokers["dc1"], "wide_REPLICA", 20, partitions=2)
@@ -107,8 +147,8 @@ def test_destination_with_fewer_partitions_blocks_only_that_topic(replicators: S
         _, status_body = dc1.get("/status")
         remote = next(leg for leg in status_body["legs"] if leg["leg"] == "dc1->dc2")
         assert "narrow" in remote["refused_topics"]
-        # The replicator asked dc2 to grow the topic; this broker has no CreatePartitions, and
-        # its refusal is what the operator reads.
+        # The replicator asked dc2 to grow the topic; dc2 refused (no CreatePartitions, or the
+        # ACL), and its refusal is what the operator reads.
         assert "adding partitions was refused" in remote["refused_topics"]["narrow"]
         assert remote["partitions_added"] == {}
         assert dc1.metric("replicator_topics_blocked", leg="dc1->dc2") == 1
@@ -238,8 +278,15 @@ def _owned(process: ReplicatorProcess) -> int:
     return int(feed["assigned_partitions"]) if feed and feed["joined"] else 0
 
 
-# aiokafka's warning when a member's heartbeat learns that its group is rebalancing.
-_REBALANCING = "because it is rebalancing"
+# aiokafka's lines when a member learns that its group is rebalancing: at its heartbeat, or (on
+# Apache Kafka, whose coordinator starts the rebalance as soon as A leaves) at its next offset
+# commit, which the replicator makes every 200 ms here.
+_REBALANCING = ("because it is rebalancing", "will rejoin")
+
+
+def _rebalances_seen(process: ReplicatorProcess) -> int:
+    log = process.log()
+    return sum(log.count(line) for line in _REBALANCING)
 
 
 def _signal_at(
@@ -253,10 +300,10 @@ def _signal_at(
     signal would all land before it, so the moments are read from B's log and status instead.
     An A that does not exit in time fails the test here, with its stack.
     """
-    seen = b.log().count(_REBALANCING)
+    seen = _rebalances_seen(b)
     reached: Callable[[], bool] = {
         "with-a": lambda: True,  # both draining at once, before any rebalance
-        "mid-rebalance": lambda: b.log().count(_REBALANCING) > seen,  # revoking / joining
+        "mid-rebalance": lambda: _rebalances_seen(b) > seen,  # revoking / joining
         "after-takeover": lambda: _owned(b) == 6,  # B was assigned every partition
     }[moment]
     while not reached():

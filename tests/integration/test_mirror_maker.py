@@ -191,6 +191,10 @@ def test_mirror_maker_2_file_runs_its_flow_with_mm2_names(
                 "destination.": destination.bootstrap_servers,
             },
         )
+        # The sample asks for 3 replicas; these clusters have one broker each, and Apache Kafka
+        # refuses a replication factor above its broker count (as it would refuse MM2 itself).
+        with config.open("a") as lines:
+            lines.write("replication.factor=1\n")
         # MirrorMaker 2 copies the history too (its consumers start at the earliest record).
         sent = produce(source, "toa.evehicles-latest-dev", 80, partitions=2)
         produce(source, "other", 10, partitions=1)

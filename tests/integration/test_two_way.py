@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+import pytest
+
 from replicator.kafka.readers import StoredRecord
 from replicator.model import provenance
 from replicator.model.provenance import Provenance
@@ -22,6 +24,9 @@ from tests.integration.harness import (
     wait_settled,
     wait_until,
 )
+
+# Also run on the embedded broker (make smoke): the demo's path stays proven.
+pytestmark = pytest.mark.smoke
 
 
 def replicated_headers(source: Sent, origin: Provenance) -> list[tuple[str, bytes | None]]:
