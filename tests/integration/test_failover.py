@@ -18,7 +18,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from replicator.kafka.readers import StoredRecord
+from replicator.kafka.readers import StoredRecord, partitions_of
 from tests.integration.harness import (
     Broker,
     ReplicatorProcess,
@@ -59,8 +59,8 @@ async def _consume(
     )
     await consumer.start()
     try:
-        await consumer.topics()
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        tps = await partitions_of(consumer, topic)
+        assert tps, f"{topic} does not exist"
         consumer.assign(tps)
         ends: dict[TopicPartition, int] = {}
         for tp in tps:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from replicator.kafka.readers import StoredRecord
+from replicator.kafka.readers import StoredRecord, partitions_of
 from tests.integration.harness import (
     Broker,
     ReplicatorProcess,
@@ -136,9 +136,8 @@ async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int | 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
     await consumer.start()
     try:
-        await consumer.topics()
-        found = consumer.partitions_for_topic(topic) or set()
-        return {p: await consumer.committed(TopicPartition(topic, p)) for p in sorted(found)}
+        tps = await partitions_of(consumer, topic)
+        return {tp.partition: await consumer.committed(tp) for tp in tps}
     finally:
         await consumer.stop()
 
