@@ -20,6 +20,7 @@ from tests.integration.harness import (
     read,
     replicator_env,
     start_clusters,
+    wait_settled,
     wait_until,
 )
 
@@ -184,3 +185,58 @@ def test_second_replica_joins_and_leaves_during_a_stream(replicators: Start) -> 
                 )
             )
         assert first.stop() == 0
+
+
+def test_three_replicas_rolling_restart_without_pauses(replicators: Start) -> None:
+    """Three replicas of one datacenter share 9 partitions under a steady stream; each is
+    stopped (SIGTERM) and its replacement started at once, the next one as soon as the
+    replacement serves: no waiting for the group to settle between steps, as an orchestrator's
+    rolling update does. Kafka's coordinator fences a member that lost its partitions (its
+    commits of an old generation are refused), and each partition resumes after what its
+    destination holds: every record reaches both clusters once, in order."""
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=9)
+        env = replicator_env("dc1", brokers)
+        replicas = [replicators("dc1", env) for _ in range(3)]
+        for replica in replicas:
+            replica.wait_ready()
+        took = []
+        with Stream(local, "orders_REPLICA", 9, per_tick=30) as stream:
+            wait_until(holds(local, "orders", 300), 60, "records flowing", replicas[0].log)
+            for i in range(len(replicas)):
+                started = time.monotonic()
+                assert replicas[i].stop() == 0, replicas[i].log()
+                replicas[i] = replicators("dc1", env)
+                replicas[i].wait_serving()
+                took.append(time.monotonic() - started)
+            time.sleep(2)
+        assert not stream.errors, stream.errors
+        total = count(local, "orders_REPLICA")
+        assert total == stream.produced > 0
+        for broker in brokers.values():
+            wait_until(
+                holds_distinct(broker, "orders", total),
+                90,
+                f"{broker.alias} complete",
+                replicas[0].log,
+            )
+        wait_settled(*replicas)
+        source = read(local, "orders_REPLICA")
+        for broker in brokers.values():
+            report = oracle(source, read(broker, "orders"), "dc1")
+            print(f"rolling restart of 3 replicas, no pauses: {broker.alias}: {report}")
+            FAULT_SUMMARY.append(
+                FaultFigures(
+                    f"rolling restart x3, no pauses ({broker.alias})",
+                    report.source_records,
+                    len(report.missing),
+                    report.duplicates,
+                    max(peak_rss_mb(r) for r in replicas),
+                    "steps " + ", ".join(f"{t:.1f} s" for t in took),
+                )
+            )
+            assert not report.missing and not report.out_of_order, f"{broker.alias}: {report}"
+            assert not report.duplicates, f"{broker.alias}: {report}"
+        for replica in replicas:
+            assert replica.stop() == 0
