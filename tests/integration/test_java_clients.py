@@ -53,7 +53,8 @@ def test_a_java_consumer_reads_every_record_and_kafka_consumer_groups_shows_lag_
         )
         lines = [line for line in out.splitlines() if line.startswith("Partition:")]
         assert len(lines) == 200, out[-2000:]
-        # Partition:1 <tab> trace-id:t3|app:orders-service|replicator:dc1/orders_REPLICA/1/1 <tab> dc1-3
+        # Partition:1 <tab> trace-id:t3|app:orders-service|replicator:dc1/orders_REPLICA/1/1
+        # <tab> dc1-3
         seen = {}
         for line in lines:
             partition, headers, value = line.split("\t")

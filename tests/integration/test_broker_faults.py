@@ -1,0 +1,151 @@
+"""Broker faults with persistent logs, on Apache Kafka: a destination broker restarted with its
+data, the source broker restarted, and the partition leader killed in a three-node destination
+cluster under load (``acks=all``, ``min.insync.replicas=2``). Every record reaches every
+destination once, in order. The embedded broker keeps nothing across a restart and runs one
+node: these run on Apache Kafka only.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from replicator.devtools.apache_kafka import ApacheKafkaCluster, Node
+from tests.fault_figures import FAULT_SUMMARY, FaultFigures
+from tests.integration.harness import (
+    BACKEND,
+    Broker,
+    Start,
+    Stream,
+    create_topics,
+    holds_distinct,
+    oracle,
+    peak_rss_mb,
+    read,
+    replicator_env,
+    run,
+    start_clusters,
+    wait_settled,
+    wait_until,
+)
+
+pytestmark = pytest.mark.skipif(
+    BACKEND != "kafka", reason="brokers restarted with their logs, three nodes: Apache Kafka only"
+)
+
+
+def check_exact(source: Broker, destinations: dict[str, Broker], scenario: str, rss: float) -> None:
+    records = read(source, "orders_REPLICA")
+    for alias, broker in destinations.items():
+        report = oracle(records, read(broker, "orders"), "dc1")
+        print(f"{scenario}: {alias}: {report}")
+        FAULT_SUMMARY.append(
+            FaultFigures(
+                f"{scenario} ({alias})",
+                report.source_records,
+                len(report.missing),
+                report.duplicates,
+                rss,
+                "",
+            )
+        )
+        assert not report.missing and not report.out_of_order, f"{alias}: {report}"
+        assert not report.duplicates, f"{alias}: {report}"
+
+
+@pytest.mark.parametrize("restarted", ["destination", "source"])
+def test_a_broker_restarted_with_its_log_mid_stream_loses_and_repeats_nothing(
+    replicators: Start, restarted: str
+) -> None:
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=3)
+        process = replicators("dc1", replicator_env("dc1", brokers))
+        process.wait_ready()
+        cluster = brokers["dc2" if restarted == "destination" else "dc1"]
+        assert isinstance(cluster, ApacheKafkaCluster)
+        # The source's own producers would fail over its restart too: they stop first.
+        with Stream(local, "orders_REPLICA", 3, per_tick=30):
+            wait_until(holds_distinct(brokers["dc2"], "orders", 200), 60, "flowing", process.log)
+            if restarted == "destination":
+                cluster.restart()
+                time.sleep(3)
+        if restarted == "source":
+            cluster.restart()
+            with Stream(local, "orders_REPLICA", 3, per_tick=30):
+                time.sleep(3)
+        total = len(read(local, "orders_REPLICA"))
+        for alias, broker in brokers.items():
+            wait_until(holds_distinct(broker, "orders", total), 120, alias, process.log)
+        wait_settled(process)
+        check_exact(local, brokers, f"{restarted} broker restarted", peak_rss_mb(process))
+        process.wait_ready()
+        assert process.stop() == 0
+
+
+async def _create_replicated(bootstrap: str, topic: str, partitions: int) -> None:
+    """``topic`` with three replicas (the cluster's min.insync.replicas is 2)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 3)])
+    finally:
+        await admin.close()
+
+
+async def _leader(bootstrap: str, topic: str, partition: int) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (described,) = await admin.describe_topics([topic])
+        for found in described["partitions"]:
+            if found["partition"] == partition:
+                return int(found["leader"])
+    finally:
+        await admin.close()
+    raise AssertionError(f"{topic}-{partition} has no leader")
+
+
+def test_the_destination_leader_killed_under_load_in_a_three_node_cluster(
+    replicators: Start,
+) -> None:
+    """dc2 is three nodes (replication factor 3, min.insync.replicas 2); the leader of a
+    partition the replicator writes to is SIGKILLed mid-stream, a new leader is elected from the
+    in-sync replicas, and the node returns later. Nothing acknowledged is lost (acks=all), and
+    the idempotent producer's retries write nothing twice."""
+    dc2 = ApacheKafkaCluster("dc2", nodes_count=3)
+    try:
+        dc2.start()
+        with start_clusters("dc1") as brokers:
+            local = brokers["dc1"]
+            create_topics(local, orders_REPLICA=3)
+            run(_create_replicated(dc2.bootstrap_servers, "orders", 3))
+            env = replicator_env("dc1", {**brokers, "dc2": dc2})
+            process = replicators("dc1", env)
+            process.wait_ready()
+            with Stream(local, "orders_REPLICA", 3, per_tick=30):
+                wait_until(holds_distinct(dc2, "orders", 200), 60, "flowing", process.log)
+                leader_id = run(_leader(dc2.bootstrap_servers, "orders", 0))
+                leader: Node = next(n for n in dc2.nodes if n.node_id == leader_id)
+                dc2.kill_node(leader)
+                killed_at = time.monotonic()
+                time.sleep(8)  # fenced after the broker session timeout (4 s), a new leader
+                dc2.start_node(leader)
+                time.sleep(3)
+            total = len(read(local, "orders_REPLICA"))
+            destinations: dict[str, Broker] = {"dc1": local, "dc2": dc2}
+            for alias, broker in destinations.items():
+                wait_until(holds_distinct(broker, "orders", total), 120, alias, process.log)
+            recovered = time.monotonic() - killed_at
+            wait_settled(process, timeout=90)
+            check_exact(
+                local,
+                destinations,
+                f"dc2 leader killed (3 nodes), back after {recovered:.0f} s",
+                peak_rss_mb(process),
+            )
+            assert process.stop() == 0
+    finally:
+        dc2.remove()
