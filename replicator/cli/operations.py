@@ -27,7 +27,14 @@ from rich.console import Console
 from rich.table import Table
 
 from replicator.config.settings import Settings
-from replicator.config.topology import FeedPlan, Rejection, TopicRules, TopicSelection, feeds_for
+from replicator.config.topology import (
+    FeedPlan,
+    Rejection,
+    TopicRules,
+    TopicSelection,
+    colliding_flow_names,
+    feeds_for,
+)
 from replicator.kafka.clients import ClusterClient, client_options, translate
 from replicator.service.http import listen_problem
 from replicator.telemetry.logs import print_table
@@ -172,6 +179,8 @@ def check_config(settings: Settings, as_json: bool) -> int:
     for plan, selection in selections.values():
         if not selection.replicated:
             _warn_nothing_selected(plan, selection)
+    for warning in colliding_flow_names(settings):
+        warn(warning)
     for alias, cluster in sorted(settings.clusters.items()):
         if cluster.sends_password_in_clear:
             warn(

@@ -11,7 +11,8 @@ decides (:meth:`TopicRules.rejection`); a :class:`TopicSelection` is its answer 
 listing, and the consumer subscription is built from that answer, never from the user's regexes.
 The replicator's own topics (heartbeats, checkpoints, dead letters) are never application data:
 the rules leave them out, and :func:`internal_topic_problem` refuses a configuration that names
-one of them after a topic the rules replicate. Pure logic, no I/O.
+one of them after a topic the rules replicate. :func:`colliding_flow_names` names two flows
+into one cluster whose topic names Kafka would take for each other's. Pure logic, no I/O.
 """
 
 from __future__ import annotations
@@ -433,6 +434,46 @@ def feeds_for(settings: Settings) -> list[FeedPlan]:
             )
         )
     return feeds
+
+
+def _names_begin_with(flow: FlowSettings, settings: Settings) -> str:
+    """What every target topic name of a flow begins with (its naming policy's stem)."""
+    if flow.naming is Naming.PREFIX:
+        return flow.prefix
+    if flow.naming is Naming.SOURCE_ALIAS:
+        return f"{settings.clusters[flow.source].topic_alias or flow.source}{flow.separator}"
+    return ""
+
+
+def colliding_flow_names(settings: Settings) -> list[str]:
+    """One warning per pair of flows into one cluster whose names Kafka takes for each other's.
+
+    Kafka refuses a topic whose name differs from an existing one only in ``.`` against ``_``
+    (they collide in its metric names): ``dc1_orders`` beside ``dc1.orders`` is refused
+    (InvalidTopicException, "collides with existing topic"). Two flows into one cluster whose
+    names begin differently but alike in that way (a prefix ``dc1_`` beside MM2's ``dc1.<topic>``)
+    make such a pair of every topic both copy: whichever is created second is refused, and its
+    partitions halt (reported). A warning, not a refusal: their topic rules may select
+    different topics. Two flows with the same naming into one cluster write into the same
+    topics (an aggregation), which Kafka accepts.
+    """
+    warnings = []
+    flows = sorted(settings.flows.items())
+    for i, (name, flow) in enumerate(flows):
+        stem = _names_begin_with(flow, settings)
+        for other_name, other in flows[i + 1 :]:
+            other_stem = _names_begin_with(other, settings)
+            if other.target != flow.target or other_stem == stem:
+                continue
+            if other_stem.replace(".", "_") != stem.replace(".", "_"):
+                continue
+            warnings.append(
+                f"flows {name} and {other_name} both write into {flow.target}, as "
+                f"{stem}<topic> and {other_stem}<topic>: Kafka takes '.' and '_' in topic names "
+                "for the same character, so of a topic both copy only the name created first is "
+                "accepted, the other's partitions halt; give one flow another prefix or separator"
+            )
+    return warnings
 
 
 class Counterpart(NamedTuple):

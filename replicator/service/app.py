@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from replicator.config.settings import OversizePolicy, Settings
-from replicator.config.topology import feeds_for
+from replicator.config.topology import colliding_flow_names, feeds_for
 from replicator.errors import Stopped
 from replicator.failover.group_sync import GroupSync
 from replicator.kafka.clients import ClusterClient
@@ -116,6 +116,8 @@ class ReplicatorService:
                 for plan in self.plans
             },
         )
+        for warning in colliding_flow_names(self.settings):
+            log.warning(warning)
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._heartbeat(), name="heartbeat")

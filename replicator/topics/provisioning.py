@@ -10,8 +10,10 @@ refused (:class:`TopicMismatch`, with the broker's reason) and reported, never w
 that places records by key uses it as it is. A partition the provisioner has not seen yet (the
 source grew since) makes it check the topic again.
 
-Topic-level configs are copied at creation and then follow their source every
-``REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS`` (:meth:`TopicProvisioner.sync_configs`); configs
+Topic-level configs set on the source topic itself are copied at creation (never its defaults
+nor broker-wide values: the destination cluster's own apply, :func:`creation_configs`), and then
+follow their source every ``REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS``
+(:meth:`TopicProvisioner.sync_configs`); configs
 matching ``REPLICATOR_TOPIC_CONFIGS_EXCLUDE`` (MM2's ``config.properties.exclude`` defaults) are
 never copied. With ``REPLICATOR_TOPIC_CONFIG_SYNC=mirror``, exactly as MM2's sync does
 (:func:`mirrored_config_changes`: lowered too, a source default removing the destination's
@@ -57,8 +59,10 @@ from replicator.kafka.internals import kafka_client
 
 log = structlog.get_logger(__name__)
 
-# Topic-level settings copied from the source topic. Sources 2-4 are broker-wide values, which
-# belong to each cluster and are not copied; read-only and sensitive entries never are.
+# Topic-level settings copied from the source topic: only those set on the topic itself (config
+# source 1). A default (source 5, Kafka's built-in value) and a broker-wide value (sources 2-4)
+# belong to each cluster and are never copied: copied, they would pin the source cluster's
+# defaults on the destination as overrides of its own. Read-only and sensitive entries never are.
 REPLICATED_CONFIGS = frozenset(
     {
         "cleanup.policy",
@@ -75,8 +79,8 @@ REPLICATED_CONFIGS = frozenset(
         "segment.ms",
     }
 )
-_BROKER_SOURCES = frozenset({2, 3, 4})
 _TOPIC_OVERRIDE = 1  # DYNAMIC_TOPIC_CONFIG: set on the topic itself
+_DEFAULT_CONFIG = 5  # DEFAULT_CONFIG: Kafka's built-in default
 # Limits that are only ever raised on a destination (-1: unlimited, the largest).
 NEVER_LOWERED = frozenset({"retention.ms", "retention.bytes", "max.message.bytes"})
 _TOPIC_ALREADY_EXISTS = 36
@@ -184,19 +188,39 @@ async def _config_entries(admin: AIOKafkaAdminClient, topic: str) -> list[Any]:
 
 
 async def _config_entries_of(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[Any]]:
-    """Every config entry of each of ``topics``, in one DescribeConfigs request."""
+    """Every config entry of each of ``topics``, in one DescribeConfigs request, each with its
+    source as Apache Kafka reports it (:func:`as_kafka_reports`)."""
     resources = [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]
     responses = await admin.describe_configs(resources)
     return {
-        resource[3]: list(resource[4])
+        resource[3]: as_kafka_reports(list(resource[4]))
         for response in responses
         for resource in response.resources
         if resource[0] == 0
     }
 
 
+def as_kafka_reports(entries: list[Any]) -> list[Any]:
+    """A topic's DescribeConfigs entries ``(name, value, read_only, source, sensitive, ...)``
+    with each source as Apache Kafka reports it.
+
+    Apache Kafka lists every topic config, each with where its value comes from: set on the
+    topic (1), a broker-wide value (2-4) or its built-in default (5). A broker that lists only
+    the configs set on the topic labels them defaults (the embedded broker, Tansu 0.6.0: source
+    5): an answer that lacks a topic config Kafka always lists is such a broker's, and the
+    defaults it names are the topic's own configs.
+    """
+    if {entry[0] for entry in entries} >= REPLICATED_CONFIGS:
+        return entries
+    return [
+        (*entry[:3], _TOPIC_OVERRIDE, *entry[4:]) if entry[3] == _DEFAULT_CONFIG else entry
+        for entry in entries
+    ]
+
+
 async def topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
-    """The replicable topic-level configuration of ``topic``."""
+    """The replicable configs set on ``topic`` itself (what a destination topic is created
+    with; neither defaults nor broker-wide values, which are each cluster's own)."""
     return _replicable(await _config_entries(admin, topic))
 
 
@@ -637,8 +661,9 @@ class TopicProvisioner:
                     f"source topic {source_topic} not in the metadata of {self._source.alias} yet"
                 )
                 continue
-            configs = _replicable(source_entries.get(source_topic, []))
-            kept = {k: v for k, v in configs.items() if not self._exclude.fullmatch(k)}
+            kept = creation_configs(
+                source_entries.get(source_topic, []), self._exclude, self._sync, self._defaults_from
+            )
             replication = self._replication_factor or layout.replication_factor
             specs[pair] = TopicSpec(target_topic, layout.partitions, replication, kept)
 
@@ -751,20 +776,34 @@ class TopicProvisioner:
 
 
 def _replicable(entries: list[Any]) -> dict[str, str]:
-    """The replicable topic-level configuration among a topic's config entries."""
-    configs: dict[str, str] = {}
-    for entry in entries:
-        name, value, read_only = entry[0], entry[1], entry[2]
-        source, sensitive = entry[3], entry[4]
-        if (
-            name in REPLICATED_CONFIGS
-            and value is not None
-            and not read_only
-            and not sensitive
-            and source not in _BROKER_SOURCES
-        ):
-            configs[name] = value
-    return configs
+    """The replicable configs set on the topic itself among a topic's config entries."""
+    return {
+        name: value
+        for name, value in _overrides(entries).items()
+        if name in REPLICATED_CONFIGS and not _read_only(entries, name)
+    }
+
+
+def _read_only(entries: list[Any], name: str) -> bool:
+    return any(entry[0] == name and entry[2] for entry in entries)
+
+
+def creation_configs(
+    entries: list[Any],
+    exclude: re.Pattern[str],
+    sync: ConfigSync = ConfigSync.RAISE_ONLY,
+    defaults_from: DefaultsFrom = DefaultsFrom.TARGET,
+) -> dict[str, str]:
+    """The configs a destination topic is created with, from its source topic's config
+    ``entries``: the replicable configs set on the source topic, the excluded ones left out
+    (the destination cluster's defaults apply to the rest). With mirror sync and defaults from
+    the source (MM2's ``use.defaults.from=source``), also the source's value of every other
+    replicable config: what the first sync round would set anyway."""
+    overrides = _replicable(entries)
+    if sync is ConfigSync.MIRROR and defaults_from is DefaultsFrom.SOURCE:
+        wanted = mirrored_config_changes(overrides, _effective(entries), {}, exclude, defaults_from)
+        return {name: value for name, value in wanted.items() if value is not None}
+    return {name: value for name, value in overrides.items() if not exclude.fullmatch(name)}
 
 
 def _max_message_bytes(entries: list[Any]) -> int | None:

@@ -15,6 +15,7 @@ from replicator.kafka.readers import StoredRecord
 from replicator.model.batching import place
 from tests.integration.faults import behind_proxy
 from tests.integration.harness import (
+    APACHE_KAFKA,
     Broker,
     Sent,
     Start,
@@ -75,13 +76,18 @@ def test_each_naming_policy_copies_exactly_and_one_source_feeds_several_targets(
     replicators: Start,
 ) -> None:
     """One replicator runs three flows of dc1: identity into dc2, prefix and MM2's
-    ``<source>.<topic>`` into dc3. Internal and excluded topics stay where they are."""
+    ``<source>.<topic>`` into dc3. Internal and excluded topics stay where they are.
+
+    The prefix is not ``dc1_``: Kafka refuses a topic whose name differs from an existing one
+    only in '.' against '_', so ``dc1_orders`` cannot sit beside MM2's ``dc1.orders`` in dc3
+    (the embedded broker does not check it). A flow that makes such a name is shown last: its
+    topics refused with Kafka's reason, its partitions halted and counted, nothing written."""
     with start_clusters("dc1", "dc2", "dc3") as brokers:
         dc1 = brokers["dc1"]
         create_topics(dc1, orders=3, payments=1, audit_log=1)
         env = replicator_env("dc1", brokers, replica_mode="false")
         env |= flow_env("backup", "dc1", "dc2", topics_exclude="audit.*")
-        env |= flow_env("prefixed", "dc1", "dc3", naming="prefix", prefix="dc1_")
+        env |= flow_env("prefixed", "dc1", "dc3", naming="prefix", prefix="mirror_")
         env |= flow_env(
             "mm2", "dc1", "dc3", naming="source-alias", topics_include="orders,payments"
         )
@@ -95,9 +101,9 @@ def test_each_naming_policy_copies_exactly_and_one_source_feeds_several_targets(
         expected = {
             ("dc2", "orders"): sent["orders"],
             ("dc2", "payments"): sent["payments"],
-            ("dc3", "dc1_orders"): sent["orders"],
-            ("dc3", "dc1_payments"): sent["payments"],
-            ("dc3", "dc1_audit_log"): sent["audit_log"],
+            ("dc3", "mirror_orders"): sent["orders"],
+            ("dc3", "mirror_payments"): sent["payments"],
+            ("dc3", "mirror_audit_log"): sent["audit_log"],
             ("dc3", "dc1.orders"): sent["orders"],
             ("dc3", "dc1.payments"): sent["payments"],
         }
@@ -128,6 +134,36 @@ def test_each_naming_policy_copies_exactly_and_one_source_feeds_several_targets(
         flows = json.loads(out)["flows"]
         assert "audit_log" in flows["backup"]["rejected"]["excluded"]
         assert set(flows["mm2"]["replicated"]) == {"heartbeats", "orders", "payments"}
+        if APACHE_KAFKA:
+            assert_refused_as_colliding(replicators, brokers)
+
+
+def assert_refused_as_colliding(replicators: Start, brokers: dict[str, Broker]) -> None:
+    """A flow naming dc1's ``orders`` ``dc1_orders`` in dc3, where ``dc1.orders`` exists: Kafka
+    refuses the topic, the flow's partitions halt, the reason is reported and counted, and
+    nothing is written."""
+    env = replicator_env("dc1", brokers, replica_mode="false")
+    env |= flow_env(
+        "clash", "dc1", "dc3", naming="prefix", prefix="dc1_", topics_include="orders",
+        heartbeats="false",
+    )  # fmt: skip
+    clash = replicators("dc1", env)
+    clash.wait_serving()
+    leg = "clash:dc1->dc3"
+    said = "cannot create dc1_orders: InvalidTopicError (error 17): Topic 'dc1_orders' collides"
+
+    def reported() -> bool:
+        status, body = clash.get("/readyz")
+        return status == 503 and any(leg in p and said in p for p in body["problems"])
+
+    wait_until(reported, 60, "the colliding topic refused in /readyz", clash.log)
+    assert clash.metric("replicator_leg_partitions", leg=leg, state="halted") == 3
+    assert clash.metric("replicator_leg_ready", leg=leg) == 0
+    (shown,) = clash.get("/status")[1]["legs"]
+    assert shown["partition_states"] == {"starting": 0, "replicating": 0, "stalled": 0, "halted": 3}
+    assert "dc1_orders" not in run_topics(brokers["dc3"])
+    assert said in clash.log()
+    assert clash.stop() == 0
 
 
 def run_topics(broker: Broker) -> set[str]:

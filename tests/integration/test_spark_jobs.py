@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.model.provenance import ORIGIN, Provenance, Tagger
 from tests.integration.harness import (
+    APACHE_KAFKA,
     Sent,
     Start,
     create_topics,
@@ -287,7 +288,8 @@ def test_backfill_of_real_topics_copies_every_origin_with_its_provenance(
     """Seeding dc3 from dc1's ``orders``, which holds dc1's and dc2's records: copied as they are
     (provenance kept, partition and order too), split into several Spark tasks per partition,
     into a topic the backfill creates with the source's 4 partitions; a record without
-    provenance is not copied and is counted."""
+    provenance is not copied and is counted. A destination topic with too few partitions is
+    grown first (refused where the broker cannot grow it)."""
     with start_clusters("dc1", "dc3") as brokers:
         local, new = brokers["dc1"], brokers["dc3"]
         create_topics(local, orders_REPLICA=4, orders=4)
@@ -324,13 +326,39 @@ def test_backfill_of_real_topics_copies_every_origin_with_its_provenance(
         assert json.loads(out)["written"] == {"dc3": 0}
         assert len(read(new, "orders")) == 450
 
-        # A destination topic with fewer partitions than its source, which this broker cannot
-        # grow: refused before Spark starts, naming the topic and why; nothing written.
+        # A destination topic with fewer partitions than its source: grown to the source's
+        # count before Spark starts, as the sidecar grows it (and MirrorMaker 2), then copied
+        # partition for partition. A broker that cannot grow it (the embedded broker has no
+        # CreatePartitions) has it refused before Spark starts, named with the reason; nothing
+        # is written.
         create_topics(local, payments=4)
-        produce(local, "payments", 8, partitions=4)
+        paid = [
+            Sent(
+                "payments",
+                i % 4,
+                -1,
+                b"k%d" % i,
+                b"paid-%d" % i,
+                tuple(Provenance("dc2", "payments_REPLICA", i % 4, i // 4).headers()),
+                ours[0].timestamp,
+            )
+            for i in range(8)
+        ]
+        produce_records(local, "payments", paid)
         create_topics(new, payments=1)
-        refused = ("backfill", "--to", "dc3", "--real-topics", "--topic", "payments", "--json")
-        status, out, err = replicator_cli(env, *refused)
-        assert status == 1, (out, err)
-        assert "payments" in err and "partition" in err, err
-        assert read(new, "payments") == []
+        short = ("backfill", "--to", "dc3", "--real-topics", "--topic", "payments", "--json")
+        status, out, err = replicator_cli(env, *short)
+        if not APACHE_KAFKA:
+            assert status == 1, (out, err)
+            assert "payments" in err and "partition" in err, err
+            assert read(new, "payments") == []
+            return
+        assert status == 0, err
+        assert "destination topic grown to the source's partition count" in err, err
+        result = json.loads(out)
+        assert (result["records"], result["written"], result["untagged"]) == (8, {"dc3": 8}, 0)
+        copied = read(new, "payments")
+        for partition in range(4):
+            assert [(r.key, r.value, r.headers) for r in copied if r.partition == partition] == [
+                (r.key, r.value, r.headers) for r in paid if r.partition == partition
+            ]

@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replicator.config.settings import load_settings, topic_regex
-from replicator.config.topology import FeedPlan, Leg, Rejection, TopicRules, feeds_for, legs_for
+from replicator.config.topology import (
+    FeedPlan,
+    Leg,
+    Rejection,
+    TopicRules,
+    colliding_flow_names,
+    feeds_for,
+    legs_for,
+)
 
 BASE = {
     "REPLICATOR_LOCAL_CLUSTER": "dc2",
@@ -250,6 +258,45 @@ def test_a_prefix_flow_never_renames_its_own_output_again() -> None:
     (feed,) = flow_feeds(source="dc1", target="dc1", naming="prefix", prefix="copy_")
     assert feed.rules.target("orders") == "copy_orders"
     assert feed.rules.rejection("copy_orders") is Rejection.FLOW_OUTPUT
+
+
+def flows(**flows: dict[str, str]) -> list[str]:
+    env = {**BASE, "REPLICATOR_REPLICA_MODE": "false"}
+    for name, options in flows.items():
+        prefix = f"REPLICATOR_FLOWS__{name.upper()}__"
+        env |= {prefix + key.upper(): value for key, value in options.items()}
+    return colliding_flow_names(load_settings(env))
+
+
+def test_two_flows_whose_names_kafka_takes_for_each_other_are_named() -> None:
+    """Kafka refuses dc1_orders beside dc1.orders ('.' and '_' collide in its topic names)."""
+    into_dc3 = {"source": "dc1", "target": "dc3"}
+    (warning,) = flows(
+        mm2={**into_dc3, "naming": "source-alias"},
+        prefixed={**into_dc3, "naming": "prefix", "prefix": "dc1_"},
+    )
+    assert warning.startswith("flows mm2 and prefixed both write into dc3, as dc1.<topic> and ")
+    assert "dc1_<topic>" in warning and "another prefix or separator" in warning
+    # A separator of MM2's names alike too; a prefix of another cluster's alias is not.
+    underscored = {**into_dc3, "naming": "source-alias", "separator": "_"}
+    assert len(flows(a={**into_dc3, "naming": "prefix", "prefix": "dc1."}, b=underscored)) == 1
+    other_alias = {**into_dc3, "naming": "prefix", "prefix": "dc2_"}
+    assert flows(a={**into_dc3, "naming": "source-alias"}, b=other_alias) == []
+    assert flows(a={**into_dc3, "naming": "source-alias"}, b=into_dc3) == []  # identity
+
+
+def test_flows_into_other_clusters_or_into_the_same_names_are_not_collisions() -> None:
+    assert (
+        flows(
+            mm2={"source": "dc1", "target": "dc3", "naming": "source-alias"},
+            prefixed={"source": "dc1", "target": "dc2", "naming": "prefix", "prefix": "dc1_"},
+        )
+        == []
+    )
+    # Two sources aggregated into one cluster under the same names: Kafka accepts that.
+    assert flows(a={"source": "dc1", "target": "dc3"}, b={"source": "dc2", "target": "dc3"}) == []
+    prefixed = {"target": "dc3", "naming": "prefix", "prefix": "dc1_"}
+    assert flows(a={**prefixed, "source": "dc1"}, b={**prefixed, "source": "dc2"}) == []
 
 
 def test_a_target_name_longer_than_kafka_allows_is_rejected_with_its_reason() -> None:
