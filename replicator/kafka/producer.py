@@ -12,11 +12,13 @@ landed. Two answers, chosen per destination when the producer starts:
   test broker does; librdkafka asks with version 4), so the request here uses the highest
   version both sides know.
 - **Not idempotent** (the broker refused ``InitProducerId``; counted and logged): a batch of
-  unknown outcome is never retried. It fails with :class:`OutcomeUnknown`, the batches queued
-  behind it for the same partition fail with it, and the partition stays *fenced* in the
-  producer (nothing of it is sent) until its sender has read the destination's tail and
-  resumed after the last record there (:mod:`replicator.replication.resume`), then calls
-  :func:`unfence`. So a batch is written at most once, and never after a later one (no gap).
+  unknown outcome (no answer, or an error a broker may give after appending the batch, such as
+  ``NOT_LEADER_OR_FOLLOWER``, which aiokafka would retry) is never retried. It fails, the
+  batches queued behind it for the same partition fail with :class:`OutcomeUnknown`, and the
+  partition stays *fenced* in the producer (nothing of it is sent) until its sender has read
+  the destination's tail and resumed after the last record there
+  (:mod:`replicator.replication.resume`), then calls :func:`unfence`. So a batch is written at
+  most once, and never after a later one (no gap).
 
 Either way a destination that lost the producer's state (``UnknownProducerId``,
 ``OutOfOrderSequenceNumber``: a broker restored without its data) or the partition itself
@@ -65,11 +67,20 @@ __all__ = [
 
 
 # Errors after which a batch may have been written: the request went out and no clear answer
-# came back. Other retriable errors (no leader, not ready, ...) mean nothing was written.
+# came back, or the broker appended the batch and then answered with an error. A broker
+# answers an ``acks=all`` produce once the batch is replicated; when, between the append and
+# that answer, the partition stops being led there, or its log directory goes offline, the answer
+# is NOT_LEADER_OR_FOLLOWER or KAFKA_STORAGE_ERROR with the batch in the log (Kafka's
+# ``DelayedProduce``). Measured on Apache Kafka 4.3: a broker thawed after a freeze longer than
+# its session timeout is fenced and elected again, and batches it answered NOT_LEADER_OR_FOLLOWER
+# meanwhile were sometimes in its log (a retry wrote them twice), sometimes not. Other retriable
+# errors (no leader known, not enough replicas before the append ...) mean nothing was written.
 _MAYBE_WRITTEN = (
     kerr.KafkaConnectionError,
     kerr.RequestTimedOutError,
     kerr.NotEnoughReplicasAfterAppendError,
+    kerr.NotLeaderForPartitionError,
+    kerr.KafkaStorageError,
 )
 
 # Errors of an idempotent producer whose state the destination lost (a broker restored without

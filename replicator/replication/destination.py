@@ -148,7 +148,21 @@ class KafkaDestination:
         future: asyncio.Future[Any] = await self.producer.send_batch(
             builder, topic, partition=partition
         )
+        future.add_done_callback(self._stale_leader)
         return future
+
+    def _stale_leader(self, future: asyncio.Future[Any]) -> None:
+        """A batch failed with an error saying the producer's metadata is stale (the partition
+        is led elsewhere now, its broker or topic is gone). aiokafka refreshes the metadata
+        before a retry; a batch that may be written is never retried by a producer that is not
+        idempotent (``NOT_LEADER_OR_FOLLOWER`` among them, :mod:`replicator.kafka.producer`), so
+        the refresh is asked for here: the next batch goes to the new leader, not to the old one
+        until the periodic refresh minutes later (each send there would fail the same way)."""
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None and getattr(error, "invalid_metadata", False):
+            self.producer.client.force_metadata_update()
 
     def new_batches(self, limit: int | None) -> Callable[[], Any]:
         """New batches as the producer builds them, no larger than ``limit`` bytes if given."""

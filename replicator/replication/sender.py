@@ -543,8 +543,9 @@ class PartitionSender:
                 else:
                     self._refused(translate(exc))
                 return
-            # -1: an idempotent retry the destination had already written (DuplicateSequence):
-            # written, at an offset it does not say.
+            # -1: an idempotent retry the destination had already written, answered with
+            # DuplicateSequenceNumber (the embedded broker; Apache Kafka answers with the first
+            # copy's offset): written, at an offset it does not say.
             base = done.result().offset
             written = base >= 0
             # A destination mark only where one destination partition holds the whole range.

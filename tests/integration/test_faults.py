@@ -15,12 +15,12 @@ from contextlib import contextmanager
 
 import pytest
 
-from replicator.devtools.embedded import EmbeddedBroker
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.faults import FaultProxy, behind_proxy
 from tests.integration.harness import (
     BACKEND,
     Broker,
+    Cluster,
     Oracle,
     ReplicatorProcess,
     Start,
@@ -39,7 +39,7 @@ from tests.integration.harness import (
 )
 
 pytestmark = pytest.mark.skipif(
-    BACKEND != "embedded", reason="the proxy needs a broker that advertises the proxy's address"
+    BACKEND == "container", reason="the proxy needs a broker that advertises the proxy's address"
 )
 
 RSS_LIMIT_MB = 200
@@ -48,7 +48,7 @@ RSS_LIMIT_MB = 200
 @contextmanager
 def remote_behind_proxy(
     replicators: Start, **settings: str
-) -> Iterator[tuple[Broker, EmbeddedBroker, FaultProxy, ReplicatorProcess]]:
+) -> Iterator[tuple[Broker, Cluster, FaultProxy, ReplicatorProcess]]:
     """dc1 with ``orders_REPLICA`` (3 partitions) and its ready replicator; dc2 behind a proxy.
 
     Every client connection to dc2, the replicator's included, passes through the proxy.
@@ -318,8 +318,8 @@ def test_a_destination_restarted_empty_is_refilled(replicators: Start) -> None:
     no mark there while offsets were committed, and replays again. Each time dc2 ends holding
     every record once, in order, and the replayed records are counted.
 
-    The producer is idempotent: after a restart the embedded broker refuses the writes of a
-    non-idempotent client that wrote before it (UnknownError; a quirk of that broker). A
+    The producer is idempotent (after a restart the embedded broker refuses the writes of a
+    non-idempotent client that wrote before it: UnknownError, a quirk of that broker). A
     non-idempotent leg detects the loss while running as a deleted destination topic is
     detected (a batch acknowledged below the last one's end: test_topic_changes.py), and at a
     restart as here."""
@@ -328,8 +328,7 @@ def test_a_destination_restarted_empty_is_refilled(replicators: Start) -> None:
         produce(local, "orders_REPLICA", 600, 3)
         wait_until(holds(dc2, "orders", 600), 30, "first records on dc2", dc1.log)
         wait_settled(dc1)  # committed, with the marks saved
-        dc2.stop()
-        dc2.start()
+        dc2.restart_empty()
         produce(local, "orders_REPLICA", 600, 3, tag="-after")
         wait_until(holds(dc2, "orders", 1_200), 60, "dc2 refilled while running", dc1.log)
         wait_settled(dc1)
@@ -341,8 +340,7 @@ def test_a_destination_restarted_empty_is_refilled(replicators: Start) -> None:
         wait_settled(dc1)  # the replay's offsets committed
         assert dc1.stop() == 0
 
-        dc2.stop()
-        dc2.start()
+        dc2.restart_empty()
         env = replicator_env("dc1", {"dc1": local, "dc2": dc2}, idempotence=idempotence)
         again = replicators("dc1", env)
         again.wait_ready()

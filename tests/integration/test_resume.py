@@ -12,6 +12,7 @@ from replicator.kafka.producer import idempotent, make_producer
 from replicator.model.provenance import Provenance, Tagger
 from replicator.replication.resume import DestinationTail, Tail
 from tests.integration.harness import (
+    APACHE_KAFKA,
     Broker,
     Sent,
     Start,
@@ -60,31 +61,58 @@ async def scan(bootstrap: str, origin: str, partition: int, floor: int | None, w
         await reader.stop()
 
 
+async def listed_end(bootstrap: str, tp: TopicPartition) -> int:
+    """The log end the broker lists (ListOffsets), where a tail's backward read starts."""
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await reader.start()
+    try:
+        return int((await reader.end_offsets([tp]))[tp])
+    finally:
+        await reader.stop()
+
+
 def test_the_tail_names_the_last_record_of_each_origin_and_reads_no_further_than_needed() -> None:
+    """The tail reads backwards from the listed log end in windows of 1,000 records, then
+    4,000 below them (then 16,000 ...), up to the high watermark, and stops at the first
+    window holding a record of the origin."""
     with start_clusters("dc2") as brokers:
         destination = brokers["dc2"]
         create_topics(destination, orders=2)
+        # dc2 wrote alone first, then dc1 and dc2 together, then dc2 alone again: dc1's last
+        # record is 4,001 records back, inside the second window, and the 1,000 records below
+        # dc1's are never read.
+        alone = produce_records(destination, "orders", replicated("dc2", range(1_000)))
         mixed = [
             r
             for pair in zip(
-                replicated("dc1", range(300)), replicated("dc2", range(300)), strict=True
+                replicated("dc1", range(300)),
+                replicated("dc2", range(1_000, 1_300)),
+                strict=True,
             )
             for r in pair
         ]
-        produce_records(destination, "orders", mixed)
-        # dc1 goes idle while dc2 keeps writing: dc1's last record is 5,000 records back.
-        later = produce_records(destination, "orders", replicated("dc2", range(300, 5_300)))
+        written = produce_records(destination, "orders", mixed)
+        later = produce_records(destination, "orders", replicated("dc2", range(1_300, 5_300)))
         log_end = later[-1].offset + 1
+        dc1_last = max(r.offset for r in written if r.value == b"dc1-299")
+        assert (alone[-1].offset, dc1_last, log_end) == (999, 1_598, 5_600)
         bootstrap = destination.bootstrap_servers
+        # Apache Kafka lists the log end itself; the embedded broker lists the last batch's
+        # base offset + 1: every window then starts that much lower, the first one reads up to
+        # the high watermark all the same.
+        listed = run(listed_end(bootstrap, TopicPartition("orders", 0)))
+        assert listed <= log_end
+        if APACHE_KAFKA:
+            assert listed == log_end
+        assert listed - 5_000 <= dc1_last < listed - 1_000  # in the second window
 
         dc1 = run(scan(bootstrap, "dc1", 0, None, whole=False))
         assert dc1.origin_offset == 299 and dc1.log_end == log_end
-        assert dc1.scanned < log_end  # backwards, in chunks: not the whole partition
+        # Backwards, in chunks: the first two windows, not the whole partition.
+        assert dc1.scanned == (log_end - listed) + 5_000
 
         dc2 = run(scan(bootstrap, "dc2", 0, None, whole=False))
-        # The last chunk only (1,000 records before the listed end, which this broker lists
-        # at the last batch's base offset + 1, up to the high watermark).
-        assert dc2.origin_offset == 5_299 and dc2.scanned < 2_000
+        assert dc2.origin_offset == 5_299 and dc2.scanned == (log_end - listed) + 1_000
 
         # The mark bounds the read: nothing of dc1 was written at or after it.
         bounded = run(scan(bootstrap, "dc1", 0, later[0].offset, whole=False))
@@ -149,13 +177,16 @@ def test_marks_are_saved_in_the_destination_and_a_restart_writes_nothing_twice(
 
 def test_an_idempotent_producer_is_granted_and_a_resent_batch_is_written_once() -> None:
     """InitProducerId at a version the broker grants; a batch sent twice (a retry after a lost
-    answer) is stored once: the broker answers the second with DuplicateSequenceNumber."""
+    answer) is stored once. Apache Kafka answers the second copy as a success at the first
+    copy's offset (it keeps the last five batches of each producer, Kafka's
+    ``ProducerStateEntry.findDuplicateBatch``); the embedded broker answers
+    DuplicateSequenceNumber. aiokafka takes either as the batch delivered."""
     with start_clusters("dc2") as brokers:
         destination = brokers["dc2"]
         create_topics(destination, orders=1)
         tp = TopicPartition("orders", 0)
 
-        async def send_twice() -> list[int]:
+        async def send_twice() -> list[tuple[int, int]]:
             settings = load_settings(replicator_env("dc2", brokers))
             producer = make_producer(settings.clusters["dc2"], settings, "test")
             await producer.start()
@@ -171,7 +202,7 @@ def test_an_idempotent_producer_is_granted_and_a_resent_batch_is_written_once() 
                 )
                 data = bytes(builder._build())
                 leader = producer.client.cluster.leader_for_partition(tp)
-                codes = []
+                answers = []
                 for _ in range(2):
                     request = ProduceRequest(
                         required_acks=-1,
@@ -180,12 +211,17 @@ def test_an_idempotent_producer_is_granted_and_a_resent_batch_is_written_once() 
                         transactional_id=None,
                     )
                     answer = await producer.client.send(leader, request)
-                    codes.append(answer.topics[0][1][0][1])
-                return codes
+                    _, error, offset, *_ = answer.topics[0][1][0]
+                    answers.append((error, offset))
+                return answers
             finally:
                 await producer.stop()
 
-        codes = run(send_twice())
-        assert codes == [0, DuplicateSequenceNumber.errno]
+        first, second = run(send_twice())
+        assert first == (0, 1)  # written after b"first"
+        if APACHE_KAFKA:
+            assert second == first, "a duplicate is answered with the first copy's offset"
+        else:
+            assert second[0] == DuplicateSequenceNumber.errno
         stored = [r.value for r in read(destination, "orders")]
         assert stored == [b"first", b"retried-0", b"retried-1", b"retried-2"]

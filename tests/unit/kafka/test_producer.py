@@ -10,7 +10,7 @@ from aiokafka.producer.transaction_manager import TransactionManager
 
 from replicator.errors import OutcomeUnknown
 from replicator.kafka.internals import InitProducerId, _new_producer_id
-from replicator.kafka.producer import idempotence_refused, unknown_outcome
+from replicator.kafka.producer import _never_retry, idempotence_refused, unknown_outcome
 
 
 def test_init_producer_id_uses_the_highest_version_both_sides_know() -> None:
@@ -27,15 +27,35 @@ def test_a_new_producer_asks_with_no_id_and_no_epoch() -> None:
 
 
 def test_failures_after_which_a_batch_may_be_in_the_destination() -> None:
+    """No answer, or an error a broker gives after appending the batch: an ``acks=all`` produce
+    is answered once replicated, and a partition led elsewhere by then (or an offline log
+    directory) makes the answer NOT_LEADER_OR_FOLLOWER (KAFKA_STORAGE_ERROR) with the batch in
+    the log. Apache Kafka 4.3 answered so for batches it had written, thawed after a freeze."""
     for maybe in (
         kerr.KafkaConnectionError(),
         kerr.RequestTimedOutError(),
         kerr.NotEnoughReplicasAfterAppendError(),
+        kerr.NotLeaderForPartitionError(),
+        kerr.KafkaStorageError(),
         OutcomeUnknown("queued behind"),
     ):
         assert unknown_outcome(maybe), maybe
-    for not_written in (kerr.NotLeaderForPartitionError(), kerr.MessageSizeTooLargeError()):
+    for not_written in (
+        kerr.NotEnoughReplicasError(),  # refused before the append
+        kerr.LeaderNotAvailableError(),
+        kerr.MessageSizeTooLargeError(),
+    ):
         assert not unknown_outcome(not_written), not_written
+
+
+def test_only_a_producer_that_is_not_idempotent_leaves_a_maybe_written_batch_unretried() -> None:
+    """aiokafka retries NOT_LEADER_OR_FOLLOWER: an idempotent producer's retry is dropped by the
+    broker if the batch was written; any other producer's would write it twice."""
+    maybe = kerr.NotLeaderForPartitionError()
+    assert _never_retry(maybe, idempotent=False)
+    assert not _never_retry(maybe, idempotent=True)
+    assert not _never_retry(kerr.LeaderNotAvailableError(), idempotent=False)
+    assert _never_retry(kerr.UnknownTopicOrPartitionError(), idempotent=True)  # never blindly
 
 
 def test_only_a_refused_producer_id_turns_idempotence_off() -> None:

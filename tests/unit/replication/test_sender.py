@@ -178,12 +178,21 @@ async def test_a_start_resumes_after_what_the_destination_holds(rig: Rig) -> Non
     assert rig.held() == list(range(100))
 
 
-@pytest.mark.parametrize("answer", [kerr.KafkaConnectionError(), kerr.RequestTimedOutError()])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        kerr.KafkaConnectionError(),
+        kerr.RequestTimedOutError(),
+        # Written, then answered with an error (the partition lost its leader meanwhile).
+        kerr.NotLeaderForPartitionError(),
+    ],
+)
 async def test_an_unknown_outcome_resumes_from_the_tail_without_a_duplicate(
     rig: Rig, answer: Exception
 ) -> None:
-    """A batch written but never answered: the partition restarts, reads the destination, and
-    goes on after what landed; the records fed meanwhile come again from the feed."""
+    """A batch written but never answered, or answered with an error a broker gives after the
+    append: the partition restarts, reads the destination, and goes on after what landed; the
+    records fed meanwhile come again from the feed."""
     await rig.start()
     rig.feed(0, 30)
     await until(lambda: rig.committable == 30)
