@@ -560,10 +560,33 @@ class GroupOffsets:
                 found[TopicPartition(topic, partition)] = None if offset < 0 else int(offset)
         return found
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+    async def fetch_with_metadata(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str] | None]:
+        """Each partition's committed offset with the metadata committed with it (``""``: none,
+        or a broker that does not keep it)."""
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in partitions:
+            by_topic[tp.topic].append(tp.partition)
+        response = await self._send(OffsetFetchRequest(self.group, list(by_topic.items())))
+        code = getattr(response, "error_code", 0)
+        if code:
+            raise kerr.for_code(code)()
+        found: dict[TopicPartition, tuple[int, str] | None] = dict.fromkeys(partitions)
+        for topic, answers in response.topics:
+            for partition, offset, metadata, code in answers:
+                if code and kerr.for_code(code) is not kerr.UnknownTopicOrPartitionError:
+                    raise kerr.for_code(code)()
+                if offset >= 0:
+                    found[TopicPartition(topic, partition)] = (int(offset), metadata or "")
+        return found
+
+    async def commit(
+        self, offsets: dict[TopicPartition, int], metadata: dict[TopicPartition, str] | None = None
+    ) -> None:
         by_topic: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
         for tp, offset in offsets.items():
-            by_topic[tp.topic].append((tp.partition, offset, ""))
+            by_topic[tp.topic].append((tp.partition, offset, (metadata or {}).get(tp, "")))
         request = OffsetCommitRequest(
             self.group,
             OffsetCommitRequest.DEFAULT_GENERATION_ID,

@@ -42,7 +42,8 @@ class Committer:
         consumer: OffsetCommits,
         metrics: Metrics,
         timeout: float,
-        save_marks: Callable[[dict[TopicPartition, int]], Awaitable[None]] | None = None,
+        save_marks: Callable[[dict[TopicPartition, tuple[int, int]]], Awaitable[None]]
+        | None = None,
     ) -> None:
         self._leg = leg
         self._save_marks = save_marks
@@ -94,17 +95,17 @@ class Committer:
         for _, tracker, offset, _ in points:
             tracker.mark_committed(offset)
         marks = {
-            TopicPartition(p.target_topic, p.tp.partition): (tracker, mark)
-            for p, tracker, _, mark in points
+            TopicPartition(p.target_topic, p.tp.partition): (tracker, mark, offset)
+            for p, tracker, offset, mark in points
             if mark is not None
         }
         if marks and self._save_marks is not None:
             try:
-                await self._save_marks({tp: mark for tp, (_, mark) in marks.items()})
+                await self._save_marks({tp: (mark, at) for tp, (_, mark, at) in marks.items()})
             except Exception as exc:  # an older mark only makes a resume read more
                 self._log.info("destination marks not saved", error=repr(translate(exc)))
                 return
-            for tracker, mark in marks.values():
+            for tracker, mark, _ in marks.values():
                 tracker.mark_saved(mark)
 
     async def commit_offsets(

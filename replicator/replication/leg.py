@@ -328,7 +328,7 @@ class LegRunner:
     def _commit_due(self, partition: LegPartition) -> None:
         self._committer.due(partition)
 
-    async def _save_marks(self, marks: dict[TopicPartition, int]) -> None:
+    async def _save_marks(self, marks: dict[TopicPartition, tuple[int, int]]) -> None:
         """Save destination marks, if the destination is up (briefly: the next commit retries)."""
         if not self.destination.ready.is_set() or self.destination_error is not None:
             raise ClusterUnavailable(f"{self.leg.destination} is not connected")

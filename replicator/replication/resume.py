@@ -216,7 +216,9 @@ class DestinationTail:
         self._timeout = timeout
         self._client = kafka_client(consumer)
         self._marks = GroupOffsets(consumer, marks_group)
-        self._saved: Coalescer[TopicPartition, int | None] = Coalescer(self._marks.fetch)
+        self._saved: Coalescer[TopicPartition, tuple[int, str] | None] = Coalescer(
+            self._marks.fetch_with_metadata
+        )
         self._bounds: Coalescer[TopicPartition, tuple[int, int]] = Coalescer(self._log_bounds)
         self._reads = _SharedReads(consumer)
 
@@ -255,13 +257,26 @@ class DestinationTail:
             raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
         return found, tail
 
-    async def saved_mark(self, tp: TopicPartition) -> int | None:
-        """The destination mark last saved for destination partition ``tp``, if any."""
-        return await asyncio.wait_for(self._saved.get(tp), self._timeout)
+    async def saved_mark(self, tp: TopicPartition, position: int | None = None) -> int | None:
+        """The destination mark last saved for destination partition ``tp``, if any, and if it
+        bounds the records of ``position`` on: a mark saved with a later source offset than
+        ``position`` (the committed offsets were moved back since) does not, and is not used."""
+        saved = await asyncio.wait_for(self._saved.get(tp), self._timeout)
+        if saved is None:
+            return None
+        mark, covers = saved
+        if position is not None and covers.isdigit() and position < int(covers):
+            return None
+        return mark
 
-    async def save_marks(self, marks: dict[TopicPartition, int], timeout: float) -> None:
-        """Save destination marks (after the source offsets they go with were committed)."""
-        await asyncio.wait_for(self._marks.commit(marks), timeout)
+    async def save_marks(
+        self, marks: dict[TopicPartition, tuple[int, int]], timeout: float
+    ) -> None:
+        """Save destination marks (after the source offsets they go with were committed), each
+        with the source offset it was saved for (in the commit's metadata)."""
+        offsets = {tp: mark for tp, (mark, _) in marks.items()}
+        covers = {tp: str(offset) for tp, (_, offset) in marks.items()}
+        await asyncio.wait_for(self._marks.commit(offsets, covers), timeout)
 
     async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Log-end offsets as the broker lists them (a lower bound on some brokers, which is all

@@ -269,7 +269,9 @@ class PartitionSender:
             try:
                 floor = None if replaying else partition.destination_mark
                 if floor is None and not replaying:
-                    floor = await self._destination.tail.saved_mark(destination_tp)
+                    floor = await self._destination.tail.saved_mark(
+                        destination_tp, partition.position
+                    )
                 mark = floor
                 return await self._destination.tail.last_written(
                     destination_tp, partition.tagger, floor, partition.position, whole=replaying

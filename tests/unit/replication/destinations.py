@@ -141,7 +141,7 @@ class MemoryDestination:
         found: set[int] = set()
         return found, self._window(tp, origin, 0, (found, position))
 
-    async def saved_mark(self, tp: TopicPartition) -> int | None:
+    async def saved_mark(self, tp: TopicPartition, position: int | None = None) -> int | None:
         return self.marks.get(tp)
 
     def _window(self, tp: TopicPartition, origin: Tagger, begin: int, collect: Any = None) -> Tail:

@@ -42,8 +42,8 @@ class MemoryMarks:
     def __init__(self) -> None:
         self.saved: dict[TopicPartition, int] = {}
 
-    async def __call__(self, marks: dict[TopicPartition, int]) -> None:
-        self.saved.update(marks)
+    async def __call__(self, marks: dict[TopicPartition, tuple[int, int]]) -> None:
+        self.saved.update({tp: mark for tp, (mark, _) in marks.items()})
 
 
 def replicating(partition: int, position: int) -> LegPartition:

@@ -78,8 +78,8 @@ class Rig:
         async def log_start() -> int:
             return self.log_start
 
-        async def save_marks(marks: dict[TopicPartition, int]) -> None:
-            self.destination.marks.update(marks)
+        async def save_marks(marks: dict[TopicPartition, tuple[int, int]]) -> None:
+            self.destination.marks.update({tp: mark for tp, (mark, _) in marks.items()})
 
         self.committer = Committer(LEG.name, self.commits, self.metrics, 1.0, save_marks)
         self.partition.owe_commits_to(self.committer.due)
