@@ -82,6 +82,7 @@ class PartitionSender:
         "_bytes",
         "_copies_seen",
         "_dead_letters",
+        "_denied",
         "_derived_seen",
         "_destination",
         "_destination_offsets",
@@ -142,6 +143,10 @@ class PartitionSender:
         self._replace_cause = "destination partition replaced (topic deleted and created again)"
         # future -> (epoch, records) of the batches handed to the producer, not yet answered
         self._in_flight: dict[asyncio.Future[Any], tuple[int, int]] = {}
+        # A write the destination denied (ACLs, credentials): tried again after a delay that
+        # grows to a minute while it keeps being denied (None: nothing denied since the last
+        # acknowledgement).
+        self._denied: Backoff | None = None
         target = partition.target_topic
         self._replicated = metrics.records_replicated.labels(leg.name, target)
         self._bytes = metrics.bytes_replicated.labels(leg.name, target)
@@ -524,6 +529,9 @@ class PartitionSender:
                 persistent=False,
                 backoff=Backoff(base=_RETRY_BACKOFF_S, ceiling=_RETRY_BACKOFF_S * 8),
             )
+        except (AuthorizationFailed, AuthenticationFailed) as error:
+            self._deny(tracker, error)
+            return False
         except ReplicatorError as error:
             self._refused(error)
             return False
@@ -540,11 +548,15 @@ class PartitionSender:
             if exc is not None:
                 if tracker is not partition.tracker:
                     return  # a batch of an abandoned position: its fate no longer matters
+                error = translate(exc)
                 if unknown_outcome(exc):
                     self._uncertain(tracker, exc)
+                elif isinstance(error, (AuthorizationFailed, AuthenticationFailed)):
+                    self._deny(tracker, error)
                 else:
-                    self._refused(translate(exc))
+                    self._refused(error)
                 return
+            self._denied = None
             # -1: an idempotent retry the destination had already written, answered with
             # DuplicateSequenceNumber (the embedded broker; Apache Kafka answers with the first
             # copy's offset): written, at an offset it does not say.
@@ -568,6 +580,26 @@ class PartitionSender:
 
         future.add_done_callback(delivered)
         return True
+
+    def _deny(self, tracker: OffsetTracker, error: ReplicatorError) -> None:
+        """The destination denied the write (an ACL, credentials): nothing of the batch was
+        appended (a broker authorizes before it writes). Not the records' fault, and an operator
+        can grant it at any time: the partition is not halted but starts again from the
+        destination, after a delay that grows to a minute, naming the denial meanwhile in
+        ``/readyz`` and ``/status``; once the write is allowed, nothing was lost or repeated."""
+        partition = self.partition
+        if tracker is not partition.tracker:
+            return  # a batch queued behind it, or of an abandoned position
+        if self._denied is None:
+            self._denied = Backoff(base=_RETRY_BACKOFF_S * 4, ceiling=60.0)
+        note = f"destination {self.leg.destination} denied the write: {error}"
+        if partition.restart(note):
+            target = partition.target_topic
+            self._metrics.send_errors.labels(self.leg.name, target, type(error).__name__).inc()
+            self._log.warning(
+                "the destination denied the write: waiting, then resuming from the destination",
+                error=str(error),
+            )
 
     def _uncertain(self, tracker: OffsetTracker, exc: BaseException) -> None:
         """A batch was sent but not answered: resume from the destination's tail again."""
@@ -594,9 +626,14 @@ class PartitionSender:
             )
 
     async def _resume_again(self) -> bool:
-        """After :meth:`LegPartition.restart`: once every batch sent is settled, read the tail
-        and resume after the last record of this origin; ``False`` if the partition closed."""
+        """After :meth:`LegPartition.restart`: once every batch sent is settled (and, after a
+        denied write, a delay), read the tail and resume after the last record of this origin;
+        ``False`` if the partition closed."""
         partition = self.partition
+        if self._denied is not None:
+            await sleep_unless_stopped(partition.closed, self._denied.delay(retriable=False))
+            if not partition.open:
+                return False
         pending = [f for f in self._in_flight if not f.done()]
         if pending:
             settled: asyncio.Future[Any] = asyncio.gather(*pending, return_exceptions=True)

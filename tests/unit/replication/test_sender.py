@@ -254,6 +254,30 @@ async def test_a_refused_batch_halts_the_partition_and_nothing_after_it_is_sent(
     assert rig.committable == 10 and rig.held() == list(range(10))
 
 
+async def test_a_denied_write_waits_says_why_and_goes_on_once_granted(rig: Rig) -> None:
+    """An ACL denying the write is an operator's to fix, at any time: the partition is not
+    halted; it names the denial, waits (2 s, then 4 s...), reads the destination again and
+    takes the records from the feed again, and once the write is allowed every record is
+    there once."""
+    await rig.start()
+    rig.feed(0, 10)
+    await until(lambda: rig.committable == 10)
+    rig.destination.outcomes = [Outcome(writes=False, error=kerr.TopicAuthorizationFailedError())]
+    rig.feed(10, 20)
+    await until(lambda: "denied the write" in (rig.partition.last_error or ""))
+    assert not rig.partition.halted and rig.partition.mode is Mode.STARTING
+    assert sample(
+        rig.metrics,
+        "replicator_send_errors_total",
+        topic="orders",
+        error="AuthorizationFailed",
+    )
+    await until(lambda: rig.partition.mode is not Mode.STARTING, timeout=10)
+    rig.feed(10, 20)  # the feed hands the records again from the position
+    await until(lambda: rig.committable == 20)
+    assert rig.held() == list(range(20)), "each record exactly once, in order"
+
+
 async def test_a_destination_topic_with_too_few_partitions_blocks_the_partition() -> None:
     made = Rig(topics=MemoryTopics(refusal=TopicMismatch("orders: 1 partition, 3 needed")))
     await made.start()
