@@ -68,8 +68,9 @@ logger.state.level = WARN
 
 
 def cache_root() -> Path:
-    """Where fetched jars live: ``$REPLICATOR_KAFKA_CACHE``, else ``~/.cache/replicator``."""
-    configured = os.environ.get("REPLICATOR_KAFKA_CACHE")
+    """Where fetched jars live: ``$KAFKA_JARS_CACHE`` (not a ``REPLICATOR_*`` name:
+    the product refuses unknown ones), else ``~/.cache/replicator``."""
+    configured = os.environ.get("KAFKA_JARS_CACHE")
     if configured:
         return Path(configured)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
