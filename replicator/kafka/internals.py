@@ -312,9 +312,10 @@ def fetched_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | No
     position yet). Past the last record handed over when a fetch ended in records the client
     never hands over: transaction markers, aborted transactions' records."""
     subscription = consumer._subscription.subscription
-    if subscription is None:
+    assignment = subscription.assignment if subscription is not None else None
+    if assignment is None:  # none yet, or between two (a rebalance)
         return None
-    state = subscription.assignment.state_value(tp)
+    state = assignment.state_value(tp)
     if state is None or not state.has_valid_position:
         return None
     position: int = state.position

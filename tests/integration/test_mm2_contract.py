@@ -415,6 +415,14 @@ def shared(nodes: list[ReplicatorProcess], partitions: int) -> Callable[[], bool
     return check
 
 
+def held_by(nodes: list[ReplicatorProcess]) -> str:
+    """What each node says of its share of the flow's partitions (for a failure message)."""
+    return "\n".join(
+        f"node {i}: {flow_partitions(node)} partitions; {node.log()[-1500:]}"
+        for i, node in enumerate(nodes)
+    )
+
+
 def test_three_nodes_share_a_flow_and_survive_a_rolling_restart_as_mm2_tests_it(
     replicators: Start, tmp_path: Path
 ) -> None:
@@ -477,7 +485,12 @@ def test_three_nodes_share_a_flow_and_survive_a_rolling_restart_as_mm2_tests_it(
                 # As MM2's test: the others take the node's work before the next node comes up.
                 assert node.stop() == 0, node.log()
                 others = [n for n in nodes if n is not node]
-                wait_until(shared(others, 9), 60, f"node {i}'s partitions taken over")
+                wait_until(
+                    shared(others, 9),
+                    60,
+                    f"node {i}'s partitions taken over",
+                    lambda: held_by(nodes),
+                )
                 nodes[i] = replicators("B", ENV, ("mm2", str(config)))
                 nodes[i].wait_ready()
                 wait_until(shared(nodes, 9), 60, f"node {i} back in the group")

@@ -15,6 +15,7 @@ import tomllib
 from pathlib import Path
 
 import aiokafka
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.producer.sender import Sender
 
 from replicator.kafka import internals
@@ -73,3 +74,16 @@ def test_no_other_module_reads_a_private_attribute_of_another_object() -> None:
                 continue
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "private attributes read outside kafka/internals.py:\n" + "\n".join(found)
+
+
+async def test_fetched_position_is_unknown_without_an_assignment() -> None:
+    """Between two assignments (a rebalance) and for a partition not assigned, no position."""
+    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
+    tp = TopicPartition("orders", 0)
+    assert internals.fetched_position(consumer, tp) is None  # never subscribed
+    consumer.subscribe(["orders"])
+    assert internals.fetched_position(consumer, tp) is None  # subscribed, nothing assigned yet
+    consumer.unsubscribe()
+    consumer.assign([tp])
+    assert internals.fetched_position(consumer, tp) is None  # assigned, no position fetched
+    assert internals.fetched_position(consumer, TopicPartition("orders", 1)) is None
