@@ -278,10 +278,12 @@ def _owned(process: ReplicatorProcess) -> int:
     return int(feed["assigned_partitions"]) if feed and feed["joined"] else 0
 
 
-# aiokafka's lines when a member learns that its group is rebalancing: at its heartbeat, or (on
+# How B shows that its group is rebalancing: the feed releasing its partitions (the product's
+# own line, one per revocation), or aiokafka's lines when it learns of it at its heartbeat or (on
 # Apache Kafka, whose coordinator starts the rebalance as soon as A leaves) at its next offset
-# commit, which the replicator makes every 200 ms here.
-_REBALANCING = ("because it is rebalancing", "will rejoin")
+# commit. aiokafka's lines alone do not do: the product logs a repeated aiokafka line once per
+# 30 s, so one said at B's own join can hide the next.
+_REBALANCING = ("partitions released", "because it is rebalancing", "will rejoin")
 
 
 def _rebalances_seen(process: ReplicatorProcess) -> int:
