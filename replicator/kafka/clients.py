@@ -543,32 +543,21 @@ class GroupOffsets:
         self.group = group
 
     async def fetch(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Each partition's committed offset (``None``: none committed)."""
+        found = await self.fetch_with_metadata(partitions)
+        return {tp: None if entry is None else entry[0] for tp, entry in found.items()}
+
+    async def fetch_with_metadata(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str] | None]:
+        """Each partition's committed offset with the metadata committed with it (``""``: none,
+        or a broker that does not keep it); ``None``: none committed."""
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
             by_topic[tp.topic].append(tp.partition)
         response = await self._send(OffsetFetchRequest(self.group, list(by_topic.items())))
         # v2+: a group-level error (coordinator loading, not authorised) comes with no topics;
         # read as "no offsets" it would look like a group that never committed.
-        code = getattr(response, "error_code", 0)
-        if code:
-            raise kerr.for_code(code)()
-        found: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
-        for topic, answers in response.topics:
-            for partition, offset, _metadata, code in answers:
-                if code and kerr.for_code(code) is not kerr.UnknownTopicOrPartitionError:
-                    raise kerr.for_code(code)()
-                found[TopicPartition(topic, partition)] = None if offset < 0 else int(offset)
-        return found
-
-    async def fetch_with_metadata(
-        self, partitions: list[TopicPartition]
-    ) -> dict[TopicPartition, tuple[int, str] | None]:
-        """Each partition's committed offset with the metadata committed with it (``""``: none,
-        or a broker that does not keep it)."""
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for tp in partitions:
-            by_topic[tp.topic].append(tp.partition)
-        response = await self._send(OffsetFetchRequest(self.group, list(by_topic.items())))
         code = getattr(response, "error_code", 0)
         if code:
             raise kerr.for_code(code)()
