@@ -24,7 +24,6 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -527,18 +526,6 @@ class ApacheKafkaCluster:
             text = each.log_path.read_text(errors="replace") if each.log_path.exists() else ""
             parts.append(f"--- {self.alias} node {each.node_id} ---\n{text[-tail:]}")
         return "\n".join(parts)
-
-
-@contextlib.contextmanager
-def apache_kafka_clusters(*aliases: str) -> Iterator[dict[str, ApacheKafkaCluster]]:
-    """One single-node Apache Kafka cluster per alias, started together; removed on exit."""
-    clusters = {alias: ApacheKafkaCluster(alias) for alias in aliases}
-    try:
-        start_all(list(clusters.values()))
-        yield clusters
-    finally:
-        for cluster in clusters.values():
-            cluster.remove()
 
 
 def start_all(clusters: list[ApacheKafkaCluster], timeout: float = 120.0) -> None:
