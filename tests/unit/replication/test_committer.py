@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from unittest.mock import patch
 
 from aiokafka import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replicator.lifecycle import sleep_unless_stopped
+from replicator.replication import committer as committer_module
 from replicator.replication.committer import Committer
 from replicator.replication.partition import LegPartition, Mode
 from replicator.replication.resume import Tail
@@ -68,12 +71,21 @@ def acknowledge(p: LegPartition, first: int, end: int, destination_end: int) -> 
 
 
 async def ticks(c: Committer, partitions: dict[TopicPartition, LegPartition], n: int) -> None:
-    """Let the timed commit run ``n`` times (every 10 ms)."""
-    stop = asyncio.Event()
-    task = asyncio.create_task(c.run(stop, partitions, 0.01))
-    await asyncio.sleep(0.01 * n + 0.005)
-    stop.set()
-    await task
+    """Let the timed commit run exactly ``n`` rounds (a 10 ms wait, then its commit), however
+    slow the machine: the wait is counted, so a loaded CI runner cannot skip a round."""
+    stop, rounds = asyncio.Event(), 0
+
+    async def counted(stopping: asyncio.Event, every: float) -> None:
+        nonlocal rounds
+        if rounds == n:  # n rounds done, each with its commit: end the loop here
+            stop.set()
+            return
+        rounds += 1
+        await sleep_unless_stopped(stopping, every)
+
+    with patch.object(committer_module, "sleep_unless_stopped", counted):
+        await asyncio.wait_for(c.run(stop, partitions, 0.01), 30)
+    assert rounds == n
 
 
 async def test_only_partitions_that_moved_are_committed_and_idle_ones_cost_nothing() -> None:
