@@ -20,12 +20,13 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from replicator.config.settings import load_settings
 from replicator.kafka.clients import ClusterClient
+from replicator.kafka.readers import partitions_of
 from replicator.topics.provisioning import ClusterAdmin, topic_overrides
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
@@ -45,6 +46,7 @@ from tests.integration.harness import (
     oracle,
     peak_rss_mb,
     produce,
+    produce_records,
     read,
     replicator_env,
     run,
@@ -447,4 +449,61 @@ def test_mirror_sync_lowers_and_removes_as_mirrormaker_2_does(replicators: Start
             30,
             "segment.ms removed on dc2",
         )
+        assert dc1.stop() == 0
+
+
+async def _stamps(bootstrap: str, topic: str) -> dict[bytes, tuple[int, int]]:
+    """Each record of ``topic`` by value: (its timestamp, its timestamp type)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = await partitions_of(consumer, topic)
+        assert tps, topic
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        stamps: dict[bytes, tuple[int, int]] = {}
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            for records in (await consumer.getmany(timeout_ms=1000)).values():
+                for r in records:
+                    assert r.value is not None
+                    stamps[r.value] = (r.timestamp, r.timestamp_type)
+        return stamps
+    finally:
+        await consumer.stop()
+
+
+def test_a_log_append_time_source_keeps_its_broker_stamps(replicators: Start) -> None:
+    """A source topic with ``message.timestamp.type=LogAppendTime``: the producer's timestamps
+    are replaced by the source broker's. Every record is copied once, with the source's append
+    time as its timestamp, on a destination created beforehand and on the one the replicator
+    creates; that one does not copy ``message.timestamp.type`` (excluded by default, as
+    MirrorMaker 2 excludes it), so the destination never stamps a later time of its own."""
+    ancient = 1_000_000_000_000  # 2001: what the producer claims, replaced at the source
+    with start_clusters("dc1", "dc2") as brokers:
+        local, remote = brokers["dc1"], brokers["dc2"]
+        create_topics(local, {"message.timestamp.type": "LogAppendTime"}, orders_REPLICA=2)
+        create_topics(remote, orders=2)
+        records = [
+            Sent("orders_REPLICA", i % 2, -1, b"k%d" % i, b"v%d" % i, (), ancient + i)
+            for i in range(100)
+        ]
+        produce_records(local, "orders_REPLICA", records)
+        dc1 = replicators("dc1", replicator_env("dc1", brokers))
+        dc1.wait_ready()
+        for broker in (local, remote):
+            wait_until(holds(broker, "orders", 100), 60, broker.alias, dc1.log)
+        wait_settled(dc1)
+        for broker in (local, remote):
+            found = oracle(read(local, "orders_REPLICA"), read(broker, "orders"), "dc1")
+            assert (found.delivered, found.duplicates, found.missing) == (100, 0, []), found
+        source = run(_stamps(local.bootstrap_servers, "orders_REPLICA"))
+        assert len(source) == 100
+        assert all(kind == 1 and at > ancient + 1_000 for at, kind in source.values()), source
+        for broker in (local, remote):
+            assert run(_stamps(broker.bootstrap_servers, "orders")) == {
+                value: (at, 0) for value, (at, _) in source.items()
+            }, broker.alias
+        assert "message.timestamp.type" not in run(overrides(local, "orders"))
         assert dc1.stop() == 0
