@@ -7,6 +7,9 @@ what no ACL grants. The ACLs granted are those of the least-privilege table in
 ``docs/operations/security.md``. The records are produced and read by the harness through each
 cluster's PLAINTEXT listener (a super user), so every check is exact.
 
+MirrorMaker 2 and MirrorMaker 1 files secure each cluster their own way (per-cluster prefixes,
+client files); `replicator mm2` and `replicator mirror-maker` run them on the same listeners.
+
 Then what goes wrong: a wrong password, an untrusted CA, a host name the certificate does not
 name, a missing client certificate, a missing ACL: each a clear error naming the cluster and the
 cause, the other legs unaffected, and nothing lost once fixed. The embedded broker has no TLS
@@ -255,3 +258,116 @@ def test_a_refused_connection_names_the_cluster_and_the_cause(
     for secret in (DC1_PASSWORD, DC3_PASSWORD, "wrong-password"):
         assert secret not in out + err
     assert Path(pki.ca).exists()
+
+
+def test_a_mirror_maker_2_file_with_per_cluster_security_runs_on_these_listeners(
+    replicators: Start, tmp_path: Path, secured: tuple[dict[str, ApacheKafkaCluster], Pki]
+) -> None:
+    """MirrorMaker 2's own way of securing each cluster (``<alias>.security.protocol``,
+    ``<alias>.sasl.jaas.config``, ``<alias>.ssl.truststore.*`` and a PEM keystore) given to
+    ``replicator mm2``: primary is dc1 over SASL_SSL with SCRAM-SHA-256, backup is dc2 over
+    mutual TLS, ACLs on. Every record reaches ``primary.mm-orders`` exactly; the password
+    appears nowhere."""
+    clusters, pki = secured
+    primary, backup = clusters["dc1"], clusters["dc2"]
+    create_topics(primary, None, **{"mm-orders": 2})
+    for cluster, principal, topics in (
+        (primary, "User:replicator-dc1", ("mm-", "heartbeats")),
+        (backup, CLIENT_SUBJECT, ("primary.", "heartbeats")),
+    ):
+        for prefix in topics:
+            grant(cluster, principal, "--topic", prefix, "--resource-pattern-type", "prefixed",
+                  operations="All")  # fmt: skip
+        grant(cluster, principal, "--group", "replicator", "--resource-pattern-type", "prefixed",
+              operations="All")  # fmt: skip
+    keystore = tmp_path / "client-keystore.pem"  # MM2's PEM keystore: certificate and key
+    keystore.write_text(pki.client_cert.read_text() + pki.client_key.read_text())
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="replicator-dc1" password="{DC1_PASSWORD}";'
+    )
+    config = tmp_path / "connect-mirror-maker.properties"
+    config.write_text(
+        "\n".join(
+            [
+                "clusters = primary, backup",
+                f"primary.bootstrap.servers = {primary.listener('SASL_SSL')}",
+                "primary.security.protocol = SASL_SSL",
+                "primary.sasl.mechanism = SCRAM-SHA-256",
+                f"primary.sasl.jaas.config = {jaas}",
+                f"primary.ssl.truststore.location = {pki.ca}",
+                "primary.ssl.truststore.type = PEM",
+                f"backup.bootstrap.servers = {backup.listener('SSL')}",
+                "backup.security.protocol = SSL",
+                f"backup.ssl.truststore.location = {pki.ca}",
+                "backup.ssl.truststore.type = PEM",
+                f"backup.ssl.keystore.location = {keystore}",
+                "backup.ssl.keystore.type = PEM",
+                "primary->backup.enabled = true",
+                "primary->backup.topics = mm-.*",
+                "emit.checkpoints.enabled = false",
+                "sync.topic.acls.enabled = false",
+                "replication.factor = 1",
+            ]
+        )
+        + "\n"
+    )
+    node = replicators("backup", {"REPLICATOR_LOG_FORMAT": "json"}, ("mm2", str(config)))
+    node.wait_ready(timeout=90)
+    source = produce(primary, "mm-orders", 200, partitions=2)
+    wait_until(holds(backup, "primary.mm-orders", 200), 90, "primary.mm-orders", node.log)
+    wait_settled(node)
+    report = oracle(source, read(backup, "primary.mm-orders"), "primary")
+    assert (report.delivered, report.duplicates, report.missing) == (200, 0, []), report
+    assert not report.out_of_order, report
+    surfaces = str(node.get("/status")[1]) + node.get("/metrics")[1]
+    assert node.stop() == 0
+    assert DC1_PASSWORD not in surfaces + node.log_path.read_text(errors="replace")
+
+
+def test_mirror_maker_1_client_files_with_their_security_run_on_these_listeners(
+    replicators: Start, tmp_path: Path, secured: tuple[dict[str, ApacheKafkaCluster], Pki]
+) -> None:
+    """MirrorMaker 1's ``--consumer.config`` (dc1 over SASL_SSL, SCRAM-SHA-256, its
+    credentials as ``sasl.username``/``sasl.password``) and ``--producer.config`` (dc3 over
+    SASL_PLAINTEXT, SCRAM-SHA-512 in ``sasl.jaas.config``) given to ``replicator mirror-maker``:
+    every record reaches dc3's ``mm1-orders`` exactly, in order; no password appears."""
+    clusters, pki = secured
+    source, target = clusters["dc1"], clusters["dc3"]
+    create_topics(source, None, **{"mm1-orders": 2})
+    for cluster, principal in ((source, "User:replicator-dc1"),
+                               (target, "User:replicator-from-dc1")):  # fmt: skip
+        for kind, prefix in (("--topic", "mm1-"), ("--group", "replicator"), ("--group", "mm1-")):
+            grant(cluster, principal, kind, prefix, "--resource-pattern-type", "prefixed",
+                  operations="All")  # fmt: skip
+    consumer = tmp_path / "consumer.config"
+    consumer.write_text(
+        f"bootstrap.servers={source.listener('SASL_SSL')}\n"
+        "group.id=mm1-secure\nauto.offset.reset=earliest\n"
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+        f"sasl.username=replicator-dc1\nsasl.password={DC1_PASSWORD}\n"
+        f"ssl.truststore.location={pki.ca}\nssl.truststore.type=PEM\n"
+        "replicator.cluster.alias=dc1\n"
+    )
+    producer = tmp_path / "producer.config"
+    producer.write_text(
+        f"bootstrap.servers={target.listener('SASL_PLAINTEXT')}\n"
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="replicator-from-dc1" password="{DC3_PASSWORD}";\n'
+    )
+    args = ("mirror-maker", "--consumer.config", str(consumer), "--producer.config",
+            str(producer), "--whitelist", "mm1-.*")  # fmt: skip
+    node = replicators("dc3", {"REPLICATOR_LOG_FORMAT": "json"}, args)
+    node.wait_ready(timeout=90)
+    sent = produce(source, "mm1-orders", 200, partitions=2)
+    wait_until(holds(target, "mm1-orders", 200), 90, "dc3's mm1-orders", node.log)
+    wait_settled(node)
+    report = oracle(sent, read(target, "mm1-orders"), "dc1")
+    assert (report.delivered, report.duplicates, report.missing) == (200, 0, []), report
+    assert not report.out_of_order, report
+    surfaces = str(node.get("/status")[1]) + node.get("/metrics")[1]
+    assert node.stop() == 0
+    text = surfaces + node.log_path.read_text(errors="replace")
+    for secret in (DC1_PASSWORD, DC3_PASSWORD):
+        assert secret not in text
