@@ -24,7 +24,7 @@ from replicator.kafka.clients import track_topics
 from replicator.kafka.coalesce import Coalescer
 from replicator.kafka.producer import batch_factory, idempotent, unfence
 from replicator.model.provenance import Tagger
-from replicator.replication.resume import DestinationTail, Tail
+from replicator.replication.resume import DestinationTail, SavedMark, Tail
 from replicator.topics.provisioning import DestinationTopic
 
 _Known = tuple[str, int]  # a topic and the partition count the producer must know
@@ -46,7 +46,9 @@ class TailReader(Protocol):
         self, tp: TopicPartition, origin: Tagger, position: int
     ) -> tuple[set[int], Tail]: ...
 
-    async def saved_mark(self, tp: TopicPartition, position: int | None = None) -> int | None: ...
+    async def saved_mark(
+        self, tp: TopicPartition, position: int | None = None
+    ) -> SavedMark | None: ...
 
 
 class Destination(Protocol):

@@ -58,7 +58,10 @@ is sent. Exact whatever order the partitions' batches landed in.
 or that holds no record of the origin and no mark although the leg committed offsets
 (:func:`destination_lost`: the cluster was rebuilt or restored empty), lost what the leg wrote:
 it is replayed from the source log start, counted in ``replicator_records_replayed_total``; the
-records the source no longer holds are counted in ``replicator_records_lost_total``.
+records the source no longer holds are counted in ``replicator_records_lost_total``. A log that
+was rolled back rather than replaced (an unclean leader election, a broker restored from an older
+copy: Kafka keeps a log's prefix) still holds every record of the origin up to its last one, and
+is replayed from there instead (:func:`rolled_back_to`): nothing it holds is written again.
 
 Where the destination cannot say where the leg stands, duplicates are counted instead: a
 destination partition replaced (topic deleted and created again) is replayed from the source log
@@ -73,7 +76,7 @@ import asyncio
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -196,6 +199,33 @@ def destination_lost(tail: Tail, mark: int | None, committed: int | None) -> str
     return None
 
 
+class SavedMark(NamedTuple):
+    """A destination mark as saved: the destination offset, and the source offset committed
+    with it (``None``: not recorded, as by versions that saved none)."""
+
+    offset: int
+    covers: int | None
+
+
+def rolled_back_to(tail: Tail, covers: int | None) -> int | None:
+    """Where a destination partition that lost records (:func:`destination_lost`) still holds
+    every record of the origin before: the source offset after the last one it holds, when its
+    log was rolled back (truncated to an earlier end: an unclean leader election, a restore
+    from an older copy) rather than replaced; ``None``: replay from the source log start.
+
+    ``tail`` is read without a floor (the mark is past the log end), and ``covers`` is the
+    source offset committed with the mark the log fell below. Every record the leg wrote of
+    the origin below the mark comes before ``covers``, and a rolled-back log is a prefix of the
+    old one, so it holds an ascending run of the leg's records that ends before ``covers``. A
+    replaced log holds only what reached it after its creation: records at or past ``covers``,
+    or none; records of another writer (``foreign``) or out of order say nothing either way.
+    """
+    last = tail.origin_offset
+    if last is None or covers is None or tail.foreign or not tail.ascending:
+        return None
+    return last + 1 if last < covers else None
+
+
 def marks_group(leg_group: str) -> str:
     """The group, in the destination cluster, whose committed offsets are the leg's marks."""
     return f"{leg_group}.resume"
@@ -257,17 +287,18 @@ class DestinationTail:
             raise ClusterUnavailable(f"reading the end of {tp.topic}/{tp.partition}") from exc
         return found, tail
 
-    async def saved_mark(self, tp: TopicPartition, position: int | None = None) -> int | None:
+    async def saved_mark(self, tp: TopicPartition, position: int | None = None) -> SavedMark | None:
         """The destination mark last saved for destination partition ``tp``, if any, and if it
         bounds the records of ``position`` on: a mark saved with a later source offset than
         ``position`` (the committed offsets were moved back since) does not, and is not used."""
         saved = await asyncio.wait_for(self._saved.get(tp), self._timeout)
         if saved is None:
             return None
-        mark, covers = saved
-        if position is not None and covers.isdigit() and position < int(covers):
+        mark, text = saved
+        covers = int(text) if text.isdigit() else None
+        if position is not None and covers is not None and position < covers:
             return None
-        return mark
+        return SavedMark(mark, covers)
 
     async def save_marks(
         self, marks: dict[TopicPartition, tuple[int, int]], timeout: float

@@ -65,7 +65,7 @@ from replicator.replication.destination import DeadLetterSink, Destination, Topi
 from replicator.replication.health import Duplicates
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import Halt, LegPartition, Mode, Work
-from replicator.replication.resume import Tail, destination_lost
+from replicator.replication.resume import Tail, destination_lost, rolled_back_to
 from replicator.telemetry.metrics import Metrics
 
 log = structlog.get_logger(__name__)
@@ -96,6 +96,7 @@ class PartitionSender:
         "_preserve",
         "_replace_cause",
         "_replaced",
+        "_replay_from",
         "_replicated",
         "_resets",
         "_topics",
@@ -141,6 +142,7 @@ class PartitionSender:
         self._destination_offsets: dict[int, int] = {}
         self._replaced = PartitionEvent()
         self._replace_cause = "destination partition replaced (topic deleted and created again)"
+        self._replay_from = 0  # where a replay starts, if after the source log start
         # future -> (epoch, records) of the batches handed to the producer, not yet answered
         self._in_flight: dict[asyncio.Future[Any], tuple[int, int]] = {}
         # A write the destination denied (ACLs, credentials): tried again after a delay that
@@ -233,6 +235,7 @@ class PartitionSender:
 
         tail: Tail | None = None
         mark: int | None = None  # the mark the tail was read from (in memory, else saved)
+        covers: int | None = None  # the source offset that mark was reached with
         placement: Placement | None = None
         destination_tp = TopicPartition(partition.target_topic, partition.tp.partition)
 
@@ -270,13 +273,16 @@ class PartitionSender:
 
         async def read_tail() -> Tail:
             """Where to resume (the last record of this origin the destination holds)."""
-            nonlocal mark
+            nonlocal mark, covers
             try:
                 floor = None if replaying else partition.destination_mark
+                covers = partition.position  # an in-memory mark covers the committable prefix
                 if floor is None and not replaying:
-                    floor = await self._destination.tail.saved_mark(
+                    saved = await self._destination.tail.saved_mark(
                         destination_tp, partition.position
                     )
+                    if saved is not None:
+                        floor, covers = saved
                 mark = floor
                 return await self._destination.tail.last_written(
                     destination_tp, partition.tagger, floor, partition.position, whole=replaying
@@ -322,7 +328,13 @@ class PartitionSender:
             lost = destination_lost(tail, mark, committed)
         if lost is not None:
             # Replayed before anything is sent (the run loop looks at this first).
+            self._replay_from = await self._rolled_back(destination_tp, covers)
             self._replace_cause = f"destination partition lost records: {lost}"
+            if self._replay_from:
+                self._replace_cause += (
+                    f"; it still holds this origin's records before source offset "
+                    f"{self._replay_from} (its log was rolled back)"
+                )
             self._replaced.set()
         elif tail is not None:
             log_start = None
@@ -346,6 +358,20 @@ class PartitionSender:
             self._unfence()  # every destination partition it writes to, now that they are known
         return True
 
+    async def _rolled_back(self, tp: TopicPartition, covers: int | None) -> int:
+        """Where a destination partition that lost records still holds every record of this
+        origin before (:func:`rolled_back_to`), read below the mark it fell under; 0 (replay
+        from the source log start) for a replaced log, or when that cannot be read."""
+        partition = self.partition
+        try:
+            tail = await self._destination.tail.last_written(
+                tp, partition.tagger, None, partition.position
+            )
+        except Exception as exc:
+            self._log.warning("could not read below the lost mark; replaying", error=repr(exc))
+            return 0
+        return rolled_back_to(tail, covers) or 0
+
     def _tail_error(self, exc: Exception) -> ReplicatorError:
         """A failed read of where to resume: retried (a read), unless credentials are at fault."""
         error = translate(exc)
@@ -365,7 +391,10 @@ class PartitionSender:
         self._metrics.resume_seconds.labels(self.leg.name).observe(tail.seconds)
         if replaying:
             partition.replay_from_mark(tail.log_end)
-            if tail.origin_records:
+            # What it holds of the origin before the replay's start (a rolled-back log) is
+            # not written again; records at or past it are (counted with any before them).
+            last = tail.origin_offset
+            if tail.origin_records and last is not None and last >= self._replay_from:
                 self._duplicates.written(
                     partition.target_topic, tail.origin_records, "destination_replaced"
                 )
@@ -664,9 +693,11 @@ class PartitionSender:
         :func:`destination_lost`). What this leg had delivered is gone, so it is delivered
         again, counted as replayed; what the source no longer holds is counted as lost. The
         records sent between the loss and its detection are duplicated, and counted as such.
+        A log rolled back to an earlier end still holds the origin's records before
+        ``_replay_from`` (:func:`rolled_back_to`): the replay starts there.
         """
         self._replaced.clear()
-        cause = self._replace_cause
+        cause, begin = self._replace_cause, self._replay_from
         self._replace_cause = "destination partition replaced (topic deleted and created again)"
         partition = self.partition
         target = partition.target_topic
@@ -694,8 +725,9 @@ class PartitionSender:
             note = f"{cause}; {outside}"
         else:
             # Past the position, records the source no longer holds are the offset reset's.
-            start = min(log_start, reached)
-            replayed, unreplayable = reached - start, start
+            # From ``begin``: the destination still holds every record of the origin before it.
+            start = max(begin, min(log_start, reached))
+            replayed, unreplayable = reached - start, max(0, min(log_start, reached) - begin)
             self._metrics.records_replayed.labels(self.leg.name, target).inc(replayed)
             if unreplayable:
                 self._metrics.records_lost.labels(self.leg.name, target).inc(unreplayable)
@@ -710,10 +742,13 @@ class PartitionSender:
             if unreplayable:
                 note += f"; the {unreplayable} records before it are no longer in the source"
             partition.rewind(start, note)
+            self._replay_from = start  # what the destination holds below it is not repeated
         # Batches of the abandoned position still on their way land before the tail is read.
         if self._in_flight:
             await asyncio.wait(list(self._in_flight), timeout=self._destination.timeout)
-        if not await self._prepare(replaying=True):  # create the topic again (or halt)
+        prepared = await self._prepare(replaying=True)  # create the topic again (or halt)
+        self._replay_from = 0
+        if not prepared:
             return
         # Nothing is replayed before the rewound position and the replaced log's end (the mark)
         # are saved: a restart then replays too, rather than resuming after records that only

@@ -7,6 +7,7 @@ node: these run on Apache Kafka only.
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import pytest
@@ -23,6 +24,7 @@ from tests.integration.harness import (
     holds_distinct,
     oracle,
     peak_rss_mb,
+    produce,
     read,
     replicator_env,
     run,
@@ -149,3 +151,53 @@ def test_the_destination_leader_killed_under_load_in_a_three_node_cluster(
             assert process.stop() == 0
     finally:
         dc2.remove()
+
+
+def test_a_destination_restored_from_an_older_copy_is_refilled_exactly(
+    replicators: Start,
+) -> None:
+    """dc2's broker is restored from a copy of its data taken 300 records earlier (a backup, or
+    what an unclean leader election does to a partition: acknowledged records gone, the log
+    and the producer's state rolled back together). The idempotent producer's next batch is
+    refused (OutOfOrderSequenceNumber: dc2 knows the producer at an older sequence); the
+    partitions read dc2's tail, find it below the marks they committed, and write what dc2
+    lost: every record once, in order, the refusals and the refilled partitions counted.
+    (A producer whose state dc2 merely expired, ``producer.id.expiration.ms``, is accepted
+    again by Apache Kafka 4 as a new one: nothing to recover there.)"""
+    with start_clusters("dc1", "dc2") as brokers:
+        local, dc2 = brokers["dc1"], brokers["dc2"]
+        assert isinstance(dc2, ApacheKafkaCluster)
+        create_topics(local, orders_REPLICA=3)
+        process = replicators("dc1", replicator_env("dc1", brokers, idempotence="true"))
+        process.wait_ready()
+        produce(local, "orders_REPLICA", 300, partitions=3)
+        wait_until(holds_distinct(dc2, "orders", 300), 60, "first records", process.log)
+        wait_settled(process)
+        backup = dc2.directory.parent / f"{dc2.directory.name}-backup"
+        dc2.stop()
+        shutil.copytree(dc2.directory, backup)
+        dc2.start()
+        produce(local, "orders_REPLICA", 300, partitions=3, tag="-b")
+        wait_until(holds_distinct(dc2, "orders", 600), 60, "after the copy", process.log)
+        wait_settled(process)
+        dc2.stop()
+        shutil.rmtree(dc2.directory)
+        shutil.move(backup, dc2.directory)
+        dc2.start()
+        assert len(read(dc2, "orders")) == 300, "restored: the copy's 300 records"
+        produce(local, "orders_REPLICA", 300, partitions=3, tag="-c")
+        for alias, broker in brokers.items():
+            wait_until(holds_distinct(broker, "orders", 900), 90, alias, process.log)
+        wait_settled(process)
+        check_exact(local, brokers, "destination restored from an older copy", peak_rss_mb(process))
+        refused = sum(
+            process.metric("replicator_send_errors_total", leg="dc1->dc2", error=name)
+            for name in ("OutOfOrderSequenceNumber", "UnknownProducerId")
+        )
+        replaced = process.metric("replicator_destination_partitions_replaced_total")
+        replayed = process.metric("replicator_records_replayed_total", leg="dc1->dc2")
+        assert (replaced, replayed) == (3, 300), (replaced, replayed)  # what the copy lacked
+        assert refused >= 1, process.log()
+        assert process.metric("replicator_records_lost_total") == 0
+        assert process.get("/readyz")[0] == 200
+        assert process.stop() == 0

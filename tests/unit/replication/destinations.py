@@ -27,7 +27,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from replicator.errors import OutcomeUnknown, ReplicatorError
 from replicator.kafka.producer import batch_records
 from replicator.model.provenance import Tagger
-from replicator.replication.resume import Tail, _Window
+from replicator.replication.resume import SavedMark, Tail, _Window
 from replicator.topics.provisioning import DestinationTopic
 
 
@@ -61,6 +61,7 @@ class MemoryDestination:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     logs: dict[TopicPartition, list[Stored]] = field(default_factory=dict)
     marks: dict[TopicPartition, int] = field(default_factory=dict)
+    covers: dict[TopicPartition, int] = field(default_factory=dict)  # a mark's source offset
     fenced: set[TopicPartition] = field(default_factory=set)
     unfenced: list[TopicPartition] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)  # the next sends', in order
@@ -141,8 +142,9 @@ class MemoryDestination:
         found: set[int] = set()
         return found, self._window(tp, origin, 0, (found, position))
 
-    async def saved_mark(self, tp: TopicPartition, position: int | None = None) -> int | None:
-        return self.marks.get(tp)
+    async def saved_mark(self, tp: TopicPartition, position: int | None = None) -> SavedMark | None:
+        mark = self.marks.get(tp)
+        return None if mark is None else SavedMark(mark, self.covers.get(tp))
 
     def _window(self, tp: TopicPartition, origin: Tagger, begin: int, collect: Any = None) -> Tail:
         log = self.logs.get(tp, [])
@@ -167,6 +169,11 @@ class MemoryDestination:
     def replace(self, tp: TopicPartition) -> None:
         """The destination partition's log is gone (topic deleted and created again)."""
         self.logs[tp] = []
+
+    def roll_back(self, tp: TopicPartition, end: int) -> None:
+        """The destination partition's log rolled back to ``end`` (an unclean leader election,
+        a restore from an older copy): the records before it stay, at their offsets."""
+        del self.logs[tp][end:]
 
     def origins(self, tp: TopicPartition, tagger: Tagger) -> list[int]:
         """The origin offsets of ``tagger``'s records in ``tp``, in log order."""

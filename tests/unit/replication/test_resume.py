@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from aiokafka import TopicPartition
 from hypothesis import given
@@ -11,7 +12,13 @@ from hypothesis import strategies as st
 from replicator.model.offsets import OffsetTracker
 from replicator.model.provenance import ORIGIN, Provenance, Tagger
 from replicator.replication.partition import Mode
-from replicator.replication.resume import Tail, _Window, destination_lost, resume_after
+from replicator.replication.resume import (
+    Tail,
+    _Window,
+    destination_lost,
+    resume_after,
+    rolled_back_to,
+)
 from tests.unit.replication.test_partition import partition
 from tests.unit.sample import Record as Sample
 
@@ -191,6 +198,21 @@ def test_a_mark_is_not_raised_past_a_batch_on_its_way() -> None:
     assert tracker.destination_mark == 50
     tracker.refresh_mark(1_000, tracker.last_end)
     assert tracker.destination_mark == 1_000
+
+
+def test_a_rolled_back_log_is_told_from_a_replaced_one() -> None:
+    """Below the mark: records of the origin ascending and all before the offset the mark
+    covers are what a rolled-back log kept (replayed after them); any at or past it, out of
+    order, another writer's, or none: a replaced log (replayed from the source log start)."""
+    assert rolled_back_to(tail(29, log_end=30), covers=60) == 30
+    assert rolled_back_to(tail(59, log_end=60), covers=60) == 60
+    assert rolled_back_to(tail(60, log_end=5, lowest=56), covers=60) is None
+    assert rolled_back_to(tail(None, log_end=0), covers=60) is None
+    assert rolled_back_to(tail(29, log_end=30), covers=None) is None
+    out_of_order = dataclasses.replace(tail(29, log_end=30), ascending=False)
+    assert rolled_back_to(out_of_order, covers=60) is None
+    foreign = dataclasses.replace(tail(29, log_end=30), highest=40)
+    assert foreign.foreign and rolled_back_to(foreign, covers=60) is None
 
 
 def test_a_destination_log_below_the_saved_mark_lost_records() -> None:

@@ -33,6 +33,7 @@ from tests.unit.replication.destinations import (
     MemoryDestination,
     MemoryTopics,
     Outcome,
+    Stored,
 )
 from tests.unit.sample import Record
 
@@ -80,6 +81,7 @@ class Rig:
 
         async def save_marks(marks: dict[TopicPartition, tuple[int, int]]) -> None:
             self.destination.marks.update({tp: mark for tp, (mark, _) in marks.items()})
+            self.destination.covers.update({tp: offset for tp, (_, offset) in marks.items()})
 
         self.committer = Committer(LEG.name, self.commits, self.metrics, 1.0, save_marks)
         self.partition.owe_commits_to(self.committer.due)
@@ -338,6 +340,55 @@ async def test_a_replaced_destination_partition_is_replayed_from_the_source_log_
     rig.feed(0, 50)  # the replay, fed from the source log start
     await until(lambda: rig.committed == 50)
     assert rig.held() == list(range(40, 50)) + list(range(50))
+
+
+async def test_a_rolled_back_destination_is_refilled_from_where_it_still_holds(
+    rig: Rig,
+) -> None:
+    """While the leg was away, the destination partition's log rolled back to an earlier end
+    (an unclean leader election, a restore from an older copy): below the mark saved with the
+    committed offset. The new owner reads below the mark, finds the origin's records 0-29 in
+    order, all before the offset the mark covers, and replays from 30: nothing the destination
+    still holds is written twice; the 30 records it lost are counted as replayed."""
+    await rig.start()
+    rig.feed(0, 60)
+    await until(lambda: rig.committed == 60 and rig.destination.covers.get(TARGET) == 60)
+    await rig.stop()
+    rig.destination.roll_back(TARGET, 30)
+    rig.position = rig.committed
+    rig.build()
+    await rig.start()
+    await until(lambda: rig.partition.mode is Mode.REPLAYING)
+    assert rig.partition.position == 30
+    assert sample(rig.metrics, "replicator_records_replayed_total", topic="orders") == 30
+    assert "rolled back" in (rig.partition.last_error or "")
+    await until(lambda: rig.committed == 30)  # the replay's start saved before sending
+    rig.feed(30, 70)
+    await until(lambda: rig.committed == 70)
+    assert rig.held() == list(range(70)), "each record once, in order"
+    assert rig.duplicates.total() == 0
+
+
+async def test_a_lost_log_holding_only_records_past_the_mark_is_replayed_from_the_start(
+    rig: Rig,
+) -> None:
+    """A log that fell below the mark but whose records of the origin all come at or after
+    the offset the mark covers was replaced, not rolled back (the records before are not in
+    it): replayed from the source log start, the records it held counted as written twice."""
+    await rig.start()
+    rig.feed(0, 40)
+    await until(lambda: rig.committed == 40 and rig.destination.covers.get(TARGET) == 40)
+    await rig.stop()
+    # Replaced while the leg was away; 40-44 reached the new log (an old owner's last batch).
+    tag = rig.partition.tagger.tag
+    headers = [tuple((k, v or b"") for k, v in tag([], 40 + i)) for i in range(5)]
+    rig.destination.logs[TARGET] = [Stored(i, None, b"v", h) for i, h in enumerate(headers)]
+    rig.position = rig.committed
+    rig.build()
+    await rig.start()
+    await until(lambda: rig.partition.mode is Mode.REPLAYING)
+    assert rig.partition.position == 0
+    assert rig.duplicates["written_destination_replaced"] == 5
 
 
 async def test_stop_while_batches_are_in_flight_ends_the_sender_and_counts_them(
