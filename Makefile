@@ -43,17 +43,17 @@ test: lint $(STAMP) kafka
 jobs-demo: $(STAMP)
 	$(BIN)/replicator demo --spark
 
-bench: $(STAMP)
+bench: $(STAMP) kafka
 	$(BIN)/python -m benchmarks.run
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) kafka
 	$(BIN)/python -m benchmarks.run --quick
 
 ## The same records over 24 to 6,000 partitions, then 1, 2 and 3 instances (benchmarks/scale.py).
-bench-scale: $(STAMP)
+bench-scale: $(STAMP) kafka
 	$(BIN)/python -m benchmarks.scale
 
-bench-spark: $(STAMP)
+bench-spark: $(STAMP) kafka
 	$(BIN)/python -m benchmarks.spark
 
 lint: $(STAMP)

@@ -22,9 +22,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from benchmarks.brokers import clusters
 from benchmarks.resume import TOPIC, fill
 from replicator.config.settings import load_settings
-from replicator.devtools.embedded import EmbeddedBroker
 from replicator.failover.checkpoints import Checkpoint, CheckpointKey
 from replicator.failover.group_positions import GroupTranslator, PartitionMove
 from replicator.kafka.clients import GroupOffsets
@@ -84,8 +84,7 @@ def as_checkpoints(moves: list[PartitionMove]) -> dict[CheckpointKey, Checkpoint
 async def failover_cost(records: int) -> dict[str, Any]:
     """Time the translation of a group over 12 partitions of ``records`` records."""
     per_partition = records // PARTITIONS
-    brokers = {alias: EmbeddedBroker(alias).start() for alias in ("dc1", "dc2")}
-    try:
+    with clusters("dc1", "dc2") as brokers:
         began = time.monotonic()
         await asyncio.gather(
             *(
@@ -120,9 +119,6 @@ async def failover_cost(records: int) -> dict[str, Any]:
             translator, as_checkpoints(a_round_ago)
         )
         return result
-    finally:
-        for broker in brokers.values():
-            broker.stop()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from replicator.devtools.embedded import EmbeddedBroker
+from benchmarks.brokers import clusters
+from replicator.devtools.embedded import LocalBroker
 from replicator.model.provenance import Provenance, Tagger
 from replicator.replication.resume import DestinationTail
 
@@ -37,7 +38,7 @@ def alternating(i: int, partition: int) -> Provenance:
     return Provenance("dc1" if i % 2 else "dc2", "orders_REPLICA", partition, i // 2)
 
 
-async def create_topics(broker: EmbeddedBroker, partitions: int, *names: str) -> None:
+async def create_topics(broker: LocalBroker, partitions: int, *names: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
     await admin.start()
     try:
@@ -111,8 +112,8 @@ async def resume_cost(
 ) -> dict[str, Any]:
     """Time the tail reads on a partition of ``records`` records (see the module docstring),
     with fetch answers bounded as the replicator's readers bound them (``make_reader``)."""
-    broker = EmbeddedBroker("resume").start()
-    try:
+    with clusters("resume") as started:
+        broker = started["resume"]
         log_end = await fill(broker.bootstrap_servers, records)
         reader = AIOKafkaConsumer(
             bootstrap_servers=broker.bootstrap_servers,
@@ -132,5 +133,3 @@ async def resume_cost(
             }
         finally:
             await reader.stop()
-    finally:
-        broker.stop()

@@ -41,11 +41,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.brokers import add_broker_option, broker_name, choose, clusters, lists_offsets
 from benchmarks.failover import failover_cost
 from benchmarks.resume import create_topics, resume_cost
 from replicator.devtools.embedded import (
-    EmbeddedBroker,
-    embedded_clusters,
+    LocalBroker,
     free_port,
     replicator_environment,
     wait_until_ready,
@@ -154,7 +154,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def start_contender(name: str, brokers: dict[str, EmbeddedBroker], workload: Workload) -> Monitored:
+def start_contender(name: str, brokers: dict[str, LocalBroker], workload: Workload) -> Monitored:
     if name == "replicator":
         env = replicator_environment("dc1", brokers, free_port(), log_format="json", **SETTINGS)
         if workload.one_way:
@@ -180,7 +180,7 @@ def value_of(i: int, size: int) -> bytes:
     return head + b"v" * (size - len(head))
 
 
-async def preload(broker: EmbeddedBroker, workload: Workload) -> None:
+async def preload(broker: LocalBroker, workload: Workload) -> None:
     """Write ``workload.records`` keyed records to the source topic, evenly over partitions."""
     producer = AIOKafkaProducer(
         bootstrap_servers=broker.bootstrap_servers, acks="all", max_batch_size=512 * 1024
@@ -213,10 +213,11 @@ async def preload(broker: EmbeddedBroker, workload: Workload) -> None:
 
 
 class Watermarks:
-    """Log-end offsets of a topic on some clusters, from fetch responses (cheap polling)."""
+    """Log-end offsets of a topic on some clusters: one ListOffsets request per broker where it
+    answers truly (Apache Kafka), else from fetch responses (cheap polling)."""
 
     def __init__(
-        self, brokers: dict[str, EmbeddedBroker], partitions: int, topic: str = TOPIC
+        self, brokers: dict[str, LocalBroker], partitions: int, topic: str = TOPIC
     ) -> None:
         self._brokers = brokers
         self._partitions = [TopicPartition(topic, p) for p in range(partitions)]
@@ -231,10 +232,12 @@ class Watermarks:
                 fetch_max_wait_ms=10,
             )
             await consumer.start()
+            self._consumers[alias] = consumer
+            if lists_offsets():
+                continue
             consumer.assign(self._partitions)
             for tp in self._partitions:
                 consumer.seek(tp, 1 << 40)  # past the end: fetches return no data, only watermarks
-            self._consumers[alias] = consumer
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -243,6 +246,11 @@ class Watermarks:
 
     async def totals(self) -> dict[str, int]:
         """Records on each cluster, once every partition has reported its log end."""
+        if lists_offsets():
+            return {
+                alias: sum((await consumer.end_offsets(self._partitions)).values())
+                for alias, consumer in self._consumers.items()
+            }
         result = {}
         for alias, consumer in self._consumers.items():
             deadline = time.monotonic() + 30
@@ -255,7 +263,7 @@ class Watermarks:
         return result
 
 
-async def verify_replica(brokers: dict[str, EmbeddedBroker], expected: int) -> str:
+async def verify_replica(brokers: dict[str, LocalBroker], expected: int) -> str:
     """Read every destination back; each source record exactly once, with provenance."""
     for alias, broker in brokers.items():
         records = await read_topic(broker.bootstrap_servers, TOPIC, timeout=300)
@@ -269,7 +277,7 @@ async def verify_replica(brokers: dict[str, EmbeddedBroker], expected: int) -> s
 
 
 async def throughput(contender: str, workload: Workload) -> RunResult:
-    with embedded_clusters("dc1", "dc2") as brokers:
+    with clusters("dc1", "dc2") as brokers:
         await create_topics(brokers["dc1"], workload.partitions, SOURCE, TOPIC)
         await create_topics(brokers["dc2"], workload.partitions, TOPIC)
         await preload(brokers["dc1"], workload)
@@ -315,7 +323,7 @@ async def throughput(contender: str, workload: Workload) -> RunResult:
 
 @contextmanager
 def replicator_beside_dc1(
-    brokers: dict[str, EmbeddedBroker], start: bool = True
+    brokers: dict[str, LocalBroker], start: bool = True
 ) -> Iterator[tuple[Monitored | None, int]]:
     port = free_port()
     if not start:
@@ -337,7 +345,7 @@ async def latency(
     With ``replicated`` false, records are written straight to the real topic and read back on
     the same broker: the floor of this measurement (broker and client costs, no replicator).
     """
-    with embedded_clusters("dc1", "dc2") as brokers:
+    with clusters("dc1", "dc2") as brokers:
         await create_topics(brokers["dc1"], partitions, SOURCE, TOPIC)
         await create_topics(brokers["dc2"], partitions, TOPIC)
         with replicator_beside_dc1(brokers, start=replicated) as (process, port):
@@ -348,7 +356,7 @@ async def latency(
             produced = 0
             done, held_known = asyncio.Event(), asyncio.Event()
 
-            async def tail(alias: str, broker: EmbeddedBroker) -> None:
+            async def tail(alias: str, broker: LocalBroker) -> None:
                 consumer = AIOKafkaConsumer(
                     bootstrap_servers=broker.bootstrap_servers,
                     enable_auto_commit=False,
@@ -487,7 +495,7 @@ def _percentiles(values: list[float]) -> tuple[float, float, float]:
 
 async def unreachable_destination(workload: Workload) -> dict[str, Any]:
     """Peak RSS while the remote cluster disappears mid-run; local delivery must still finish."""
-    with embedded_clusters("dc1", "dc2") as brokers:
+    with clusters("dc1", "dc2") as brokers:
         await create_topics(brokers["dc1"], workload.partitions, SOURCE, TOPIC)
         await create_topics(brokers["dc2"], workload.partitions, TOPIC)
         await preload(brokers["dc1"], workload)
@@ -641,9 +649,11 @@ async def main(args: argparse.Namespace) -> None:
         if scale and scale["failures"]:
             failures["scale"] = "; ".join(f"{k}: {v}" for k, v in scale["failures"].items())
     report(runs, lat, floor, outage)
+    console.print(f"broker: {broker_name()}")
     print(
         json.dumps(
             {
+                "broker": broker_name(),
                 "throughput": [asdict(r) for r in runs],
                 "ratios": ratios(runs),
                 "latency": asdict(lat) if lat else None,
@@ -715,7 +725,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="runs per contender (median)")
     parser.add_argument("--quick", action="store_true", help="small sizes, 10 s of latency")
     add_setting_option(parser)
+    add_broker_option(parser)
     args = parser.parse_args(argv)
+    choose(args)
     SETTINGS.update(item.split("=", 1) for item in args.setting)
     if args.quick:
         args.records_100b, args.records_1kb, args.records_mirror = 100_000, 30_000, 100_000

@@ -1,6 +1,7 @@
 """The scale benchmark: the same records over more and more partitions, and more instances.
 
-Each run starts two fresh embedded brokers (dc1, dc2), creates ``<topic>_REPLICA`` topics in dc1
+Each run starts two fresh local clusters (dc1, dc2: Apache Kafka, or the embedded broker with
+``--broker embedded``), creates ``<topic>_REPLICA`` topics in dc1
 in one of several layouts (24, 240, 1,200 and 6,000 partitions over 4, 40, 200 and 1,000 topics
 of 6 partitions, and 2,000 topics of 3), preloads the same total of records (120,000 of 100 B by
 default) evenly over their partitions, then starts the replicator in the ``_REPLICA`` mode beside
@@ -56,6 +57,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.brokers import add_broker_option, broker_name, choose, clusters, lists_offsets
 from benchmarks.resume import create_topics, produce_batches
 from benchmarks.run import (
     Monitored,
@@ -66,8 +68,7 @@ from benchmarks.run import (
     value_of,
 )
 from replicator.devtools.embedded import (
-    EmbeddedBroker,
-    embedded_clusters,
+    LocalBroker,
     free_port,
     replicator_environment,
 )
@@ -162,22 +163,25 @@ class PausedWatermarks(Watermarks):
     A consumer assigned thousands of partitions and left fetching costs the broker and this
     process most of a core (measured: about half a core each at 1,200 partitions), which the
     replicator under test would lose. Here the partitions stay paused between polls; a poll
-    resumes them until every partition has answered a fetch since the poll began.
+    resumes them until every partition has answered a fetch since the poll began. Where the
+    broker answers ListOffsets truly, that one request per broker is used instead.
     """
 
-    def __init__(
-        self, brokers: dict[str, EmbeddedBroker], partitions: list[TopicPartition]
-    ) -> None:
+    def __init__(self, brokers: dict[str, LocalBroker], partitions: list[TopicPartition]) -> None:
         super().__init__(brokers, 0)
         self._partitions = partitions
 
     async def __aenter__(self) -> PausedWatermarks:
         await super().__aenter__()
+        if lists_offsets():
+            return self
         for consumer in self._consumers.values():
             consumer.pause(*self._partitions)
         return self
 
     async def totals(self) -> dict[str, int]:
+        if lists_offsets():
+            return await super().totals()
         result = {}
         for alias, consumer in self._consumers.items():
             since_ms = time.time() * 1000
@@ -196,7 +200,7 @@ class PausedWatermarks(Watermarks):
 
 
 async def missing_topics(
-    brokers: dict[str, EmbeddedBroker], topics: Sequence[str], partitions: int
+    brokers: dict[str, LocalBroker], topics: Sequence[str], partitions: int
 ) -> dict[str, list[str]]:
     """Per cluster, which of ``topics`` do not exist yet, from one metadata request for every
     topic (naming a missing topic would make the embedded broker create it with 4 partitions).
@@ -301,7 +305,7 @@ def started_per_leg(views: list[dict[str, Counter[str]]]) -> dict[str, tuple[int
 
 @contextlib.contextmanager
 def replicators(
-    brokers: dict[str, EmbeddedBroker], instances: int, settings: dict[str, str]
+    brokers: dict[str, LocalBroker], instances: int, settings: dict[str, str]
 ) -> Iterator[list[tuple[Monitored, int]]]:
     """``instances`` replicator processes beside dc1, the same configuration, own HTTP ports."""
     started: list[tuple[Monitored, int]] = []
@@ -317,7 +321,7 @@ def replicators(
             process.stop()
 
 
-async def preload_layout(broker: EmbeddedBroker, layout: Layout, per_partition: int) -> None:
+async def preload_layout(broker: LocalBroker, layout: Layout, per_partition: int) -> None:
     """Create the layout's ``_REPLICA`` topics and write ``per_partition`` records of 100 B in
     each partition of each, a few topics at a time."""
     topics = layout.source_topics()
@@ -359,7 +363,7 @@ async def scale_run(
     if per_partition == 0:
         result.failure = f"{records} records cannot cover {layout.partitions} partitions"
         return result
-    with embedded_clusters("dc1", "dc2") as brokers:
+    with clusters("dc1", "dc2") as brokers:
         began = time.monotonic()
         await preload_layout(brokers["dc1"], layout, per_partition)
         source = layout.partitions_of(layout.source_topics())
@@ -389,7 +393,7 @@ async def scale_run(
 
 
 async def watch(
-    brokers: dict[str, EmbeddedBroker],
+    brokers: dict[str, LocalBroker],
     layout: Layout,
     expected: int,
     processes: list[tuple[Monitored, int]],
@@ -478,7 +482,7 @@ async def watch(
 
 
 async def idle_and_verify(
-    brokers: dict[str, EmbeddedBroker],
+    brokers: dict[str, LocalBroker],
     layout: Layout,
     expected: int,
     processes: list[tuple[Monitored, int]],
@@ -662,7 +666,8 @@ async def main(args: argparse.Namespace) -> None:
         args.idle_seconds,
         dict(item.split("=", 1) for item in args.setting),
     )
-    print(json.dumps(figures))
+    tables.print(f"broker: {broker_name()}")
+    print(json.dumps({"broker": broker_name(), **figures}))
     if figures["failures"]:
         sys.exit(1)
 
@@ -686,7 +691,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-seconds", type=float, default=10, help="idle CPU window")
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, one instance")
     add_setting_option(parser)
+    add_broker_option(parser)
     args = parser.parse_args(argv)
+    choose(args)
     if args.sizes is None:
         args.sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
     if args.instances is None:

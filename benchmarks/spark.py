@@ -29,11 +29,11 @@ import sys
 import time
 from typing import Any
 
+from benchmarks.brokers import add_broker_option, broker_name, choose, clusters
 from benchmarks.resume import create_topics, produce_batches
 from replicator.config.settings import load_settings
 from replicator.devtools.embedded import (
-    EmbeddedBroker,
-    embedded_clusters,
+    LocalBroker,
     free_port,
     replicator_environment,
 )
@@ -46,7 +46,7 @@ from replicator.topics import snapshot
 SUFFIX = "_REPLICA"
 
 
-async def history(broker: EmbeddedBroker, topic: str, records: int, partitions: int) -> None:
+async def history(broker: LocalBroker, topic: str, records: int, partitions: int) -> None:
     """``records`` records of 100 bytes in ``topic`` (created, with its real topic), spread
     evenly over its partitions, as an application writes them: a key and a header each."""
     await create_topics(broker, partitions, topic, topic.removesuffix(SUFFIX))
@@ -61,7 +61,7 @@ async def history(broker: EmbeddedBroker, topic: str, records: int, partitions: 
 
 
 def backfill(
-    brokers: dict[str, EmbeddedBroker], spark: Any, topic: str, records: int
+    brokers: dict[str, LocalBroker], spark: Any, topic: str, records: int
 ) -> dict[str, Any]:
     """Backfill dc1's ``<topic>_REPLICA`` into ``topic`` on dc1 and dc2, timed."""
     began = time.monotonic()
@@ -83,7 +83,7 @@ def backfill(
     }
 
 
-def audit(brokers: dict[str, EmbeddedBroker], master: str, records: int) -> dict[str, Any]:
+def audit(brokers: dict[str, LocalBroker], master: str, records: int) -> dict[str, Any]:
     """``replicator audit --topic orders`` in its own process, timed from its start."""
     env = {**os.environ, **replicator_environment("dc1", brokers, free_port())}
     command = [sys.executable, "-m", "replicator", "audit", "--topic", "orders"]
@@ -114,7 +114,7 @@ def audit(brokers: dict[str, EmbeddedBroker], master: str, records: int) -> dict
 
 def measure(master: str, records: int, partitions: int) -> dict[str, Any]:
     warmup = max(records // 10, partitions)
-    with embedded_clusters("dc1", "dc2") as brokers:
+    with clusters("dc1", "dc2") as brokers:
         asyncio.run(history(brokers["dc1"], "warmup" + SUFFIX, warmup, partitions))
         asyncio.run(history(brokers["dc1"], "orders" + SUFFIX, records, partitions))
         for topic in ("warmup", "orders"):
@@ -142,7 +142,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--masters", default="local[1],local[2]")
+    add_broker_option(parser)
     args = parser.parse_args()
+    choose(args)
     masters = args.masters.split(",")
     if len(masters) == 1:
         runs = [measure(masters[0], args.records, args.partitions)]
@@ -150,7 +152,8 @@ def main() -> None:
         runs = []
         for master in masters:
             sizes = ["--records", str(args.records), "--partitions", str(args.partitions)]
-            one = [sys.executable, "-m", "benchmarks.spark", *sizes, "--masters", master]
+            one = [sys.executable, "-m", "benchmarks.spark", *sizes, "--masters", master,
+                   "--broker", args.broker]  # fmt: skip
             done = subprocess.run(one, stdout=subprocess.PIPE, check=True, text=True)
             runs.extend(json.loads(done.stdout)["spark"])
     for run in runs:
@@ -163,7 +166,8 @@ def main() -> None:
             f"{checked['split_s']}",
             file=sys.stderr,
         )
-    print(json.dumps({"spark": runs}, indent=2))
+    print(f"broker: {broker_name()}", file=sys.stderr)
+    print(json.dumps({"broker": broker_name(), "spark": runs}, indent=2))
 
 
 if __name__ == "__main__":

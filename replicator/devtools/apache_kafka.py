@@ -24,11 +24,15 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replicator.devtools.embedded import free_port
+from replicator.devtools.embedded import LocalBroker, embedded_clusters, free_port
 from replicator.errors import LocalKafkaError
+
+BROKERS = ("kafka", "embedded")
+"""The local brokers a tool may start: Apache Kafka (the product's target) or the embedded one."""
 
 KAFKA_VERSION = "4.3.1"
 """The pinned release: the newest whose every module the harness needs (broker, tools,
@@ -607,3 +611,25 @@ def grant(
 
 if __name__ == "__main__":  # ``python -m replicator.devtools.apache_kafka``: fetch the jars
     print(kafka_libs())
+
+
+@contextlib.contextmanager
+def local_clusters(
+    *aliases: str, broker: str = "kafka", heap_mb: int = 0
+) -> Iterator[dict[str, LocalBroker]]:
+    """One single-node cluster per alias, started together: Apache Kafka (``broker="kafka"``,
+    each JVM with ``heap_mb`` of heap, the default if 0) or the embedded broker
+    (``"embedded"``); stopped, their data deleted, on exit."""
+    if broker not in BROKERS:
+        raise LocalKafkaError(f"no local broker {broker!r}: one of {', '.join(BROKERS)}")
+    if broker == "embedded":
+        with embedded_clusters(*aliases) as brokers:
+            yield dict(brokers)
+        return
+    clusters = {alias: ApacheKafkaCluster(alias, heap_mb=heap_mb) for alias in aliases}
+    try:
+        start_all(list(clusters.values()))
+        yield dict(clusters)
+    finally:
+        for cluster in clusters.values():
+            cluster.remove()

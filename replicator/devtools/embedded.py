@@ -15,9 +15,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 
@@ -27,6 +28,16 @@ from replicator.errors import EmbeddedBrokerError
 # to a client connection, so a port found free here stays free until the broker binds it, even
 # with other processes (parallel tests, say) opening connections meanwhile.
 _PORTS = range(20_000, 32_768)
+
+
+class LocalBroker(Protocol):
+    """A local cluster a tool started: the embedded broker or Apache Kafka
+    (:class:`~replicator.devtools.apache_kafka.ApacheKafkaCluster`)."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    def stop(self) -> None: ...
 
 
 def free_port() -> int:
@@ -158,9 +169,9 @@ def embedded_clusters(*aliases: str) -> Iterator[dict[str, EmbeddedBroker]]:
 
 
 def replicator_environment(
-    local: str, brokers: dict[str, EmbeddedBroker], http_port: int, **extra: str
+    local: str, brokers: Mapping[str, LocalBroker], http_port: int, **extra: str
 ) -> dict[str, str]:
-    """The ``REPLICATOR_*`` variables of a sidecar beside ``local`` in an embedded topology."""
+    """The ``REPLICATOR_*`` variables of a sidecar beside ``local`` among local clusters."""
     env = {
         "REPLICATOR_LOCAL_CLUSTER": local,
         "REPLICATOR_HTTP_PORT": str(http_port),
