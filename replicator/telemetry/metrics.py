@@ -103,7 +103,8 @@ class Metrics:
             Counter,
             "replicator_records_replayed_total",
             "Records written again because their destination lost them (its partition replaced, "
-            "truncated or rebuilt empty): from the source log start up to the committed offset.",
+            "truncated or rebuilt empty): from the source log start (a rolled-back log: after the "
+            "last record it still holds) up to the committed offset.",
             ["leg", "topic"],
         )
         self.partitions_replaced = self._declare(
@@ -111,7 +112,7 @@ class Metrics:
             "replicator_destination_partitions_replaced_total",
             "Destination partitions whose log was replaced or lost records (topic deleted and "
             "created again, truncated, a cluster rebuilt empty); each is replayed from the source "
-            "log start.",
+            "log start, or after the last record a rolled-back log still holds.",
             ["leg", "topic"],
         )
         self.idempotent_producer = self._declare(
