@@ -12,12 +12,17 @@ run`` (and the MirrorMaker commands) and only on the aiokafka version it was wri
 against; with any other version the wrapped records are used, which satisfy the same
 :class:`~replicator.model.records.SourceRecord`.
 
-**Records the client cannot decode.** The wire format allows what aiokafka cannot decode (a header
-key that is not UTF-8, which Java clients write and read): aiokafka raises while it iterates a
-fetched batch, on every fetch, and hands over nothing of the partition, not even the records
-before it. Installed with the fast path, :func:`use_decoded_records` also makes a fetch hand over
-the records before such a record, stop there (the consumer's position is the record's offset)
-and note it as a :class:`Poison` of that consumer, which its owner takes
+**Header keys that are not UTF-8.** The wire format allows any bytes in a header key, and Java
+clients write and read such keys; aiokafka's decoder raises on them, on every fetch, and hands
+over nothing of the partition. Installed with the fast path, :func:`use_decoded_records` makes a
+fetch decode the rest of that batch in Python, the key kept as its bytes
+(:class:`~replicator.kafka.internals.HeaderKey`, a ``str`` whose ``encode`` gives the bytes back),
+and the batch that copies it is built in Python (``BatchFactory.raw_keys``): the copy carries the
+key byte for byte, and the partition goes on.
+
+**Records the client cannot decode.** Anything else aiokafka cannot decode (nor the Python
+decoder) makes a fetch hand over the records before it, stop there (the consumer's position is
+the record's offset) and note it as a :class:`Poison` of that consumer, which its owner takes
 (:func:`take_poisoned`) and halts the partition at that offset, naming it.
 """
 

@@ -8,13 +8,15 @@ which says what it needs and why the public API does not give it. Three groups:
   (age, size, refresh interval, the topics it tracks), one connection dropped, the group
   coordinator's offset fetch with metadata, the fetcher's wait.
 - **The fetch path**: aiokafka's ``PartitionRecords`` and ``FetchResult.getall`` patched, so the
-  data path's consumers get decoded records unwrapped and stop at a record the client cannot
-  decode (the policy is :mod:`replicator.kafka.decoding`'s).
+  data path's consumers get decoded records unwrapped, get a record whose header key is not
+  UTF-8 with that key as its bytes (:class:`HeaderKey`), and stop at a record the client cannot
+  decode otherwise (the policy is :mod:`replicator.kafka.decoding`'s).
 - **The producer's sender**: aiokafka's ``Sender`` replaced on one producer by a subclass that
   fences a partition after a failed batch, never retries what :class:`FencingPolicy` forbids, asks
   ``InitProducerId`` at the highest version both sides know, and takes a new producer id when the
   destination lost its state (the policy is :mod:`replicator.kafka.producer`'s); batches that
-  never expire; batches built and read back as the producer would.
+  never expire; batches built and read back as the producer would, in Python when a record's
+  header key must keep its bytes (:class:`BatchFactory`).
 
 :data:`CONTRACT` names every class, method and attribute relied on; :func:`contract_breaks` checks
 them against the installed aiokafka, and ``tests/unit/kafka/test_internals.py`` fails naming
@@ -26,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import struct
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
+from types import ModuleType
 from typing import Any
 
 import aiokafka
@@ -53,7 +56,13 @@ from aiokafka.producer.transaction_manager import (
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
-from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from aiokafka.record.default_records import (
+    DefaultRecordBatch,
+    DefaultRecordBatchBuilder,
+    _DefaultRecordBatchBuilderPy,
+    _DefaultRecordBatchPy,
+)
+from aiokafka.record.memory_records import MemoryRecords
 
 log = structlog.get_logger(__name__)
 
@@ -68,7 +77,7 @@ class Reliance:
     """One thing of aiokafka's relied on: an attribute of ``owner`` (a class attribute or method,
     or an instance attribute its methods assign), and what uses it."""
 
-    owner: type
+    owner: type | ModuleType
     name: str
     used_for: str
 
@@ -76,13 +85,19 @@ class Reliance:
         """Why the installed aiokafka no longer has it; ``None`` when it does."""
         if hasattr(self.owner, self.name):
             return None
-        for cls in inspect.getmro(self.owner):
+        for cls in inspect.getmro(self.owner) if isinstance(self.owner, type) else ():
             if cls.__module__.startswith("aiokafka") and _assigns(cls, self.name):
                 return None
         return (
-            f"aiokafka {aiokafka.__version__}: {self.owner.__module__}.{self.owner.__qualname__} "
+            f"aiokafka {aiokafka.__version__}: {_named(self.owner)} "
             f"has no {self.name!r} any more (used for {self.used_for})"
         )
+
+
+def _named(owner: type | ModuleType) -> str:
+    if isinstance(owner, type):
+        return f"{owner.__module__}.{owner.__qualname__}"
+    return owner.__name__
 
 
 def _assigns(cls: type, name: str) -> bool:
@@ -142,6 +157,12 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(BatchBuilder, "_build", "reading a built batch back"),
     Reliance(BatchBuilder, "_builder", "the producer id a batch was sent with"),
     Reliance(DefaultRecordBatchBuilder, "producer_id", "the producer id a batch was sent with"),
+    Reliance(fetcher, "MemoryRecords", "keeping a fetch's bytes for a record aiokafka rejects"),
+    Reliance(_DefaultRecordBatchPy, "_maybe_uncompress", "decoding such a record in Python"),
+    Reliance(_DefaultRecordBatchPy, "_buffer", "header keys decoded as their bytes"),
+    Reliance(_DefaultRecordBatchBuilderPy, "append", "writing a header key as its bytes"),
+    Reliance(_DefaultRecordBatchBuilderPy, "set_producer_state", "numbering such a batch"),
+    Reliance(BatchBuilder, "_set_producer_state", "numbering such a batch (its C-only assert)"),
 )
 
 
@@ -271,14 +292,133 @@ def _getall(self: Any, max_records: int | None = None) -> list[Any]:
             self._partition_records = None
     except KafkaError:
         raise  # a corrupt batch (CRC) is fetched again, as aiokafka does
-    except Exception as exc:  # undecodable: the position stays on it
+    except Exception as exc:  # undecodable: the position stays on it (unless only a key is)
+        kept = _kept_bytes(records, exc)
+        # A header key that is not UTF-8: the rest of its batch decoded in Python.
+        rest = _with_raw_keys(kept, records.next_fetch_offset) if kept is not None else None
+        if rest is not None:
+            more, records.next_fetch_offset = rest
+            taken.extend(more)
         self._update_position()
         self._partition_records = None
+        if rest is not None:
+            return taken  # the next fetch starts after that batch
         if _on_undecodable is not None:
             _on_undecodable(
                 self._assignment, tp, records.next_fetch_offset, f"{type(exc).__name__}: {exc}"
             )
     return taken
+
+
+class HeaderKey(str):
+    """A record header key that is not UTF-8 (the wire format allows any bytes; Java clients
+    write them): its text decoded with ``surrogateescape``, and :meth:`encode` gives back its
+    exact bytes, so a copy of the record carries the key unchanged."""
+
+    __slots__ = ()
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return str.encode(self, encoding, "surrogateescape")
+
+    @property
+    def raw(self) -> bytes:
+        """The key's bytes as written."""
+        return self.encode()
+
+
+_BATCH_FRAMING = 12  # a record batch's base offset and length
+_MAGIC_AT = 16  # the offset of a record batch's magic byte
+
+
+class _KeptBytes(bytes):
+    """A slice of a batch being decoded in Python: its text as a :class:`HeaderKey` when it is
+    not UTF-8 (the only ``decode`` a record batch makes is of a header key)."""
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        try:
+            return bytes.decode(self, encoding)
+        except UnicodeDecodeError:
+            return HeaderKey(bytes.decode(self, encoding, "surrogateescape"))
+
+
+class _RawKeyBuffer(bytearray):
+    """A record batch's (uncompressed) bytes whose slices are :class:`_KeptBytes`."""
+
+    def __getitem__(self, index: Any) -> Any:
+        found = bytearray.__getitem__(self, index)
+        return _KeptBytes(found) if isinstance(index, slice) else found
+
+
+class _KeptRecords(MemoryRecords):  # type: ignore[misc]  # aiokafka's C class, untyped
+    """aiokafka's ``MemoryRecords`` keeping the fetched bytes, to decode again in Python a
+    batch the C decoder rejects (a header key that is not UTF-8)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.raw = data
+
+
+def _kept_bytes(records: Any, exc: Exception) -> bytes | None:
+    """The fetched bytes of ``records`` when ``exc`` is a header key that is not UTF-8."""
+    if not isinstance(exc, UnicodeDecodeError):
+        return None
+    kept = getattr(records, "_records", None)
+    return kept.raw if isinstance(kept, _KeptRecords) else None
+
+
+def _with_raw_keys(data: bytes, offset: int) -> tuple[list[Any], int] | None:
+    """The records at or after ``offset`` of the batch of ``data`` holding it, decoded in Python
+    with header keys that are not UTF-8 kept as :class:`HeaderKey`, and the offset after that
+    batch; ``None`` if no batch holds it or it cannot be decoded even so."""
+    pos = 0
+    try:
+        # Each batch: base offset (int64), length (int32) of what follows; magic at byte 16.
+        while pos + _BATCH_FRAMING <= len(data):
+            _, length = struct.unpack_from(">qi", data, pos)
+            end = pos + _BATCH_FRAMING + length
+            if end > len(data):
+                break  # a partial batch ends a fetch answer
+            if data[pos + _MAGIC_AT] == 2:
+                batch = _DefaultRecordBatchPy(data[pos:end])
+                if batch.next_offset > offset:
+                    batch._maybe_uncompress()
+                    batch._buffer = _RawKeyBuffer(batch._buffer)
+                    return [r for r in batch if r.offset >= offset], batch.next_offset
+            pos = end
+    except Exception as exc:  # undecodable in Python too: halted there by the caller
+        log.debug("a batch undecodable in Python too", error=repr(exc))
+    return None
+
+
+class _RawKeysBatch(BatchBuilder):  # type: ignore[misc]  # aiokafka's class, untyped
+    """aiokafka's ``BatchBuilder`` over its Python record builder, which takes header keys kept
+    as bytes; aiokafka asserts its C builder when the producer numbers the batch."""
+
+    def __init__(self, size: int, compression: int) -> None:
+        super().__init__(size, compression)
+        self._builder = _DefaultRecordBatchBuilderPy(2, compression, 0, -1, -1, 0, size)
+
+    def _set_producer_state(self, producer_id: int, producer_epoch: int, sequence: int) -> None:
+        self._builder.set_producer_state(producer_id, producer_epoch, sequence)
+
+
+class BatchFactory:
+    """New destination batches: aiokafka's (its C builder), or, for a record with a header key
+    kept as bytes (:class:`HeaderKey`, which the C builder refuses), one built in Python."""
+
+    __slots__ = ("_compression", "_size")
+
+    def __init__(self, size: int, compression: int) -> None:
+        self._size, self._compression = size, compression
+
+    def __call__(self) -> BatchBuilder:
+        return BatchBuilder(self._size, self._compression)
+
+    def raw_keys(self) -> BatchBuilder:
+        """A batch whose header keys may be :class:`HeaderKey` (slower: Python)."""
+        return _RawKeysBatch(self._size, self._compression)
 
 
 def install_fetch_path(
@@ -297,6 +437,7 @@ def install_fetch_path(
     _marker, _on_undecodable = marker, on_undecodable
     fetcher.PartitionRecords.__init__ = _init
     fetcher.FetchResult.getall = _getall
+    fetcher.MemoryRecords = _KeptRecords
     return True
 
 
@@ -392,9 +533,9 @@ class InitProducerId:
 
     def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
         low, high = versions.get(22, (0, 0))
-        for struct in (_InitProducerIdRequestV4, _InitProducerIdRequestV3):
-            if low <= struct.API_VERSION <= high:
-                return struct(self._id, self._timeout, -1, -1, {})
+        for request in (_InitProducerIdRequestV4, _InitProducerIdRequestV3):
+            if low <= request.API_VERSION <= high:
+                return request(self._id, self._timeout, -1, -1, {})
         return InitProducerIdRequest_v0(self._id, self._timeout)
 
 
@@ -488,14 +629,14 @@ def idempotent(producer: AIOKafkaProducer) -> bool:
     return manager is not None and bool(manager.has_pid())
 
 
-def batch_factory(producer: AIOKafkaProducer, limit: int | None) -> Callable[[], BatchBuilder]:
+def batch_factory(producer: AIOKafkaProducer, limit: int | None) -> BatchFactory:
     """New batches as ``producer`` builds them (its size and compression), no larger than
     ``limit`` bytes if given."""
     accumulator = producer._message_accumulator
     size: int = accumulator._batch_size
     if limit is not None:
         size = max(1, min(size, limit))
-    return partial(BatchBuilder, size, accumulator._compression_type)
+    return BatchFactory(size, accumulator._compression_type)
 
 
 def batch_records(builder: BatchBuilder) -> list[Any]:

@@ -45,6 +45,7 @@ from replicator.config.settings import ClusterSettings, Compression, Settings
 from replicator.errors import OutcomeUnknown
 from replicator.kafka.clients import client_options
 from replicator.kafka.internals import (
+    BatchFactory,
     FencingPolicy,
     batch_factory,
     batch_records,
@@ -56,6 +57,7 @@ from replicator.kafka.internals import (
 __all__ = [
     "PRODUCER_STATE_LOST",
     "TOPIC_GONE",
+    "BatchFactory",
     "batch_factory",
     "batch_records",
     "idempotence_refused",

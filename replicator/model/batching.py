@@ -19,9 +19,9 @@ source range is one unit of acknowledgement. Pure, no I/O.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka.partitioner import murmur2
 
@@ -44,12 +44,23 @@ class OutboundBatch:
     partition: int | None = None
 
 
+class BatchMaker(Protocol):
+    """Makes a destination's batches (``replicator.kafka.internals.BatchFactory``)."""
+
+    def __call__(self) -> Any: ...
+
+    def raw_keys(self) -> Any:
+        """A batch that takes header keys kept as their bytes (not UTF-8), which a batch of
+        :meth:`__call__` refuses (``TypeError``; its append then added nothing)."""
+        ...
+
+
 @dataclass(slots=True)
 class Target:
     """One destination of a build: where its records start and how to make its batches."""
 
     start: int
-    new_batch: Callable[[], Any]
+    new_batch: BatchMaker
     batches: list[OutboundBatch] = field(default_factory=list)
     marked: Counter[Marking] = field(default_factory=Counter)  # records that carried provenance
 
@@ -101,12 +112,21 @@ def build(
         for i in indices:
             if not aligned and offset < starts[i]:
                 continue
-            if appends[i](timestamp=timestamp, key=key, value=value, headers=tags) is None:
-                # Full: close it at this record and carry on in a new one.
-                targets[i].batches.append(
-                    OutboundBatch(builders[i], firsts[i], offset, counts[i], sizes[i], oldest[i])
-                )
-                builders[i] = targets[i].new_batch()
+            try:
+                added = appends[i](timestamp=timestamp, key=key, value=value, headers=tags)
+                raw_keys = False
+            except (TypeError, UnicodeEncodeError):  # a header key kept as bytes (kafka.decoding)
+                added, raw_keys = None, True
+            if added is None:
+                # Full (or refusing that key): close it at this record, carry on in a new one.
+                if firsts[i] < offset:
+                    targets[i].batches.append(
+                        OutboundBatch(
+                            builders[i], firsts[i], offset, counts[i], sizes[i], oldest[i]
+                        )
+                    )
+                maker = targets[i].new_batch
+                builders[i] = maker.raw_keys() if raw_keys else maker()
                 appends[i] = builders[i].append
                 firsts[i], counts[i], sizes[i] = offset, 0, 0
                 appends[i](timestamp=timestamp, key=key, value=value, headers=tags)
@@ -155,7 +175,7 @@ def build_placed(
     end: int,
     tagger: Tagger,
     placement: Placement,
-    new_batch: Callable[[], Any],
+    new_batch: BatchMaker,
     fetched_ms: int,
 ) -> Placed:
     """Batches of the records from ``start`` to ``end``, each to the partition its key gives.
@@ -207,10 +227,16 @@ def build_placed(
             builder = builders[d] = new_batch()
             counts[d] = sizes[d] = 0
             oldest[d] = timestamp if record.timestamp_type else fetched_ms
-        if builder.append(timestamp=timestamp, key=key, value=value, headers=tags) is None:
-            close(offset)  # full: every destination's batch ends here
-            first = offset
-            builder = builders[d] = new_batch()
+        try:
+            added = builder.append(timestamp=timestamp, key=key, value=value, headers=tags)
+            raw_keys = False
+        except (TypeError, UnicodeEncodeError):  # a header key kept as bytes (kafka.decoding)
+            added, raw_keys = None, True
+        if added is None:
+            if first < offset:
+                close(offset)  # full (or refusing that key): every destination's batch ends here
+                first = offset
+            builder = builders[d] = new_batch.raw_keys() if raw_keys else new_batch()
             counts[d] = sizes[d] = 0
             oldest[d] = timestamp if record.timestamp_type else fetched_ms
             builder.append(timestamp=timestamp, key=key, value=value, headers=tags)

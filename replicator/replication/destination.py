@@ -14,7 +14,7 @@ through ``MemoryLog``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -23,6 +23,7 @@ from replicator.errors import TopicMissing
 from replicator.kafka.clients import track_topics
 from replicator.kafka.coalesce import Coalescer
 from replicator.kafka.producer import batch_factory, idempotent, unfence
+from replicator.model.batching import BatchMaker
 from replicator.model.provenance import Tagger
 from replicator.replication.resume import DestinationTail, SavedMark, Tail
 from replicator.topics.provisioning import DestinationTopic
@@ -62,7 +63,7 @@ class Destination(Protocol):
 
     async def send(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]: ...
 
-    def new_batches(self, limit: int | None) -> Callable[[], Any]: ...
+    def new_batches(self, limit: int | None) -> BatchMaker: ...
 
     def unfence(self, tp: TopicPartition) -> None: ...
 
@@ -166,7 +167,7 @@ class KafkaDestination:
         if error is not None and getattr(error, "invalid_metadata", False):
             self.producer.client.force_metadata_update()
 
-    def new_batches(self, limit: int | None) -> Callable[[], Any]:
+    def new_batches(self, limit: int | None) -> BatchMaker:
         """New batches as the producer builds them, no larger than ``limit`` bytes if given."""
         return batch_factory(self.producer, limit)
 

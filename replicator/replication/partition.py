@@ -48,7 +48,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from replicator.lifecycle import PartitionEvent
-from replicator.model.batching import OutboundBatch, Placement, Target
+from replicator.model.batching import BatchMaker, OutboundBatch, Placement, Target
 from replicator.model.offsets import OffsetTracker
 from replicator.model.provenance import Marking, Tagger
 from replicator.model.records import SourceRecord, payload_size
@@ -172,7 +172,7 @@ class LegPartition:
         self.last_error: str | None = None
         self.epoch = 0  # bumped by rewind(): work and acknowledgements of older epochs are void
         self.tagger = Tagger(source, tp.topic, tp.partition, home, home_marks)
-        self.new_batch: Callable[[], Any] | None = None  # set by prepared()
+        self.new_batch: BatchMaker | None = None  # set by prepared()
         # Set by prepared() when records are placed by key (the destination's partition count
         # differs and the flow does not preserve partition numbers).
         self.placement: Placement | None = None
@@ -276,7 +276,7 @@ class LegPartition:
 
     # -- transitions: lifecycle -----------------------------------------------------------------
 
-    def prepared(self, new_batch: Callable[[], Any], placement: Placement | None = None) -> None:
+    def prepared(self, new_batch: BatchMaker, placement: Placement | None = None) -> None:
         """STARTING -> ATTACHED: the destination topic is ready; batches are made by ``new_batch``
         (placed by key when ``placement`` is given).
 

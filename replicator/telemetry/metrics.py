@@ -95,8 +95,9 @@ class Metrics:
         self.records_undecodable = self._declare(
             Counter,
             "replicator_records_undecodable_total",
-            "Source records the client cannot decode (a header key that is not UTF-8, say): the "
-            "partition halts on that leg at the record, named in /status and the log.",
+            "Source records the client cannot decode (malformed; a header key that is not UTF-8 "
+            "is copied as its bytes): the partition halts on that leg at the record, named in "
+            "/status and the log.",
             ["leg", "topic"],
         )
         self.records_replayed = self._declare(

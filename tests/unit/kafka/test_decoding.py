@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.consumer import fetcher
 from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
 from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.errors import CorruptRecordException
@@ -18,7 +19,10 @@ from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import ConsumerRecord
 
 from replicator.kafka.decoding import as_fetched, take_poisoned, use_decoded_records
-from replicator.kafka.internals import _decoded, _getall
+from replicator.kafka.internals import HeaderKey, _decoded, _getall, _with_raw_keys
+from replicator.kafka.producer import BatchFactory
+from replicator.model.batching import Target, build
+from replicator.model.provenance import Tagger
 
 TP = TopicPartition("orders_REPLICA", 0)
 
@@ -131,3 +135,55 @@ async def test_only_the_data_paths_consumers_get_records_unwrapped() -> None:
     assert [(r.offset, r.key, r.value, list(r.headers)) for r in bare] == [
         (n, b"k%d" % n, b"v", [("h", b"1")]) for n in range(3)
     ]
+
+
+def _read_back(builder: Any) -> list[Any]:
+    """A built batch's records, header keys that are not UTF-8 kept as their bytes (numbered
+    first, as an idempotent producer numbers it)."""
+    builder._set_producer_state(7, 0, 0)
+    decoded = _with_raw_keys(bytes(builder._build()), 0)
+    assert decoded is not None
+    return decoded[0]
+
+
+def _batch_with_a_raw_key(raw_key: bytes) -> bytes:
+    """Five records as a Java client may write them: the third has a header key that is not
+    UTF-8 (built in Python, as the replicator builds such a batch)."""
+    builder = BatchFactory(1 << 20, 0).raw_keys()
+    for offset in range(5):
+        key = HeaderKey(raw_key.decode("utf-8", "surrogateescape")) if offset == 2 else "h"
+        builder.append(timestamp=1_000 + offset, key=b"k%d" % offset, value=b"v",
+                       headers=[(key, b"%d" % offset), ("trace", b"t")])  # fmt: skip
+    return bytes(builder._build())
+
+
+async def test_a_header_key_that_is_not_utf8_is_handed_over_as_its_bytes() -> None:
+    """aiokafka's C decoder refuses the third record; the fetch path decodes the rest of that
+    batch in Python, the key kept as its bytes, and goes on after the batch: no halt."""
+    raw_key = b"\xff\xfeid"
+    records = PartitionRecords(
+        TP, fetcher.MemoryRecords(_batch_with_a_raw_key(raw_key)), [], 0, as_fetched, None,
+        True, 0,
+    )  # fmt: skip
+    subscription = SubscriptionState()
+    subscription.assign_from_user({TP})
+    assignment = subscription.subscription.assignment
+    assignment.state_value(TP).reset_to(0)
+    result = FetchResult(TP, assignment=assignment, partition_records=records, backoff=0)
+    got = list(result.getall())
+    assert [r.offset for r in got] == [0, 1, 2, 3, 4]
+    assert assignment.state_value(TP).position == 5
+    assert take_poisoned(_consumer(assignment)) == []
+    key = got[2].headers[0][0]
+    assert isinstance(key, HeaderKey) and key.raw == raw_key
+    assert [h[0] for r in got for h in r.headers if r.offset != 2] == ["h", "trace"] * 4
+
+    # Copied: the batch that takes the key is built in Python; the key's bytes are unchanged.
+    target = Target(0, BatchFactory(1 << 20, 0))
+    build(got, 5, Tagger("dc1", "orders_REPLICA", 0), [target], 0)
+    copied = [r for b in target.batches for r in _read_back(b.builder)]
+    assert len(copied) == 5
+    assert [r.key for r in copied] == [b"k%d" % n for n in range(5)]
+    copied_key = copied[2].headers[0][0]
+    assert isinstance(copied_key, HeaderKey) and copied_key.raw == raw_key
+    assert copied[2].headers[-1][0] == "replicator"  # provenance, as on every record

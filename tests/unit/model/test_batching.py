@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 
-from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from replicator.kafka.producer import BatchFactory
 from replicator.model import provenance
 from replicator.model.batching import (
     OutboundBatch,
@@ -26,8 +26,8 @@ TAGGER = Tagger("dc1", "orders_REPLICA", 3)
 FETCHED_MS = 1_800_000_000_000
 
 
-def new_batch(size: int = 64 * 1024) -> BatchBuilder:
-    return BatchBuilder(size, 0)
+new_batch = BatchFactory(64 * 1024, 0)
+"""The destination's batches: 64 KiB, uncompressed."""
 
 
 def contents(
@@ -68,7 +68,7 @@ def test_each_destination_starts_at_its_own_offset() -> None:
 
 def test_a_full_batch_is_closed_and_the_ranges_stay_contiguous() -> None:
     records = [Record(o, value=b"x" * 200) for o in range(0, 50)]
-    target = Target(0, lambda: new_batch(1024))
+    target = Target(0, BatchFactory(1024, 0))
     build(records, 50, TAGGER, [target], FETCHED_MS)
     assert len(target.batches) > 3
     assert target.batches[0].first == 0 and target.batches[-1].end == 50
@@ -210,7 +210,7 @@ def test_placed_batches_hold_every_record_once_in_order_with_shared_boundaries(
     records = [Record(o, key=k, value=b"v" * 40) for o, k in enumerate(keys)]
     end = max(len(keys), start)
     placement = Placement(partitions, frozenset(written))
-    placed = build_placed(records, start, end, TAGGER, placement, lambda: new_batch(400), 0)
+    placed = build_placed(records, start, end, TAGGER, placement, BatchFactory(400, 0), 0)
     spans = [(g[0].first, g[0].end) for g in ranges(placed.batches)]
     # Contiguous ranges from start to end: each is one unit of acknowledgement.
     if end > start:

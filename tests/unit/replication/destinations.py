@@ -22,10 +22,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.producer.message_accumulator import BatchBuilder
 
 from replicator.errors import OutcomeUnknown, ReplicatorError
-from replicator.kafka.producer import batch_records
+from replicator.kafka.producer import BatchFactory, batch_records
 from replicator.model.provenance import Tagger
 from replicator.replication.resume import SavedMark, Tail, _Window
 from replicator.topics.provisioning import DestinationTopic
@@ -110,9 +109,9 @@ class MemoryDestination:
             asyncio.get_running_loop().call_soon(settle)
         return future
 
-    def new_batches(self, limit: int | None) -> Callable[[], BatchBuilder]:
+    def new_batches(self, limit: int | None) -> BatchFactory:
         size = self.batch_size if limit is None else max(1, min(self.batch_size, limit))
-        return lambda: BatchBuilder(size, 0)
+        return BatchFactory(size, 0)
 
     def unfence(self, tp: TopicPartition) -> None:
         self.fenced.discard(tp)

@@ -34,6 +34,7 @@ from replicator.replication.health import (
 from replicator.replication.partition import Halt, LegPartition
 from replicator.service.http import build_app
 from replicator.telemetry.metrics import Metrics
+from tests.unit.model.test_batching import new_batch
 
 LEG = Leg("dc1", "dc2")
 STALL_AFTER = 30.0
@@ -87,7 +88,7 @@ class FakeLeg:
             if reason is not None:
                 partition.report(reason)
         else:
-            partition.prepared(lambda: None)
+            partition.prepared(new_batch)
             if state == STALLED:
                 partition.sending(partition.epoch, position, position + 10)
             elif state == HALTED:
@@ -144,7 +145,7 @@ def test_a_leg_is_not_ready_while_partitions_start_one_line_naming_why() -> None
     assert sample(metrics, "replicator_leg_ready", leg="dc1->dc2") == 0
 
     for partition in waiting + preparing:
-        partition.prepared(lambda: None)
+        partition.prepared(new_batch)
     assert view.problems() == []
     view.refresh(no_log_end)
     assert sample(metrics, "replicator_leg_ready", leg="dc1->dc2") == 1
@@ -477,7 +478,7 @@ def test_transitions_are_logged_once_per_leg_with_counts_and_examples() -> None:
         for partition in stalled:
             assert partition.tracker is not None
             partition.acknowledged(partition.tracker, 0)
-        leg.partitions[TopicPartition("orders_REPLICA", 500)].prepared(lambda: None)
+        leg.partitions[TopicPartition("orders_REPLICA", 500)].prepared(new_batch)
         view.refresh(no_log_end, now)
     assert [(entry["event"], entry.get("partitions")) for entry in logs] == [
         ("destination stopped acknowledging", 500),

@@ -23,6 +23,7 @@ from replicator.lifecycle import IdleWait
 from replicator.replication.feed import PartitionFanout
 from replicator.replication.partition import LegPartition
 from replicator.topics.provisioning import BrokerErrors, TopicLayout, TopicProvisioner, TopicSpec
+from tests.unit.model.test_batching import new_batch
 
 
 class MemoryAdmin:
@@ -374,7 +375,7 @@ def test_the_feed_waits_for_a_starting_partition_only_while_its_destination_answ
     assert fanout.blocking() == [local]
     up[id(remote)] = True
     assert fanout.blocking() == [local, remote]
-    local.prepared(lambda: None)
+    local.prepared(new_batch)
     assert fanout.blocking() == [remote]
 
 
