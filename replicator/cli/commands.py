@@ -267,13 +267,22 @@ def sandbox(
     json_output: bool = typer.Option(
         False, "--json", help="Print the brokers and each datacenter's environment as JSON."
     ),
+    broker: str = typer.Option(
+        "embedded",
+        help="embedded (the trial broker, no JVM) or kafka (Apache Kafka itself, from Maven "
+        "Central's jars: needs Java 17+ and Maven; fetched once into ~/.cache/replicator).",
+    ),
 ) -> None:
     """Local brokers to try the replicator by hand, and the exports to run one per datacenter.
 
-    Runs until Ctrl-C or SIGTERM, then stops the brokers and exits 0. The brokers keep data in
-    memory only: everything is lost when the sandbox stops. For trials, not production.
+    Runs until Ctrl-C or SIGTERM, then stops the brokers and exits 0. The embedded brokers keep
+    data in memory only: everything is lost when the sandbox stops. For trials, not production.
     """
-    _needs_extra("sandbox", "embedded")
+    if broker not in ("embedded", "kafka"):
+        typer.echo(f"--broker: {broker!r} is not embedded or kafka", err=True)
+        raise typer.Exit(EXIT_CONFIG)
+    if broker == "embedded":
+        _needs_extra("sandbox", "embedded")
     from replicator.devtools.sandbox import parse_aliases, serve
 
     try:
@@ -281,7 +290,7 @@ def sandbox(
     except ValueError as exc:
         typer.echo(f"--clusters: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
-    raise typer.Exit(serve(aliases, json_output))
+    raise typer.Exit(serve(aliases, json_output, broker))
 
 
 Mm2File = Annotated[

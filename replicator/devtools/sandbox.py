@@ -1,12 +1,14 @@
 """``replicator sandbox``: local brokers to try the replicator by hand.
 
 Starts one embedded broker per datacenter alias (the same :class:`EmbeddedBroker` the demo uses),
-prints the ``export REPLICATOR_...`` lines that run each datacenter's replicator against them (each
-with its own HTTP port, so all of them run on one host), and keeps the brokers up until SIGINT or
-SIGTERM. The environment goes to stdout, everything else to stderr, including, once at the start,
-the trial broker's limits (:data:`LIMITS`: memory only, wrong end offsets after multi-record
-batches, slow group assignment, no idempotent aiokafka producer, no TLS), which is why this is for
-trials and never for production.
+or with ``--broker kafka`` one Apache Kafka node per alias (KRaft, from Maven Central's jars:
+Java 17+ and Maven needed), prints the ``export REPLICATOR_...`` lines that run each datacenter's
+replicator against them (each with its own HTTP port, so all of them run on one host), and keeps
+the brokers up until SIGINT or SIGTERM. The environment goes to stdout, everything else to stderr,
+including, once at the start, the trial broker's limits (:data:`LIMITS`: memory only, wrong end
+offsets after multi-record batches, slow group assignment, no idempotent aiokafka producer, no
+TLS), which is why the embedded broker is for trials and never for production; Apache Kafka's
+nodes keep their data in a temporary directory, deleted when the sandbox stops.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ import threading
 from types import FrameType
 
 from replicator.config.settings import _ALIAS  # the one rule for cluster aliases
+from replicator.devtools.apache_kafka import KAFKA_VERSION, ApacheKafkaCluster, local_clusters
 from replicator.devtools.embedded import (
-    EmbeddedBroker,
-    embedded_clusters,
+    LocalBroker,
     free_port,
     replicator_environment,
 )
@@ -34,6 +36,10 @@ _FIRST_HTTP_PORT = 8081  # what the deploy examples use: dc1 on 8081, dc2 on 808
 WARNING = (
     "warning: the embedded brokers keep data in memory only: everything is lost when the sandbox "
     "stops. For trials, not production."
+)
+KAFKA_NOTE = (
+    f"Apache Kafka {KAFKA_VERSION}, one KRaft node per datacenter, plaintext listeners; its data "
+    "is in a temporary directory, deleted when the sandbox stops."
 )
 
 # What the trial broker (Tansu, from the embedded extra) cannot do, said where users meet it:
@@ -102,7 +108,7 @@ def http_ports(count: int) -> list[int]:
     return ports
 
 
-def environments(brokers: dict[str, EmbeddedBroker]) -> dict[str, dict[str, str]]:
+def environments(brokers: dict[str, LocalBroker]) -> dict[str, dict[str, str]]:
     """Per datacenter, the variables that run its replicator beside its broker."""
     ports = http_ports(len(brokers))
     return {
@@ -124,8 +130,23 @@ def render(envs: dict[str, dict[str, str]]) -> str:
     return "\n\n".join(blocks)
 
 
-def serve(aliases: list[str], as_json: bool) -> int:
-    """Run the sandbox until a signal; 0 after a clean stop, 1 if a broker failed."""
+def _exited(broker: LocalBroker) -> bool:
+    """Whether a broker's process (any node's) has exited."""
+    if isinstance(broker, ApacheKafkaCluster):
+        return not all(node.running for node in broker.nodes)
+    process = getattr(broker, "process", None)
+    return process is not None and process.poll() is not None
+
+
+def _log_of(broker: LocalBroker) -> object:
+    if isinstance(broker, ApacheKafkaCluster):
+        return broker.nodes[0].log_path
+    return getattr(broker, "log_path", None)
+
+
+def serve(aliases: list[str], as_json: bool, broker: str = "embedded") -> int:
+    """Run the sandbox on ``broker`` (``embedded`` or ``kafka``) until a signal; 0 after a clean
+    stop, 1 if a broker failed."""
     stop = threading.Event()
 
     def on_signal(signum: int, _: FrameType | None) -> None:
@@ -133,20 +154,23 @@ def serve(aliases: list[str], as_json: bool) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with embedded_clusters(*aliases) as brokers:
+        with local_clusters(*aliases, broker=broker) as brokers:
             envs = environments(brokers)
             if as_json:
                 clusters = {a: b.bootstrap_servers for a, b in brokers.items()}
                 print(json.dumps({"clusters": clusters, "env": envs}), flush=True)
             else:
                 print(render(envs), flush=True)
-            for alias, broker in brokers.items():
-                _say(f"broker {alias}: {broker.bootstrap_servers} (log: {broker.log_path})")
-            _say(WARNING)
-            _say(limits())
+            for alias, started in brokers.items():
+                _say(f"broker {alias}: {started.bootstrap_servers} (log: {_log_of(started)})")
+            if broker == "embedded":
+                _say(WARNING)
+                _say(limits())
+            else:
+                _say(KAFKA_NOTE)
             _say("sandbox running; Ctrl-C (or SIGTERM) stops the brokers")
             while not stop.wait(0.5):
-                dead = [a for a, b in brokers.items() if b.process and b.process.poll() is not None]
+                dead = [a for a, b in brokers.items() if _exited(b)]
                 if dead and not stop.is_set():
                     _say(f"broker {', '.join(dead)} exited; stopping the sandbox")
                     return 1

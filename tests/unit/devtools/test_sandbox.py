@@ -44,10 +44,11 @@ def test_sandbox_prints_the_limits_once_at_start(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     @contextlib.contextmanager
-    def clusters(*aliases: str) -> Iterator[dict[str, _FakeBroker]]:
+    def clusters(*aliases: str, broker: str) -> Iterator[dict[str, _FakeBroker]]:
+        assert broker == "embedded"
         yield {alias: _FakeBroker(f"127.0.0.1:{9092 + i}") for i, alias in enumerate(aliases)}
 
-    monkeypatch.setattr(sandbox, "embedded_clusters", clusters)
+    monkeypatch.setattr(sandbox, "local_clusters", clusters)
     # the fake brokers have exited: the sandbox reports it after its first check and stops
     assert sandbox.serve(["dc1", "dc2"], as_json=True) == 1
     said = capsys.readouterr()
