@@ -20,6 +20,7 @@ import time
 from functools import partial
 from typing import Any
 
+import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from benchmarks.brokers import clusters
@@ -28,6 +29,7 @@ from replicator.config.settings import load_settings
 from replicator.failover.checkpoints import Checkpoint, CheckpointKey
 from replicator.failover.group_positions import GroupTranslator, PartitionMove
 from replicator.kafka.clients import GroupOffsets
+from replicator.kafka.retry import Backoff, retrying
 from replicator.model.provenance import Provenance
 
 PARTITIONS = 12
@@ -46,11 +48,20 @@ def origin_at(cluster: str, i: int, partition: int) -> Provenance:
 
 
 async def commit(bootstrap: str, positions: dict[int, int]) -> None:
+    """Commit the group's positions (retried while a fresh cluster's group coordinator is
+    still being elected: Apache Kafka creates its offsets topic on first use)."""
     client = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await client.start()
     try:
         offsets = {TopicPartition(TOPIC, p): at for p, at in positions.items()}
-        await GroupOffsets(client, GROUP).commit(offsets)
+        await retrying(
+            lambda: GroupOffsets(client, GROUP).commit(offsets),
+            stop=asyncio.Event(),
+            what="commit the benchmark group's positions",
+            log=structlog.get_logger(__name__),
+            persistent=False,
+            backoff=Backoff(base=0.5, ceiling=2.0),
+        )
     finally:
         await client.stop()
 

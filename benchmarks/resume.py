@@ -66,7 +66,8 @@ async def produce_batches(
                 batch = producer.create_batch()
                 for i in range(start, min(start + per_batch, per_partition)):
                     key, value, headers = record(i, partition)
-                    batch.append(timestamp=now, key=key, value=value, headers=headers)
+                    if batch.append(timestamp=now, key=key, value=value, headers=headers) is None:
+                        raise RuntimeError(f"{per_batch} records do not fit one batch")
                 pending.append(await producer.send_batch(batch, topic, partition=partition))
                 if len(pending) > 32:
                     await asyncio.gather(*pending)

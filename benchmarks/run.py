@@ -195,12 +195,14 @@ async def preload(broker: LocalBroker, workload: Workload) -> None:
                 batch = producer.create_batch()
                 first = start + partition * per_call
                 for i in range(first, min(first + per_call, workload.records)):
-                    batch.append(
+                    appended = batch.append(
                         timestamp=now,
                         key=f"key-{i % 1000}".encode(),
                         value=value_of(i, workload.value_bytes),
                         headers=[("bench", b"1")],
                     )
+                    if appended is None:
+                        raise RuntimeError(f"{per_call} records do not fit one batch")
                 if batch.record_count():
                     topic = workload.source_topic
                     pending.append(await producer.send_batch(batch, topic, partition=partition))
@@ -233,9 +235,10 @@ class Watermarks:
             )
             await consumer.start()
             self._consumers[alias] = consumer
+            consumer.assign(self._partitions)  # metadata for them: ListOffsets in one go
             if lists_offsets():
+                consumer.pause(*self._partitions)  # asked, never fetched
                 continue
-            consumer.assign(self._partitions)
             for tp in self._partitions:
                 consumer.seek(tp, 1 << 40)  # past the end: fetches return no data, only watermarks
         return self
@@ -406,13 +409,18 @@ async def latency(
                             n = due // partitions + (1 if p < due % partitions else 0)
                             if n <= 0:
                                 continue
-                            batch = producer.create_batch()
+                            # A batch holds what fits (16 KiB): a tick behind offers more.
+                            batch, held = producer.create_batch(), 0
                             for i in range(n):
-                                batch.append(
-                                    timestamp=now_ms, key=b"k%d" % i, value=value, headers=[]
-                                )
+                                key = b"k%d" % i
+                                if batch.append(timestamp=now_ms, key=key, value=value) is None:
+                                    sent = await producer.send_batch(batch, topic, partition=p)
+                                    sent.add_done_callback(partial(acknowledged, held))
+                                    batch, held = producer.create_batch(), 0
+                                    batch.append(timestamp=now_ms, key=key, value=value)
+                                held += 1
                             sent = await producer.send_batch(batch, topic, partition=p)
-                            sent.add_done_callback(partial(acknowledged, n))
+                            sent.add_done_callback(partial(acknowledged, held))
                             offered += n
                         if process is not None:
                             process.sample_rss()

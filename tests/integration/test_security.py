@@ -32,6 +32,7 @@ from replicator.devtools.apache_kafka import (
 )
 from tests.integration.harness import (
     BACKEND,
+    ReplicatorProcess,
     Start,
     create_topics,
     holds,
@@ -260,6 +261,30 @@ def test_a_refused_connection_names_the_cluster_and_the_cause(
     assert Path(pki.ca).exists()
 
 
+def copies_exactly_and_shows_no_secret(
+    node: ReplicatorProcess,
+    source: ApacheKafkaCluster,
+    topic: str,
+    target: ApacheKafkaCluster,
+    copy: str,
+    origin: str = "primary",
+) -> None:
+    """200 records produced to ``topic`` reach ``copy`` once each, in order; no password
+    appears in the node's log, ``/status`` or ``/metrics``."""
+    node.wait_ready(timeout=90)
+    sent = produce(source, topic, 200, partitions=2)
+    wait_until(holds(target, copy, 200), 90, copy, node.log)
+    wait_settled(node)
+    report = oracle(sent, read(target, copy), origin)
+    assert (report.delivered, report.duplicates, report.missing) == (200, 0, []), report
+    assert not report.out_of_order, report
+    surfaces = str(node.get("/status")[1]) + node.get("/metrics")[1]
+    assert node.stop() == 0
+    text = surfaces + node.log_path.read_text(errors="replace")
+    for secret in (DC1_PASSWORD, DC3_PASSWORD):
+        assert secret not in text
+
+
 def test_a_mirror_maker_2_file_with_per_cluster_security_runs_on_these_listeners(
     replicators: Start, tmp_path: Path, secured: tuple[dict[str, ApacheKafkaCluster], Pki]
 ) -> None:
@@ -313,16 +338,7 @@ def test_a_mirror_maker_2_file_with_per_cluster_security_runs_on_these_listeners
         + "\n"
     )
     node = replicators("backup", {"REPLICATOR_LOG_FORMAT": "json"}, ("mm2", str(config)))
-    node.wait_ready(timeout=90)
-    source = produce(primary, "mm-orders", 200, partitions=2)
-    wait_until(holds(backup, "primary.mm-orders", 200), 90, "primary.mm-orders", node.log)
-    wait_settled(node)
-    report = oracle(source, read(backup, "primary.mm-orders"), "primary")
-    assert (report.delivered, report.duplicates, report.missing) == (200, 0, []), report
-    assert not report.out_of_order, report
-    surfaces = str(node.get("/status")[1]) + node.get("/metrics")[1]
-    assert node.stop() == 0
-    assert DC1_PASSWORD not in surfaces + node.log_path.read_text(errors="replace")
+    copies_exactly_and_shows_no_secret(node, primary, "mm-orders", backup, "primary.mm-orders")
 
 
 def test_mirror_maker_1_client_files_with_their_security_run_on_these_listeners(
@@ -359,15 +375,4 @@ def test_mirror_maker_1_client_files_with_their_security_run_on_these_listeners(
     args = ("mirror-maker", "--consumer.config", str(consumer), "--producer.config",
             str(producer), "--whitelist", "mm1-.*")  # fmt: skip
     node = replicators("dc3", {"REPLICATOR_LOG_FORMAT": "json"}, args)
-    node.wait_ready(timeout=90)
-    sent = produce(source, "mm1-orders", 200, partitions=2)
-    wait_until(holds(target, "mm1-orders", 200), 90, "dc3's mm1-orders", node.log)
-    wait_settled(node)
-    report = oracle(sent, read(target, "mm1-orders"), "dc1")
-    assert (report.delivered, report.duplicates, report.missing) == (200, 0, []), report
-    assert not report.out_of_order, report
-    surfaces = str(node.get("/status")[1]) + node.get("/metrics")[1]
-    assert node.stop() == 0
-    text = surfaces + node.log_path.read_text(errors="replace")
-    for secret in (DC1_PASSWORD, DC3_PASSWORD):
-        assert secret not in text
+    copies_exactly_and_shows_no_secret(node, source, "mm1-orders", target, "mm1-orders", "dc1")
