@@ -433,8 +433,9 @@ async def watch(
                     if all(n >= layout.partitions and not s for n, s in started.values()):
                         result.started_seconds = since(start)
                 # Each poll costs the replicator a /metrics or /status answer: at most about
-                # a twentieth of its time, however large the answer grows.
-                next_states = time.monotonic() + max(0.5, 20 * (time.monotonic() - now))
+                # a twentieth of its time, however large the answer grows (and at least one
+                # poll every 2 s: a slow first answer must not hide the moment all started).
+                next_states = time.monotonic() + min(2.0, max(0.5, 20 * (time.monotonic() - now)))
             if marks is None and now >= next_topics:
                 try:
                     missing = await missing_topics(brokers, real, layout.partitions_per_topic)
@@ -456,8 +457,12 @@ async def watch(
                     cpu = sum(process.cpu_seconds() for process, _ in processes)
                     result.cpu_seconds = round(cpu, 2)
                     result.cpu_seconds_per_million = round(cpu / expected * 1e6, 2)
-                # Watching costs this process and the brokers: at most a tenth of the time.
-                next_marks = time.monotonic() + max(0.25, 10 * (time.monotonic() - polled))
+                # Watching costs this process and the brokers: at most a tenth of the time, and
+                # a poll every 2 s at least (the first, on topics just created, may wait for
+                # their leaders for many seconds: it must not push the next one minutes away).
+                next_marks = time.monotonic() + min(
+                    2.0, max(0.25, 10 * (time.monotonic() - polled))
+                )
             if result.drain_seconds is not None and result.started_seconds is not None:
                 # Readiness is only reported: a replicator that drained but stays unready
                 # (a leg it judges stalled, say) still gets its figures.
