@@ -5,11 +5,12 @@
     sandbox and the test suite.
 ``apache_kafka``
     Apache Kafka itself from Maven Central's jars, as local JVMs (KRaft, one or three nodes,
-    TLS, SCRAM and ACLs on request), for the test suite and the benchmarks; Kafka's own
-    command-line tools.
+    TLS, SCRAM and ACLs on request), for the test suite, the benchmarks and
+    ``replicator sandbox --broker kafka``; Kafka's own command-line tools.
 ``demo``
     ``replicator demo``: two local datacenters, two replicators, live traffic, every record
     counted.
 ``sandbox``
-    ``replicator sandbox``: local brokers and the ``export`` lines to try the replicator by hand.
+    ``replicator sandbox``: local brokers (embedded, or Apache Kafka) and the ``export`` lines to
+    try the replicator by hand.
 """
