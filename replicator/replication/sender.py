@@ -142,7 +142,7 @@ class PartitionSender:
         self._destination_offsets: dict[int, int] = {}
         self._replaced = PartitionEvent()
         self._replace_cause = "destination partition replaced (topic deleted and created again)"
-        self._replay_from = 0  # where a replay starts, if after the source log start
+        self._replay_from = 0  # where the next replay starts, if after the source log start
         # future -> (epoch, records) of the batches handed to the producer, not yet answered
         self._in_flight: dict[asyncio.Future[Any], tuple[int, int]] = {}
         # A write the destination denied (ACLs, credentials): tried again after a delay that
@@ -225,13 +225,15 @@ class PartitionSender:
 
     # -- preparing ------------------------------------------------------------------------------
 
-    async def _prepare(self, replaying: bool = False) -> bool:
+    async def _prepare(self, replay_start: int | None = None) -> bool:
         """Wait for the destination and ensure its topic; ``False`` if this must not replicate.
 
-        Run before the first batch, and again after a replay (the topic was deleted); each
-        time the destination partition's tail is read (:meth:`_resumed`).
+        Run before the first batch, and again after a replay (the topic was deleted) with the
+        source offset it starts at (``replay_start``); each time the destination partition's
+        tail is read (:meth:`_resumed`).
         """
         partition = self.partition
+        replaying = replay_start is not None
 
         tail: Tail | None = None
         mark: int | None = None  # the mark the tail was read from (in memory, else saved)
@@ -344,7 +346,7 @@ class PartitionSender:
                 # Only a replay from the source log start moves a partition back.
                 with contextlib.suppress(Exception):  # unknown: nothing moves back
                     log_start = await self._log_start()
-            self._resumed(tail, replaying, log_start, mark_saved=mark is not None)
+            self._resumed(tail, replay_start, log_start, mark_saved=mark is not None)
         if placement is not None and not replaying:
             partition.resumed_placed(placement.written)
             if partition.placement is None:
@@ -381,20 +383,24 @@ class PartitionSender:
         return ClusterUnavailable(f"reading where to resume: {error}")
 
     def _resumed(
-        self, tail: Tail, replaying: bool, log_start: int | None = None, mark_saved: bool = True
+        self,
+        tail: Tail,
+        replay_start: int | None,
+        log_start: int | None = None,
+        mark_saved: bool = True,
     ) -> None:
-        """Continue after what the destination holds (or, replaying, count what it repeats);
-        ``log_start``: the source log start, asked when the tail holds records of the origin
-        below the position or out of order (see :func:`resume_after`); ``mark_saved``: a mark
-        was saved for this partition (else the first commit saves one)."""
+        """Continue after what the destination holds (or, replaying from ``replay_start``, count
+        what it repeats); ``log_start``: the source log start, asked when the tail holds records
+        of the origin below the position or out of order (see :func:`resume_after`);
+        ``mark_saved``: a mark was saved for this partition (else the first commit saves one)."""
         partition = self.partition
         self._metrics.resume_seconds.labels(self.leg.name).observe(tail.seconds)
-        if replaying:
+        if replay_start is not None:
             partition.replay_from_mark(tail.log_end)
             # What it holds of the origin before the replay's start (a rolled-back log) is
             # not written again; records at or past it are (counted with any before them).
             last = tail.origin_offset
-            if tail.origin_records and last is not None and last >= self._replay_from:
+            if tail.origin_records and last is not None and last >= replay_start:
                 self._duplicates.written(
                     partition.target_topic, tail.origin_records, "destination_replaced"
                 )
@@ -699,6 +705,8 @@ class PartitionSender:
         self._replaced.clear()
         cause, begin = self._replace_cause, self._replay_from
         self._replace_cause = "destination partition replaced (topic deleted and created again)"
+        self._replay_from = 0
+        replay_start = begin  # what the destination holds of the origin below it is not repeated
         partition = self.partition
         target = partition.target_topic
         self._metrics.partitions_replaced.labels(self.leg.name, target).inc()
@@ -742,13 +750,11 @@ class PartitionSender:
             if unreplayable:
                 note += f"; the {unreplayable} records before it are no longer in the source"
             partition.rewind(start, note)
-            self._replay_from = start  # what the destination holds below it is not repeated
+            replay_start = start
         # Batches of the abandoned position still on their way land before the tail is read.
         if self._in_flight:
             await asyncio.wait(list(self._in_flight), timeout=self._destination.timeout)
-        prepared = await self._prepare(replaying=True)  # create the topic again (or halt)
-        self._replay_from = 0
-        if not prepared:
+        if not await self._prepare(replay_start):  # create the topic again (or halt)
             return
         # Nothing is replayed before the rewound position and the replaced log's end (the mark)
         # are saved: a restart then replays too, rather than resuming after records that only
