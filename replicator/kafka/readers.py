@@ -27,22 +27,25 @@ class StoredRecord:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
+    timestamp_type: int = 0  # 0: CreateTime (the producer's), 1: LogAppendTime (the broker's)
 
     @property
     def provenance(self) -> Provenance | None:
         return parse(self.headers)
 
     @classmethod
-    def of(cls, record: ConsumerRecord[bytes, bytes]) -> StoredRecord:
-        """The record a consumer returned, as stored."""
+    def of(cls, record: ConsumerRecord[bytes, bytes], tp: TopicPartition) -> StoredRecord:
+        """The record a consumer returned from ``tp``, as stored (a data-path consumer's
+        records, unwrapped, do not say their topic and partition)."""
         return cls(
-            record.topic,
-            record.partition,
+            tp.topic,
+            tp.partition,
             record.offset,
             record.key,
             record.value,
             tuple(record.headers),
             record.timestamp,
+            record.timestamp_type,
         )
 
 
@@ -103,7 +106,7 @@ async def read_topics(
                 )
             fetched = await consumer.getmany(timeout_ms=200)
             for tp, batch in fetched.items():
-                records[tp].extend(StoredRecord.of(r) for r in batch)
+                records[tp].extend(StoredRecord.of(r, tp) for r in batch)
             for tp in partitions:
                 if tp in done:
                     continue

@@ -9,12 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from replicator.kafka.decoding import as_fetched, use_decoded_records
 from replicator.kafka.internals import HeaderKey
-from replicator.kafka.readers import partitions_of
-from replicator.model.provenance import parse
+from replicator.kafka.readers import StoredRecord, read_topic
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
     Broker,
@@ -289,28 +288,11 @@ async def _produce_one_undecodable_record(broker: Broker, before: int, after: in
         await producer.stop()
 
 
-async def _read_keeping_raw_keys(bootstrap: str, topic: str) -> list[Any]:
+def read_keeping_raw_keys(cluster: Broker, topic: str) -> list[StoredRecord]:
     """Every record of ``topic`` as the replicator's own fetch path decodes it (a header key
     that is not UTF-8 kept as its bytes; aiokafka's consumer cannot read such a record)."""
     assert use_decoded_records()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        key_deserializer=as_fetched,
-    )
-    await consumer.start()
-    try:
-        tps = await partitions_of(consumer, topic)
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        found: list[Any] = []
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
-                found.extend((tp.partition, r) for r in records)
-        return found
-    finally:
-        await consumer.stop()
+    return run(read_topic(cluster.bootstrap_servers, topic, key_deserializer=as_fetched))
 
 
 def test_a_header_key_that_is_not_utf8_is_copied_as_its_bytes(replicators: Start) -> None:
@@ -328,20 +310,18 @@ def test_a_header_key_that_is_not_utf8_is_copied_as_its_bytes(replicators: Start
         dc1.wait_ready()
 
         def holds_all(cluster: Broker) -> Callable[[], bool]:
-            bootstrap = cluster.bootstrap_servers
-            return lambda: len(run(_read_keeping_raw_keys(bootstrap, "orders"))) >= total
+            return lambda: len(read_keeping_raw_keys(cluster, "orders")) >= total
 
         for cluster in (local, remote):
             wait_until(holds_all(cluster), 60, f"every record on {cluster.alias}", dc1.log)
         wait_settled(dc1)
         for cluster in (local, remote):
-            copied = run(_read_keeping_raw_keys(cluster.bootstrap_servers, "orders"))
+            copied = read_keeping_raw_keys(cluster, "orders")
             assert len(copied) == total
             for partition in range(3):
-                records = [r for p, r in copied if p == partition]
-                origins = [parse(list(r.headers)) for r in records]
+                origins = [r.provenance for r in copied if r.partition == partition]
                 assert [o.offset for o in origins if o is not None] == list(range(total // 3))
-            (odd,) = [r for p, r in copied if p == 0 and r.value == b"poison"]
+            (odd,) = [r for r in copied if r.partition == 0 and r.value == b"poison"]
             keys = [k for k, _ in odd.headers]
             assert isinstance(keys[0], HeaderKey) and keys[0].raw == b"\xff\xfe-trace"
             assert keys[1:] == ["replicator"] and dict(odd.headers)["replicator"] == (

@@ -79,7 +79,7 @@ async def _consume(
                 for r in batch:
                     if upto is not None and r.offset >= upto[tp.partition]:
                         break
-                    records.append(StoredRecord.of(r))
+                    records.append(StoredRecord.of(r, tp))
             for tp in tps:
                 stop = upto[tp.partition] if upto is not None else consumer.highwater(tp)
                 if stop is None:

@@ -20,13 +20,12 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from replicator.config.settings import load_settings
 from replicator.kafka.clients import ClusterClient
-from replicator.kafka.readers import partitions_of
 from replicator.topics.provisioning import ClusterAdmin, topic_overrides
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
@@ -452,26 +451,9 @@ def test_mirror_sync_lowers_and_removes_as_mirrormaker_2_does(replicators: Start
         assert dc1.stop() == 0
 
 
-async def _stamps(bootstrap: str, topic: str) -> dict[bytes, tuple[int, int]]:
+def stamps(broker: Broker, topic: str) -> dict[bytes, tuple[int, int]]:
     """Each record of ``topic`` by value: (its timestamp, its timestamp type)."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        tps = await partitions_of(consumer, topic)
-        assert tps, topic
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        stamps: dict[bytes, tuple[int, int]] = {}
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            for records in (await consumer.getmany(timeout_ms=1000)).values():
-                for r in records:
-                    assert r.value is not None
-                    stamps[r.value] = (r.timestamp, r.timestamp_type)
-        return stamps
-    finally:
-        await consumer.stop()
+    return {r.value: (r.timestamp, r.timestamp_type) for r in read(broker, topic) if r.value}
 
 
 def test_a_log_append_time_source_keeps_its_broker_stamps(replicators: Start) -> None:
@@ -498,11 +480,11 @@ def test_a_log_append_time_source_keeps_its_broker_stamps(replicators: Start) ->
         for broker in (local, remote):
             found = oracle(read(local, "orders_REPLICA"), read(broker, "orders"), "dc1")
             assert (found.delivered, found.duplicates, found.missing) == (100, 0, []), found
-        source = run(_stamps(local.bootstrap_servers, "orders_REPLICA"))
+        source = stamps(local, "orders_REPLICA")
         assert len(source) == 100
         assert all(kind == 1 and at > ancient + 1_000 for at, kind in source.values()), source
         for broker in (local, remote):
-            assert run(_stamps(broker.bootstrap_servers, "orders")) == {
+            assert stamps(broker, "orders") == {
                 value: (at, 0) for value, (at, _) in source.items()
             }, broker.alias
         assert "message.timestamp.type" not in run(overrides(local, "orders"))
