@@ -361,7 +361,11 @@ async def _create_topics(bootstrap: str, topics: dict[str, int], configs: dict[s
 
 
 async def _commit(bootstrap: str, group: str, offsets: dict[TopicPartition, int]) -> None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    # No auto-commit: at its stop it would commit the position it resolved itself (the log
+    # end, by its reset policy) over the offsets committed here.
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         consumer.assign(list(offsets))

@@ -133,7 +133,9 @@ def upstream_clusters(broker: Broker) -> dict[str, int]:
 
 async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
     """``group``'s committed offsets of ``topic`` (read as a consumer: no member joins)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         tps = await partitions_of(consumer, topic)

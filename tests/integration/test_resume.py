@@ -128,7 +128,7 @@ def test_the_tail_names_the_last_record_of_each_origin_and_reads_no_further_than
 
 
 async def saved_marks(bootstrap: str, group: str, partitions: int) -> dict[int, int | None]:
-    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await reader.start()
     try:
         tps = [TopicPartition("orders", p) for p in range(partitions)]

@@ -57,7 +57,9 @@ def _malformed(topic: str, partition: int, timestamp: int) -> Sent:
 
 
 async def _committed(bootstrap: str, group: str, partitions: int) -> list[int | None]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         tps = [TopicPartition("orders_REPLICA", p) for p in range(partitions)]
