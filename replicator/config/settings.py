@@ -170,6 +170,17 @@ class StartPosition(StrEnum):
     LATEST = "latest"  # only what is written from now on
 
 
+class TakeOver(StrEnum):
+    """Whose position a flow takes over for a source partition it never committed: the
+    MirrorMaker it replaces, so that nothing is copied twice and nothing skipped."""
+
+    NONE = "none"  # start by START_FROM
+    # MirrorMaker 1's committed offsets: the flow's consumer group (GROUP_ID) on the source.
+    MIRRORMAKER1 = "mirrormaker1"
+    # MirrorMaker 2's source offsets: its Connect offsets topic on the target.
+    MIRRORMAKER2 = "mirrormaker2"
+
+
 def is_host_port(entry: str) -> bool:
     """``entry`` is one bootstrap address, ``host:port`` (no credentials, no scheme)."""
     return _HOST_PORT.match(entry) is not None
@@ -389,6 +400,19 @@ class FlowSettings(BaseModel):
         StartPosition.EARLIEST,
         description="Where a partition with no committed offset starts: earliest (the whole "
         "history) or latest (only new records).",
+    )
+    take_over: TakeOver = Field(
+        TakeOver.NONE,
+        description="A partition with no committed offset of the flow starts where the "
+        "MirrorMaker it replaces stopped: mirrormaker1 (the offsets committed under GROUP_ID "
+        "on the source), mirrormaker2 (the source offsets in its Connect offsets topic on the "
+        "target, TAKE_OVER_TOPIC), none; confirmed against what the target holds. Where "
+        "MirrorMaker left no position, START_FROM applies.",
+    )
+    take_over_topic: str | None = Field(
+        None,
+        description="With TAKE_OVER=mirrormaker2: MirrorMaker 2's offsets topic on the target "
+        "(default mm2-offsets.<source>.internal).",
     )
     replication_factor: int | None = Field(
         None, ge=1, description="Replication factor of topics created on the target."

@@ -32,6 +32,7 @@ from replicator.config.settings import (
     OversizePolicy,
     Settings,
     StartPosition,
+    TakeOver,
 )
 
 # The longest topic name Kafka accepts.
@@ -304,6 +305,9 @@ class FeedPlan:
     rules: TopicRules
     legs: tuple[Leg, ...]
     start_from: StartPosition = StartPosition.EARLIEST
+    # Whose position a partition the leg never committed takes over (takeover.py).
+    take_over: TakeOver = TakeOver.NONE
+    take_over_topic: str | None = None
     replication_factor: int | None = None
     loop_home: bool = False
     preserve_partitions: bool = True
@@ -426,6 +430,8 @@ def feeds_for(settings: Settings) -> list[FeedPlan]:
                 rules=TopicRules.for_flow(flow, settings),
                 legs=(Leg(flow.source, flow.target, name),),
                 start_from=flow.start_from,
+                take_over=flow.take_over,
+                take_over_topic=flow.take_over_topic,
                 replication_factor=flow.replication_factor
                 or settings.destination_replication_factor,
                 loop_home=True,

@@ -317,11 +317,14 @@ def _flows(
         if exclude is not None:
             b.set(fvar("TOPICS_EXCLUDE"), exclude, chosen.shown)
         b.set(fvar("GROUP_ID"), group, origin)
+        b.set(fvar("TAKE_OVER"), "mirrormaker1", f"{tool}'s own position (its group {group})")
         b.note(
             origin,
-            f"the flow's consumer group is {group}; it commits its offsets under "
-            f"{group}.{source.alias}.{target.alias}, so offsets MirrorMaker committed under "
-            f"{group} are not taken over; stop MirrorMaker first (it would share the group)",
+            f"the flow's consumer group is {group}; a partition the flow never committed starts "
+            f"at the offset {tool} committed under {group} (where it stopped: nothing copied "
+            f"twice, nothing skipped), and the flow commits under "
+            f"{group}.{source.alias}.{target.alias}; stop {tool} first (it would share the "
+            "group)",
         )
         if source.start_from is not None:
             b.set(fvar("START_FROM"), source.start_from.value, source.start_from.origin)

@@ -106,7 +106,8 @@ _NOTES: dict[str, str] = {
     "offset.storage.replication.factor": _NO_CONNECT,
     "status.storage.replication.factor": _NO_CONNECT,
     "config.storage.replication.factor": _NO_CONNECT,
-    "offset.storage.topic": _NO_CONNECT,
+    "offset.storage.topic": "no Connect worker; read once, where a flow takes over "
+    "MirrorMaker 2's position (REPLICATOR_FLOWS__<FLOW>__TAKE_OVER_TOPIC)",
     "status.storage.topic": _NO_CONNECT,
     "config.storage.topic": _NO_CONNECT,
     "offset.flush.interval.ms": _NO_CONNECT,
@@ -494,3 +495,9 @@ def _flow(
         b.set(fvar("START_FROM"), start_position(start[0], start[1]), start[1])
     elif source.start_from is not None:
         b.set(fvar("START_FROM"), source.start_from.value, source.start_from.origin)
+    # Where MirrorMaker 2 stopped (its Connect offsets on the target) comes before START_FROM:
+    # the switch then copies nothing twice and skips nothing (takeover.py).
+    b.set(fvar("TAKE_OVER"), "mirrormaker2", f"MirrorMaker 2's own position ({label})")
+    storage = scoped.get("offset.storage.topic")
+    if storage is not None:
+        b.set(fvar("TAKE_OVER_TOPIC"), storage[0].strip(), storage[1])

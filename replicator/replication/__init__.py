@@ -19,6 +19,9 @@
 ``resume``
     Where a partition resumes: the destination's tail and saved marks, read for many partitions
     per fetch, so nothing is written twice after a restart.
+``takeover``
+    Where a flow's partitions start when the MirrorMaker it replaces stopped (MirrorMaker 1's
+    group offsets, MirrorMaker 2's Connect offsets), confirmed by what the target holds.
 ``committer``
     Committing upstream offsets that every destination acknowledgement covers.
 ``catch_up``

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Iterable
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from replicator.config.settings import Settings, StartPosition
+from replicator.config.settings import Settings, StartPosition, TakeOver
 from replicator.config.topology import FeedPlan, Leg
 from replicator.errors import ClusterUnavailable, ReplicatorError
 from replicator.kafka.clients import (
@@ -63,6 +63,7 @@ from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition, resume_position
 from replicator.replication.resume import marks_group
 from replicator.replication.sender import PartitionSender
+from replicator.replication.takeover import Takeover, default_offsets_topic
 from replicator.telemetry.metrics import Metrics
 from replicator.topics.provisioning import ClusterAdmin, TopicProvisioner
 
@@ -97,6 +98,7 @@ class LegRunner:
         self._settings = settings
         self._rules = plan.rules
         self._start_from = plan.start_from
+        self._plan = plan
         self._preserve_partitions = plan.preserve_partitions
         # Flows: a renamed copy never goes back to the cluster it came from (provenance.py).
         self._home = leg.destination if plan.loop_home else None
@@ -437,6 +439,12 @@ class LegRunner:
         points = await committed_offsets(consumer, replicated)
         committed = {tp: offset for tp, (offset, _) in points.items()}
         new = [tp for tp, offset in committed.items() if offset is None]
+        if new and self._plan.take_over is not TakeOver.NONE:
+            taken = await self._take_over(consumer, new)
+            if taken is None:
+                return  # stop came first: start nothing
+            committed.update(taken)
+            new = [tp for tp in new if tp not in taken]
         log_start: dict[TopicPartition, int] = {}
         if new:
             log_start = await self._first_positions(consumer, new)
@@ -449,6 +457,46 @@ class LegRunner:
                 committed[tp] is not None,
             )
         self._log.info("partitions assigned", partitions=len(self.partitions))
+
+    async def _take_over(
+        self, consumer: AIOKafkaConsumer, new: list[TopicPartition]
+    ) -> dict[TopicPartition, int] | None:
+        """Where the MirrorMaker this flow replaces left ``new`` (takeover.py), committed;
+        retried until it is read (never started by policy over a position it could not
+        read: that would copy twice or skip). ``None`` if stop came first."""
+        plan, settings = self._plan, self._settings
+
+        async def new_reader(side: str) -> AIOKafkaConsumer:
+            alias = self.leg.destination if side == "target" else self.leg.source
+            reader = make_reader(settings.clusters[alias], settings, f"{self._client_id}-takeover")
+            await reader.start()
+            return reader
+
+        takeover = Takeover(
+            kind=plan.take_over,
+            source=self.leg.source,
+            group=plan.group,
+            topic=plan.take_over_topic or default_offsets_topic(self.leg.source),
+            target=self._rules.target,
+            preserve_partitions=self._preserve_partitions,
+            new_reader=new_reader,
+            tail=self.destination.tail,
+            commit=consumer.commit,
+            timeout=settings.request_timeout_ms / 1000,
+            log=self._log,
+        )
+
+        async def attempt() -> dict[TopicPartition, int]:
+            await self.destination.ready.wait()
+            return await takeover.take(consumer, new)
+
+        return await retrying(
+            attempt,
+            stop=self._stop,
+            what=f"take over from {takeover.predecessor}",
+            log=self._log,
+            interruptible=True,
+        )
 
     async def _first_positions(
         self, consumer: AIOKafkaConsumer, new: list[TopicPartition]

@@ -1,0 +1,325 @@
+"""Taking over from a MirrorMaker: where a flow's partitions start when the MirrorMaker it
+replaces stopped, so that the switch copies nothing twice and skips nothing.
+
+A partition the flow never committed starts by ``START_FROM`` (the log start or end). With
+``TAKE_OVER`` it starts where its predecessor stood instead:
+
+- MirrorMaker 1 (``mirrormaker1``): the offsets it committed under its consumer group (the
+  flow's ``GROUP_ID``) on the source: the next record to copy.
+- MirrorMaker 2 (``mirrormaker2``): the source offsets its Connect worker saved in the offsets
+  topic on the target (``mm2-offsets.<source>.internal``): the last record copied, per source
+  partition, under the key ``["MirrorSourceConnector", {"cluster", "topic", "partition"}]``.
+
+MirrorMaker copies at least once and saves its position periodically, so a MirrorMaker that
+was killed (not stopped) may have written records past the position it saved. The target tells
+(:func:`confirm`): its last record is compared with the source's record before the position;
+when they differ the source is read on from the position for the target's last record, and the
+partition starts after it. MirrorMaker's copies carry no provenance, so this comparison (key,
+value and headers) is the only way to know them. Every partition taken over is committed at
+once under the leg's group, with a destination mark at the target's log end, so a restart
+resumes from there and never reads MirrorMaker's copies as its own.
+
+This module owns the decisions (pure: :func:`connect_positions`, :func:`confirm`) and the
+reading, marking and committing they need (:class:`Takeover`), which the leg runs for the
+partitions it is assigned without a committed offset
+(:meth:`replicator.replication.leg.LegRunner.assign`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from replicator.config.settings import TakeOver
+from replicator.kafka.clients import GroupOffsets
+from replicator.kafka.readers import StoredRecord, partitions_of, read_ranges
+from replicator.replication.resume import DestinationTail
+
+# Records compared at each end: the target's last ones against the run of the source's.
+_RUN = 16
+# How far past its saved position a predecessor's copies are looked for in the source.
+_AHEAD_LIMIT = 100_000
+
+CONNECTOR = "MirrorSourceConnector"
+"""The connector whose source offsets MirrorMaker 2's dedicated mode saves."""
+
+
+def default_offsets_topic(source: str) -> str:
+    """MirrorMaker 2's Connect offsets topic on the target, for flows from ``source``."""
+    return f"mm2-offsets.{source}.internal"
+
+
+def connect_positions(
+    entries: Iterable[tuple[bytes | None, bytes | None]], source: str
+) -> dict[TopicPartition, int]:
+    """The next source offset to copy of each partition MirrorMaker 2 copied from ``source``,
+    from the records of its Connect offsets topic in the order written (``(key, value)``; the
+    last value of a key wins, a null value deletes it). Keys of other connectors or clusters
+    (compared case-insensitively), and entries that do not parse, are passed over."""
+    found: dict[TopicPartition, int] = {}
+    for key, value in entries:
+        tp = _connect_partition(key, source)
+        if tp is None:
+            continue
+        offset = _connect_offset(value)
+        if offset is None:
+            found.pop(tp, None)
+        else:
+            found[tp] = offset + 1  # Connect saves the last record copied
+    return found
+
+
+def _connect_partition(key: bytes | None, source: str) -> TopicPartition | None:
+    try:
+        connector, partition = json.loads(key or b"")
+        cluster, topic, number = partition["cluster"], partition["topic"], partition["partition"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if connector != CONNECTOR or not isinstance(cluster, str) or not isinstance(topic, str):
+        return None
+    if cluster.lower() != source.lower() or not isinstance(number, int):
+        return None
+    return TopicPartition(topic, number)
+
+
+def _connect_offset(value: bytes | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        offset = json.loads(value)["offset"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return offset if isinstance(offset, int) and offset >= 0 else None
+
+
+def same_record(a: StoredRecord, b: StoredRecord) -> bool:
+    """Whether ``b`` is a copy of ``a`` as MirrorMaker writes one: key, value and headers."""
+    return a.key == b.key and a.value == b.value and a.headers == b.headers
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmed:
+    """Where a partition taken over starts, as the target confirms it.
+
+    ``position``: the next source offset to copy; ``ahead``: records the target held past the
+    predecessor's saved position (written after it last saved it, not copied again);
+    ``confirmed``: the target's last record was found in the source (``False``: the target
+    held none of the source's records, or another writer's last; the saved position is used).
+    """
+
+    position: int
+    ahead: int
+    confirmed: bool
+
+
+def confirm(
+    saved: int | None, target_tail: Sequence[StoredRecord], source: Sequence[StoredRecord]
+) -> Confirmed:
+    """Where to start a partition its predecessor saved at ``saved`` (``None``: it saved no
+    position, so the whole of ``source`` is looked at).
+
+    ``target_tail``: the target partition's last records, oldest first; ``source``: the
+    source's records from shortly below ``saved`` on, as far as read. The partition starts after
+    the source record the target holds last: the first record from the last one below ``saved``
+    on whose
+    run up to it matches the target's last records (a run, not one record: payloads repeat).
+    The first, not the last, such record: were the match ambiguous, a record copied twice is
+    counted; one skipped would be lost."""
+    if saved is None:
+        found = confirm(-1, target_tail, source)
+        return Confirmed(found.position, 0, found.confirmed) if found.confirmed else found
+    if not target_tail:
+        return Confirmed(saved, 0, False)
+    below = [i for i, record in enumerate(source) if record.offset < saved]
+    first = below[-1] if below else 0  # the source's last record before the position
+    for i in range(first, len(source)):
+        record = source[i]
+        depth = min(len(target_tail), i + 1)
+        if all(same_record(source[i - j], target_tail[-1 - j]) for j in range(depth)):
+            position = max(saved, record.offset + 1)
+            return Confirmed(position, position - saved, True)
+    return Confirmed(saved, 0, False)
+
+
+@dataclass
+class Takeover:
+    """The predecessor of one leg, and how its partitions are taken over.
+
+    ``group``: the flow's consumer group on the source (MirrorMaker 1's); ``topic``: MirrorMaker
+    2's offsets topic on the target; ``target``: a source topic's name on the target;
+    ``new_reader``: a started consumer of no group on the source or the target (closed after
+    use); ``commit``: commits source offsets under the leg's group.
+    """
+
+    kind: TakeOver
+    source: str
+    group: str
+    topic: str
+    target: Callable[[str], str | None]
+    preserve_partitions: bool
+    new_reader: Callable[[str], Awaitable[AIOKafkaConsumer]]
+    tail: DestinationTail
+    commit: Callable[[dict[TopicPartition, int]], Awaitable[None]]
+    timeout: float
+    log: Any
+
+    @property
+    def predecessor(self) -> str:
+        if self.kind is TakeOver.MIRRORMAKER1:
+            return f"MirrorMaker 1 (group {self.group} on {self.source})"
+        return f"MirrorMaker 2 ({self.topic} on the target)"
+
+    async def take(
+        self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Where each of ``partitions`` (never committed by the leg) starts, for those the
+        predecessor left a position or copies; committed under the leg's group, with their
+        destination marks, before they are returned. The others start by ``START_FROM``."""
+        if self.kind is TakeOver.MIRRORMAKER1:
+            found = await GroupOffsets(consumer, self.group).fetch(partitions)
+            saved = {tp: offset for tp, offset in found.items() if offset is not None}
+        else:
+            wanted = set(partitions)
+            saved = {tp: p for tp, p in (await self._connect_positions()).items() if tp in wanted}
+        targets = await self._existing_targets(partitions)
+        starts = dict(saved)
+        counts: Counter[str] = Counter(saved=len(saved))
+        if self.kind is TakeOver.MIRRORMAKER2 and self.preserve_partitions and targets:
+            # MirrorMaker 2 keeps partition numbers: its copies say how far it got.
+            for tp, confirmed in (await self._confirm(partitions, saved, targets)).items():
+                starts[tp] = confirmed.position
+                counts["copied_past_its_saved_position"] += confirmed.ahead
+                counts["found_by_the_target_only"] += tp not in saved and confirmed.confirmed
+                counts["unconfirmed"] += not confirmed.confirmed
+                if not confirmed.confirmed and tp not in saved:
+                    del starts[tp]  # its copies were not found in the source
+        if not starts:
+            self.log.info(
+                f"nothing of {self.predecessor} to take over: START_FROM applies",
+                partitions=len(partitions),
+            )
+            return {}
+        ends = await self.tail.log_ends([targets[tp] for tp in starts if tp in targets])
+        marks = {targets[tp]: (ends[targets[tp]], starts[tp]) for tp in starts if tp in targets}
+        if marks:
+            # Before the offsets: a mark whose offsets were never committed is taken over again.
+            await self.tail.save_marks(marks, self.timeout)
+        await self.commit(starts)
+        self.log.info(
+            f"took over from {self.predecessor}",
+            partitions=len(starts),
+            by_policy=len(partitions) - len(starts),
+            **counts,
+        )
+        if counts["unconfirmed"]:
+            self.log.warning(
+                "the target's last records were not found in the source near the position "
+                f"{self.predecessor} saved, or anywhere it was looked for (another writer, or "
+                "records the source no longer holds): those partitions start at the saved "
+                "position, or by START_FROM without one (records may be copied again)",
+                partitions=counts["unconfirmed"],
+            )
+        return starts
+
+    async def _existing_targets(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, TopicPartition]:
+        """The target partition of each of ``partitions`` that exists (same number)."""
+        named = {tp: self.target(tp.topic) for tp in partitions}
+        reader = await self.new_reader("target")
+        try:
+            names = {name for name in named.values() if name is not None}
+            existing = set(await partitions_of(reader, *sorted(names)))
+        finally:
+            await reader.stop()
+        return {
+            tp: TopicPartition(name, tp.partition)
+            for tp, name in named.items()
+            if name is not None and TopicPartition(name, tp.partition) in existing
+        }
+
+    async def _connect_positions(self) -> dict[TopicPartition, int]:
+        reader = await self.new_reader("target")
+        try:
+            tps = await partitions_of(reader, self.topic)
+            if not tps:
+                return {}
+            begins = await reader.beginning_offsets(tps)
+            ends = await reader.end_offsets(tps)
+            found = await read_ranges(
+                reader, {tp: (begins[tp], ends[tp]) for tp in tps}, self.timeout
+            )
+        finally:
+            await reader.stop()
+        entries = [(r.key, r.value) for tp in tps for r in found[tp]]
+        return connect_positions(entries, self.source)
+
+    async def _confirm(
+        self,
+        partitions: list[TopicPartition],
+        saved: dict[TopicPartition, int],
+        targets: dict[TopicPartition, TopicPartition],
+    ) -> dict[TopicPartition, Confirmed]:
+        """Where each partition whose target holds records starts, after the source record
+        the target holds last: looked for around the saved position, else (none saved: killed
+        before it saved one) around the target's last timestamp, which MirrorMaker keeps."""
+        target_reader = await self.new_reader("target")
+        try:
+            wanted = [targets[tp] for tp in partitions if tp in targets]
+            starts = await target_reader.beginning_offsets(wanted)
+            ends = await target_reader.end_offsets(wanted)
+            tails = await read_ranges(
+                target_reader,
+                {tp: (max(starts[tp], ends[tp] - _RUN), ends[tp]) for tp in wanted},
+                self.timeout,
+            )
+        finally:
+            await target_reader.stop()
+        held = {tp: tails[targets[tp]] for tp in partitions if tp in targets and tails[targets[tp]]}
+        if not held:
+            return {}
+        source_reader = await self.new_reader("source")
+        try:
+            tps = list(held)
+            begins = await source_reader.beginning_offsets(tps)
+            source_ends = await source_reader.end_offsets(tps)
+            at_time = await source_reader.offsets_for_times(
+                {tp: held[tp][-1].timestamp for tp in tps if tp not in saved}
+            )
+            centre = {
+                tp: saved[tp]
+                if tp in saved
+                else (at_time[tp].offset if at_time.get(tp) else source_ends[tp])
+                for tp in tps
+            }
+            runs = await read_ranges(
+                source_reader,
+                {
+                    tp: (
+                        max(begins[tp], centre[tp] - _RUN),
+                        min(source_ends[tp], centre[tp] + _RUN),
+                    )
+                    for tp in tps
+                },
+                self.timeout,
+            )
+            result: dict[TopicPartition, Confirmed] = {}
+            for tp in tps:
+                confirmed = confirm(saved.get(tp), held[tp], runs[tp])
+                if not confirmed.confirmed and source_ends[tp] > centre[tp] + _RUN:
+                    # Killed, not stopped: its copies may reach further past its position.
+                    further = await read_ranges(
+                        source_reader,
+                        {tp: (centre[tp] + _RUN, min(source_ends[tp], centre[tp] + _AHEAD_LIMIT))},
+                        self.timeout,
+                    )
+                    confirmed = confirm(saved.get(tp), held[tp], runs[tp] + further[tp])
+                result[tp] = confirmed
+            return result
+        finally:
+            await source_reader.stop()
