@@ -32,6 +32,8 @@ may succeed later without anyone changing anything::
                               short since; no
       FailoverRefused         a group cannot be moved as asked (active members in the target,
                               nothing to move from); no
+      HandBackRefused         a flow's positions cannot be handed back to its MirrorMaker
+                              safely (the flow still runs, its offsets topic is missing); no
       PropertiesError         a Java .properties file Java would refuse (also a ValueError); no
       EmbeddedBrokerError     an embedded broker (demo, sandbox, tests) could not be found or did
                               not start; no
@@ -133,6 +135,11 @@ class StaleSyncPoint(ReplicatorError):
 
 class FailoverRefused(ReplicatorError):
     """The group cannot be moved as asked (active members in the target, nothing to move from)."""
+
+
+class HandBackRefused(ReplicatorError):
+    """A flow's positions cannot be handed back to its MirrorMaker safely (the flow still
+    runs, or MirrorMaker 2's offsets topic is not there)."""
 
 
 class PropertiesError(ReplicatorError, ValueError):

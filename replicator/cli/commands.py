@@ -382,6 +382,30 @@ def lag(
     raise typer.Exit(show_lag(_settings(mm2_file, mirror_maker_line), json_output))
 
 
+@app.command("hand-back")
+def hand_back(
+    execute: bool = typer.Option(
+        False, "--execute", help="Write the positions (default: a dry run)."
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+    mm2_file: Mm2File = None,
+    mirror_maker_line: MirrorMakerLine = None,
+) -> None:
+    """Give each flow's positions back to the MirrorMaker it took over from (TAKE_OVER).
+
+    Per source partition, the flow's committed offset is written where the MirrorMaker resumes:
+    MirrorMaker 1's group offsets on the source, MirrorMaker 2's Connect offsets topic on the
+    target. Run it after stopping every replicator of the flows, before starting the
+    MirrorMaker again: it then copies nothing twice and skips nothing. Should the flows start
+    again later, they take over from where the MirrorMaker got to. Exits 0; 1 when refused (a
+    flow's group still has members, MirrorMaker 2's offsets topic is missing); 2 on invalid
+    configuration.
+    """
+    from replicator.cli.operations import hand_back as give_back
+
+    raise typer.Exit(give_back(_settings(mm2_file, mirror_maker_line), execute, json_output))
+
+
 @app.command()
 def failover(
     group: str = typer.Option(..., "--group", help="The consumer group to move."),

@@ -22,11 +22,11 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from replicator.config.settings import Settings
+from replicator.config.settings import Settings, TakeOver
 from replicator.config.topology import (
     FeedPlan,
     Rejection,
@@ -35,7 +35,16 @@ from replicator.config.topology import (
     colliding_flow_names,
     feeds_for,
 )
-from replicator.kafka.clients import ClusterClient, client_options, translate
+from replicator.errors import HandBackRefused
+from replicator.failover.group_positions import active_members
+from replicator.kafka.clients import ClusterClient, GroupOffsets, client_options, translate
+from replicator.kafka.readers import partitions_of
+from replicator.replication.takeover import (
+    connect_key,
+    connect_value,
+    default_offsets_topic,
+    read_connect_positions,
+)
 from replicator.service.http import listen_problem
 from replicator.telemetry.logs import print_table
 from replicator.topics.provisioning import (
@@ -374,3 +383,133 @@ def ensure_table(partitions: int, outcomes: list[TopicOutcome]) -> Table:
     for o in outcomes:
         table.add_row(o.cluster, o.topic, str(o.partitions or "-"), o.action, o.detail)
     return table
+
+
+@dataclass
+class HandedBack:
+    """One source partition of a flow given back to the MirrorMaker it replaced."""
+
+    flow: str
+    predecessor: str
+    topic: str
+    partition: int
+    flow_position: int | None  # the flow's committed offset: the next record to copy
+    mirror_maker_position: int | None  # where the MirrorMaker would resume before the hand-back
+
+
+async def _hand_back(settings: Settings, execute: bool) -> list[HandedBack]:
+    rows: list[HandedBack] = []
+    for plan in feeds_for(settings):
+        if plan.take_over is TakeOver.NONE:
+            continue
+        (leg,) = plan.legs
+        source = client_options(settings.clusters[plan.source], settings)
+        selection = await topic_selection(source, plan.rules)
+        partitions = sorted(await snapshot(source, list(selection.replicated)))
+        client = ClusterClient(plan.source, settings.clusters[plan.source], settings)
+        try:
+            running = await active_members(client, plan.group)
+        finally:
+            await client.close()
+        reader = AIOKafkaConsumer(**source, enable_auto_commit=False)
+        await reader.start()
+        try:
+            if running:
+                raise HandBackRefused(
+                    f"{plan.name}: the group {plan.group} on {plan.source} has active members: "
+                    "stop every replicator running the flow (and the MirrorMaker) first"
+                )
+            found = await GroupOffsets(reader, leg.group_id(plan.leg_group_prefix)).fetch(
+                partitions
+            )
+            mine = {tp: p for tp, p in found.items() if p is not None}
+            if plan.take_over is TakeOver.MIRRORMAKER1:
+                theirs = await GroupOffsets(reader, plan.group).fetch(partitions)
+                if execute and mine:
+                    await GroupOffsets(reader, plan.group).commit(mine)
+                predecessor = f"MirrorMaker 1 (group {plan.group})"
+        finally:
+            await reader.stop()
+        if plan.take_over is TakeOver.MIRRORMAKER2:
+            topic = plan.take_over_topic or default_offsets_topic(plan.source)
+            theirs = dict(await _hand_back_mm2(settings, plan, topic, mine, execute))
+            predecessor = f"MirrorMaker 2 ({topic})"
+        rows.extend(
+            HandedBack(plan.name, predecessor, tp.topic, tp.partition, mine.get(tp), theirs.get(tp))
+            for tp in partitions
+        )
+    return rows
+
+
+async def _hand_back_mm2(
+    settings: Settings,
+    plan: FeedPlan,
+    topic: str,
+    positions: dict[TopicPartition, int],
+    execute: bool,
+) -> dict[TopicPartition, int]:
+    """MirrorMaker 2's positions before the hand-back; with ``execute``, ``positions``
+    written into its Connect offsets ``topic`` on the target, under the keys its worker reads."""
+    (leg,) = plan.legs
+    target = client_options(settings.clusters[leg.destination], settings)
+    reader = AIOKafkaConsumer(**target, enable_auto_commit=False)
+    await reader.start()
+    try:
+        if not await partitions_of(reader, topic):
+            raise HandBackRefused(
+                f"{plan.name}: MirrorMaker 2's offsets topic {topic} does not exist on "
+                f"{leg.destination} (REPLICATOR_FLOWS__<FLOW>__TAKE_OVER_TOPIC names another?)"
+            )
+        before = await read_connect_positions(
+            reader, topic, plan.source, settings.request_timeout_ms / 1000
+        )
+    finally:
+        await reader.stop()
+    if not execute:
+        return before
+    cluster = settings.clusters[plan.source]
+    alias = cluster.topic_alias or plan.source
+    producer = AIOKafkaProducer(**target, acks="all", enable_idempotence=False)
+    await producer.start()
+    try:
+        sent = [
+            await producer.send(topic, connect_value(position), key=connect_key(alias, tp))
+            for tp, position in sorted(positions.items())
+            if position > 0
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+    return before
+
+
+def hand_back(settings: Settings, execute: bool, as_json: bool) -> int:
+    """Print (and with ``execute`` write) each taken-over flow's positions where its
+    MirrorMaker reads them; 0, or 1 when refused."""
+    try:
+        rows = asyncio.run(_hand_back(settings, execute))
+    except HandBackRefused as exc:
+        warn(f"refused: {exc}")
+        return 1
+    if as_json:
+        print(json.dumps([asdict(r) for r in rows]))
+        return 0
+    table = Table(
+        title="flow positions handed back"
+        if execute
+        else "flow positions to hand back (a dry run: --execute writes them)",
+    )
+    for column in ("flow", "topic", "partition", "flow", "MirrorMaker before"):
+        table.add_column(column, justify="right")
+    for r in rows:
+        table.add_row(
+            r.flow,
+            r.topic,
+            str(r.partition),
+            "-" if r.flow_position is None else str(r.flow_position),
+            "-" if r.mirror_maker_position is None else str(r.mirror_maker_position),
+        )
+    print_table(Console(), table)
+    if not rows:
+        warn("no flow takes over from a MirrorMaker (TAKE_OVER): nothing to hand back")
+    return 0

@@ -438,13 +438,12 @@ class LegRunner:
         self._assign_consumer(replicated)
         points = await committed_offsets(consumer, replicated)
         committed = {tp: offset for tp, (offset, _) in points.items()}
-        new = [tp for tp, offset in committed.items() if offset is None]
-        if new and self._plan.take_over is not TakeOver.NONE:
-            taken = await self._take_over(consumer, new)
+        if self._plan.take_over is not TakeOver.NONE and committed:
+            taken = await self._take_over(consumer, committed)
             if taken is None:
                 return  # stop came first: start nothing
             committed.update(taken)
-            new = [tp for tp in new if tp not in taken]
+        new = [tp for tp, offset in committed.items() if offset is None]
         log_start: dict[TopicPartition, int] = {}
         if new:
             log_start = await self._first_positions(consumer, new)
@@ -459,11 +458,12 @@ class LegRunner:
         self._log.info("partitions assigned", partitions=len(self.partitions))
 
     async def _take_over(
-        self, consumer: AIOKafkaConsumer, new: list[TopicPartition]
+        self, consumer: AIOKafkaConsumer, committed: dict[TopicPartition, int | None]
     ) -> dict[TopicPartition, int] | None:
-        """Where the MirrorMaker this flow replaces left ``new`` (takeover.py), committed;
-        retried until it is read (never started by policy over a position it could not
-        read: that would copy twice or skip). ``None`` if stop came first."""
+        """Where the MirrorMaker this flow replaces left the assigned partitions
+        (takeover.py), committed; retried until it is read (never started by policy over a
+        position it could not read: that would copy twice or skip). ``None`` if stop came
+        first."""
         plan, settings = self._plan, self._settings
 
         async def new_reader(side: str) -> AIOKafkaConsumer:
@@ -488,7 +488,7 @@ class LegRunner:
 
         async def attempt() -> dict[TopicPartition, int]:
             await self.destination.ready.wait()
-            return await takeover.take(consumer, new)
+            return await takeover.take(consumer, committed)
 
         return await retrying(
             attempt,

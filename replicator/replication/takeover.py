@@ -74,6 +74,19 @@ def connect_positions(
     return found
 
 
+def connect_key(cluster: str, tp: TopicPartition) -> bytes:
+    """The key MirrorMaker 2's Connect worker saves ``tp``'s position under, byte for byte as
+    its JSON converter writes it (Connect finds a position by these bytes)."""
+    partition = {"cluster": cluster, "partition": tp.partition, "topic": tp.topic}
+    return json.dumps([CONNECTOR, partition], separators=(",", ":")).encode()
+
+
+def connect_value(position: int) -> bytes:
+    """The value that makes MirrorMaker 2 resume ``tp`` at ``position`` (it saves the last
+    record copied)."""
+    return json.dumps({"offset": position - 1}, separators=(",", ":")).encode()
+
+
 def _connect_partition(key: bytes | None, source: str) -> TopicPartition | None:
     try:
         connector, partition = json.loads(key or b"")
@@ -95,6 +108,20 @@ def _connect_offset(value: bytes | None) -> int | None:
     except (ValueError, TypeError, KeyError):
         return None
     return offset if isinstance(offset, int) and offset >= 0 else None
+
+
+async def read_connect_positions(
+    reader: AIOKafkaConsumer, topic: str, source: str, timeout: float
+) -> dict[TopicPartition, int]:
+    """:func:`connect_positions` of MirrorMaker 2's offsets ``topic``, read whole by ``reader``
+    (a started consumer of no group on the target); nothing if the topic does not exist."""
+    tps = await partitions_of(reader, topic)
+    if not tps:
+        return {}
+    begins = await reader.beginning_offsets(tps)
+    ends = await reader.end_offsets(tps)
+    found = await read_ranges(reader, {tp: (begins[tp], ends[tp]) for tp in tps}, timeout)
+    return connect_positions([(r.key, r.value) for tp in tps for r in found[tp]], source)
 
 
 def same_record(a: StoredRecord, b: StoredRecord) -> bool:
@@ -175,17 +202,33 @@ class Takeover:
         return f"MirrorMaker 2 ({self.topic} on the target)"
 
     async def take(
-        self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition]
+        self, consumer: AIOKafkaConsumer, committed: dict[TopicPartition, int | None]
     ) -> dict[TopicPartition, int]:
-        """Where each of ``partitions`` (never committed by the leg) starts, for those the
-        predecessor left a position or copies; committed under the leg's group, with their
-        destination marks, before they are returned. The others start by ``START_FROM``."""
+        """Where the partitions the predecessor stands on start: those the leg never committed
+        (``committed`` is ``None``) that it left a position or copies of, and those it moved
+        past the leg's committed offset (it ran again after a hand-back: :func:`hand_back`).
+        Committed under the leg's group, with their destination marks, before they are
+        returned; the others resume as they are, or start by ``START_FROM``."""
         if self.kind is TakeOver.MIRRORMAKER1:
-            found = await GroupOffsets(consumer, self.group).fetch(partitions)
-            saved = {tp: offset for tp, offset in found.items() if offset is not None}
+            found = await GroupOffsets(consumer, self.group).fetch(list(committed))
+            positions = {tp: offset for tp, offset in found.items() if offset is not None}
         else:
-            wanted = set(partitions)
-            saved = {tp: p for tp, p in (await self._connect_positions()).items() if tp in wanted}
+            positions = await self._connect_positions()
+
+        def ahead(tp: TopicPartition, position: int) -> bool:
+            mine = committed[tp]
+            # MirrorMaker 2 may have copied past a position equal to the flow's (handed back,
+            # then killed before it saved another): its copies are looked at then too.
+            return (
+                mine is None
+                or position > mine
+                or (self.kind is TakeOver.MIRRORMAKER2 and position == mine)
+            )
+
+        saved = {tp: p for tp, p in positions.items() if tp in committed and ahead(tp, p)}
+        partitions = [tp for tp in committed if committed[tp] is None or tp in saved]
+        if not partitions:
+            return {}
         targets = await self._existing_targets(partitions)
         starts = dict(saved)
         counts: Counter[str] = Counter(saved=len(saved))
@@ -246,18 +289,9 @@ class Takeover:
     async def _connect_positions(self) -> dict[TopicPartition, int]:
         reader = await self.new_reader("target")
         try:
-            tps = await partitions_of(reader, self.topic)
-            if not tps:
-                return {}
-            begins = await reader.beginning_offsets(tps)
-            ends = await reader.end_offsets(tps)
-            found = await read_ranges(
-                reader, {tp: (begins[tp], ends[tp]) for tp in tps}, self.timeout
-            )
+            return await read_connect_positions(reader, self.topic, self.source, self.timeout)
         finally:
             await reader.stop()
-        entries = [(r.key, r.value) for tp in tps for r in found[tp]]
-        return connect_positions(entries, self.source)
 
     async def _confirm(
         self,

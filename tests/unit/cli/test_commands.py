@@ -30,6 +30,7 @@ EXPECTED = {
     "sandbox",
     "check-config",
     "lag",
+    "hand-back",
     "topics ensure",
     "backfill",
     "audit",
@@ -69,7 +70,15 @@ def test_every_command_answers_help_with_its_purpose_and_options() -> None:
 
 def test_commands_that_print_data_offer_json() -> None:
     found = dict(commands(typer.main.get_command(app)))
-    for path in ("check-config", "lag", "topics ensure", "backfill", "audit", "failover"):
+    for path in (
+        "check-config",
+        "lag",
+        "hand-back",
+        "topics ensure",
+        "backfill",
+        "audit",
+        "failover",
+    ):
         options = {o for p in found[path].params for o in getattr(p, "opts", [])}
         assert "--json" in options, path
 
