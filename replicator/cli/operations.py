@@ -1,4 +1,4 @@
-"""Operator commands: ``replicator check-config``, ``replicator lag``, ``replicator topics ensure``.
+"""Operator commands: ``replicator check-config``, ``lag``, ``hand-back``, ``topics ensure``.
 
 ``check-config`` validates the environment, checks that the HTTP server could listen on its
 address (as ``run`` would), connects to every cluster (naming the addresses it could not reach),
@@ -8,6 +8,9 @@ are left out. ``lag`` shows, per leg (flows' legs included), topic and partition
 committed offset, the source log end and the difference, read from the clusters themselves (the
 successor of MirrorMaker's offset checker, like ``kafka-consumer-groups --describe``), and warns
 when the rules select no topic.
+``hand-back`` gives each flow that took over from a MirrorMaker (``TAKE_OVER``) its committed
+positions back where that MirrorMaker resumes (MirrorMaker 1's group offsets, MirrorMaker 2's
+Connect offsets topic), so that rolling back copies nothing twice.
 ``topics ensure`` creates the ``X_REPLICA`` and ``X`` pair of a topic on every cluster with the
 same partition count and configuration, and reports pairs that cannot match; it refuses names
 that are not Kafka topic names or that already carry the replica suffix.
