@@ -7,6 +7,9 @@
     Apache Kafka itself from Maven Central's jars, as local JVMs (KRaft, one or three nodes,
     TLS, SCRAM and ACLs on request), for the test suite, the benchmarks and
     ``replicator sandbox --broker kafka``; Kafka's own command-line tools.
+``mirror_makers``
+    MirrorMaker 2 (dedicated mode) and MirrorMaker 1 themselves, as local JVMs from Maven
+    Central's jars: the peers the tests and the benchmarks compare the replicator with.
 ``demo``
     ``replicator demo``: two local datacenters, two replicators, live traffic, every record
     counted.

@@ -84,6 +84,13 @@ def kafka_libs(version: str = KAFKA_VERSION) -> Path:
     """The directory holding Apache Kafka's jars (broker, tools, MirrorMaker 2), fetched through
     Maven the first time (offline from ``~/.m2`` when it can, else from Maven Central)."""
     libs = cache_root() / f"kafka-{version}" / "libs"
+    return _copy_jars(POM, libs, {"kafka.version": version})
+
+
+def _copy_jars(pom: Path, libs: Path, properties: dict[str, str]) -> Path:
+    """``libs``, holding the runtime jars of ``pom`` (its ``-D`` ``properties`` given), copied
+    by Maven the first time (offline from ``~/.m2`` when it can, else from Maven Central); a
+    ``complete`` file beside it marks a finished copy."""
     done = libs.parent / "complete"
     if done.exists():
         return libs
@@ -96,11 +103,11 @@ def kafka_libs(version: str = KAFKA_VERSION) -> Path:
         "-B",
         "-q",
         "-f",
-        str(POM),
+        str(pom),
         "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={staging}",
-        f"-Dkafka.version={version}",
+        *(f"-D{key}={value}" for key, value in properties.items()),
     ]
     failure = ""
     for offline in (["-o"], []):
@@ -116,7 +123,8 @@ def kafka_libs(version: str = KAFKA_VERSION) -> Path:
         failure = (done_run.stdout + done_run.stderr)[-3000:]
     else:
         shutil.rmtree(staging, ignore_errors=True)
-        raise LocalKafkaError(f"Maven could not fetch Apache Kafka {version}:\n{failure}")
+        given = " ".join(f"{key}={value}" for key, value in properties.items())
+        raise LocalKafkaError(f"Maven could not fetch the jars of {pom.name} ({given}):\n{failure}")
     # Another process may have finished first: its copy is as good as ours.
     with contextlib.suppress(OSError):
         staging.rename(libs)
@@ -610,7 +618,10 @@ def grant(
 
 
 if __name__ == "__main__":  # ``python -m replicator.devtools.apache_kafka``: fetch the jars
+    from replicator.devtools.mirror_makers import mm1_libs
+
     print(kafka_libs())
+    print(mm1_libs())  # MirrorMaker 1's, in a directory of their own
 
 
 @contextlib.contextmanager
