@@ -1,0 +1,240 @@
+"""Taking over from a running MirrorMaker, with a stream running through the switch.
+
+MirrorMaker 2 (dedicated mode) or MirrorMaker 1 copies a topic while producers keep writing; it
+is stopped (or killed), and the replicator starts on the same file (``replicator mm2``) or the
+same command line (``replicator mirror-maker``). The oracle is every source record, by content:
+the target must hold each exactly once, in its source partition's order, whichever tool copied
+it. MirrorMaker's copies carry no provenance, so they are told apart by nothing else. The way
+back (MirrorMaker again after the replicator) is covered where it needs nothing of the
+replicator: MirrorMaker 1 resumes from its own group, which the replicator does not move.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from aiokafka.errors import GroupCoordinatorNotAvailableError
+
+from replicator.devtools.mirror_makers import (
+    mm2_test_properties,
+    properties_text,
+    start_mm1,
+    start_mm2,
+)
+from replicator.kafka.readers import StoredRecord
+from tests.integration.harness import (
+    APACHE_KAFKA,
+    Broker,
+    ReplicatorProcess,
+    Start,
+    Stream,
+    admin_client,
+    count,
+    create_topics,
+    read,
+    replicator_cli,
+    run,
+    start_clusters,
+    wait_until,
+)
+
+pytestmark = pytest.mark.skipif(
+    not APACHE_KAFKA, reason="MirrorMaker runs against Apache Kafka only"
+)
+
+PARTITIONS = 3
+ENV = {"REPLICATOR_LOG_FORMAT": "json", "REPLICATOR_COMMIT_INTERVAL_MS": "200"}
+
+
+def by_partition(records: list[StoredRecord]) -> dict[int, list[bytes | None]]:
+    found: dict[int, list[bytes | None]] = defaultdict(list)
+    for record in records:
+        found[record.partition].append(record.value)
+    return dict(found)
+
+
+def assert_copied_exactly_once_in_order(
+    source: list[StoredRecord], target: list[StoredRecord], same_partitions: bool
+) -> None:
+    """Every source record once in the target (by value: each is unique), none other; in each
+    source partition's order, in the same partition (``same_partitions``), or by key."""
+    sent, copied = Counter(r.value for r in source), Counter(r.value for r in target)
+    missing = [v for v in sent if v not in copied]
+    repeated = {v: n for v, n in copied.items() if n > 1}
+    foreign = [v for v in copied if v not in sent]
+    assert not missing and not repeated and not foreign, (
+        f"{len(missing)} missing (first {missing[:3]}), {len(repeated)} copied twice "
+        f"(first {list(repeated)[:3]}), {len(foreign)} not from the source"
+    )
+    if same_partitions:
+        assert by_partition(target) == by_partition(source)
+        return
+    # Placed by key, by MirrorMaker 1 then in the partition it had by the replicator: within
+    # each target partition, each source partition's records of a key come in source order.
+    where = {r.value: (r.partition, r.offset) for r in source}
+    last: dict[tuple[int, int, bytes | None], int] = {}
+    for record in target:
+        partition, offset = where[record.value]
+        run_key = (record.partition, partition, record.key)
+        assert offset > last.get(run_key, -1), f"out of order: {record}"
+        last[run_key] = offset
+
+
+def group_assigned(broker: Broker, group: str) -> bool:
+    """Whether ``group`` is stable with a member holding partitions."""
+
+    async def described() -> bool:
+        admin = await admin_client(broker.bootstrap_servers)
+        try:
+            (found,) = await admin.describe_consumer_groups([group])
+        except GroupCoordinatorNotAvailableError:  # the offsets topic is still being created
+            return False
+        finally:
+            await admin.close()
+        _, _, state, _, _, members = found.groups[0][:6]  # error, group, state, type, protocol
+        return state == "Stable" and bool(members)
+
+    return run(described())
+
+
+def mm2_file(tmp_path: Path, primary: Broker, backup: Broker) -> Path:
+    """One way, primary -> backup, ``orders`` only, with Kafka's MM2 test settings."""
+    properties = mm2_test_properties(
+        {"primary": primary.bootstrap_servers, "backup": backup.bootstrap_servers}
+    )
+    properties.update(
+        {
+            "primary->backup.enabled": "true",
+            "primary->backup.topics": "orders",
+            "backup->primary.enabled": "false",
+            "emit.checkpoints.enabled": "false",
+            "sync.group.offsets.enabled": "false",
+        }
+    )
+    config = tmp_path / "connect-mirror-maker.properties"
+    config.write_text(properties_text(properties))
+    return config
+
+
+def copying_on(backup: Broker, topic: str, more: int, log: Callable[[], str]) -> None:
+    """Wait for ``more`` records beyond what ``topic`` holds now."""
+    now = count(backup, topic)
+    wait_until(lambda: count(backup, topic) >= now + more, 120, f"{more} more copied", log)
+
+
+def all_copied(primary: Broker, backup: Broker, target: str, log: Callable[[], str]) -> None:
+    """Once the stream stopped: ``target`` holds each of ``orders``'s records once, in order."""
+    source = read(primary, "orders")
+    wait_until(lambda: count(backup, target) >= len(source), 60, "all copied", log)
+    assert_copied_exactly_once_in_order(source, read(backup, target), target != "orders")
+
+
+def test_mirrormaker_2_to_the_replicator_and_back_and_again_under_a_stream(
+    replicators: Start, tmp_path: Path
+) -> None:
+    """MM2 copies under a stream and is stopped (its Connect offsets saved); ``replicator mm2``
+    on the same file takes over; it is stopped and ``replicator hand-back`` gives its positions
+    to MM2, which resumes and is killed (its copies may run past the positions it saved); the
+    replicator takes over again. Nothing copied twice, nothing skipped, at any switch."""
+    with start_clusters("primary", "backup") as brokers:
+        primary, backup = brokers["primary"], brokers["backup"]
+        create_topics(primary, orders=PARTITIONS)
+        config = mm2_file(tmp_path, primary, backup)
+        remote = "primary.orders"
+        with Stream(primary, "orders", PARTITIONS, per_tick=20) as stream:
+            mm2 = start_mm2(config, tmp_path / "mm2")
+            copying_on(backup, remote, 200, mm2.log)
+            assert mm2.stop() in (0, 130, 143), mm2.log()
+            node: ReplicatorProcess = replicators("backup", ENV, ("mm2", str(config)))
+            copying_on(backup, remote, 200, node.log)
+            assert "took over from MirrorMaker 2" in node.log()
+            assert node.stop() == 0
+            # The way back: the flow's positions into MM2's offsets topic, then MM2 again.
+            dry, out, err = replicator_cli({}, "hand-back", "--mm2", str(config), "--json")
+            assert dry == 0, err
+            # Every partition of orders (heartbeats too: MM2 copies them whatever the filter).
+            rows = [r for r in json.loads(out) if r["topic"] == "orders"]
+            assert len(rows) == PARTITIONS and all(r["flow_position"] for r in rows), rows
+            status, out, err = replicator_cli(
+                {}, "hand-back", "--mm2", str(config), "--execute", "--json"
+            )
+            assert status == 0, err
+            mm2 = start_mm2(config, tmp_path / "mm2-again")
+            copying_on(backup, remote, 200, mm2.log)
+            mm2.kill()  # not stopped: its copies may run past the positions it saved
+            node = replicators("backup", ENV, ("mm2", str(config)))
+            copying_on(backup, remote, 200, node.log)
+        assert not stream.errors, stream.errors
+        all_copied(primary, backup, remote, node.log)
+        assert node.stop() == 0
+
+
+def test_replicator_takes_over_from_a_killed_mirrormaker_2_that_saved_no_position(
+    replicators: Start, tmp_path: Path
+) -> None:
+    """MM2 is killed within its first seconds, before it saved any position: the target's own
+    copies (found in the source by their timestamp and content) say where it got to."""
+    with start_clusters("primary", "backup") as brokers:
+        primary, backup = brokers["primary"], brokers["backup"]
+        create_topics(primary, orders=PARTITIONS)
+        config = mm2_file(tmp_path, primary, backup)
+        config.write_text(
+            config.read_text().replace(
+                "offset.flush.interval.ms = 1000", "offset.flush.interval.ms = 600000"
+            )
+        )
+        with Stream(primary, "orders", PARTITIONS, per_tick=20) as stream:
+            mm2 = start_mm2(config, tmp_path / "mm2")
+            copying_on(backup, "primary.orders", 200, mm2.log)
+            mm2.kill()
+            node = replicators("backup", ENV, ("mm2", str(config)))
+            copying_on(backup, "primary.orders", 200, node.log)
+        assert not stream.errors, stream.errors
+        all_copied(primary, backup, "primary.orders", node.log)
+        assert "found_by_the_target_only" in node.log()
+        assert node.stop() == 0
+
+
+def test_mirrormaker_1_to_the_replicator_and_back_and_again_under_a_stream(
+    replicators: Start, tmp_path: Path
+) -> None:
+    """MM1 (its consumer's default, auto.offset.reset=latest) copies under a stream and is
+    stopped; ``replicator mirror-maker`` on the same command line starts at the offsets MM1
+    committed under its group (the records written between the stop and the start are copied,
+    none twice); ``replicator hand-back`` commits the flow's positions under MM1's group, MM1
+    resumes from them, and the replicator takes over again."""
+    with start_clusters("primary", "backup") as brokers:
+        primary, backup = brokers["primary"], brokers["backup"]
+        create_topics(primary, orders=PARTITIONS)
+        create_topics(backup, orders=PARTITIONS)  # MM1 creates no topics
+        consumer = tmp_path / "consumer.properties"
+        consumer.write_text(f"bootstrap.servers={primary.bootstrap_servers}\ngroup.id=mm1-orders\n")
+        producer = tmp_path / "producer.properties"
+        producer.write_text(f"bootstrap.servers={backup.bootstrap_servers}\n")
+        args = ["--include", "orders", "--offset.commit.interval.ms", "1000"]
+        line = ["--consumer.config", str(consumer), "--producer.config", str(producer), *args]
+        mm1 = start_mm1([consumer], producer, args, tmp_path / "mm1")
+        # MM1 starts at the latest offsets: wait for it to hold its partitions before writing.
+        wait_until(lambda: group_assigned(primary, "mm1-orders"), 120, "MM1 joined", mm1.log)
+        with Stream(primary, "orders", PARTITIONS, per_tick=20) as stream:
+            copying_on(backup, "orders", 200, mm1.log)
+            assert mm1.stop() in (0, 130, 143), mm1.log()
+            node = replicators("backup", ENV, ("mirror-maker", *line))
+            copying_on(backup, "orders", 200, node.log)
+            assert "took over from MirrorMaker 1" in node.log()
+            assert node.stop() == 0
+            quoted = " ".join(line)
+            status, _, err = replicator_cli({}, "hand-back", "--mirror-maker", quoted, "--execute")
+            assert status == 0, err
+            mm1 = start_mm1([consumer], producer, args, tmp_path / "mm1-again")
+            copying_on(backup, "orders", 200, mm1.log)
+            assert mm1.stop() in (0, 130, 143), mm1.log()
+            node = replicators("backup", ENV, ("mirror-maker", *line))
+            copying_on(backup, "orders", 200, node.log)
+        assert not stream.errors, stream.errors
+        all_copied(primary, backup, "orders", node.log)
+        assert node.stop() == 0
