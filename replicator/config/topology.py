@@ -162,6 +162,7 @@ class TopicRules:
     def for_flow(cls, flow: FlowSettings, settings: Settings) -> TopicRules:
         """A MirrorMaker-style flow's rules."""
         source, target = settings.clusters[flow.source], settings.clusters[flow.target]
+        mm2_placement = settings.heartbeat_placement is HeartbeatPlacement.MIRRORMAKER2
         return cls(
             include=re.compile(flow.topics_include),
             exclude=re.compile(flow.topics_exclude),
@@ -170,10 +171,14 @@ class TopicRules:
             separator=flow.separator,
             source_name=source.topic_alias or flow.source,
             target_name=target.topic_alias or flow.target,
+            # MirrorMaker 2's placement: heartbeats are copied whether the flow emits any or
+            # not (emit.heartbeats.enabled=false stops the emitting only, as in MM2), so every
+            # cluster's heartbeats still show the whole topology.
             heartbeat_topic=settings.heartbeat_topic
-            if (flow.heartbeats or flow.reverse_heartbeats) and settings.heartbeat_interval_ms
+            if (flow.heartbeats or flow.reverse_heartbeats or mm2_placement)
+            and settings.heartbeat_interval_ms
             else None,
-            heartbeats_renamed=settings.heartbeat_placement is HeartbeatPlacement.MIRRORMAKER2,
+            heartbeats_renamed=mm2_placement,
             # Checkpoints are meaningful only in their cluster: never copied, even when off.
             internal_topics=(internal_topics_in_use(settings) - {settings.heartbeat_topic})
             | {settings.checkpoints_topic},

@@ -561,14 +561,15 @@ def test_mm2_identity_policy_and_a_separator_without_checkpoints_against_mirror_
                 mirror_maker,
                 product,
             )
-            # MirrorMaker 2 copies backup's heartbeats (those of primary->backup) into primary
-            # as backup_heartbeats although backup->primary emits none: wait for them there.
-            wait_until(
-                holds_all(pairs[MM2]["primary"], "backup_heartbeats", 1),
-                60,
-                "MirrorMaker: backup_heartbeats",
-                mirror_maker.log,
-            )
+            # Both copy backup's heartbeats (those of primary->backup) into primary as
+            # backup_heartbeats although backup->primary emits none: wait for them there.
+            for side, log in ((MM2, mirror_maker.log), (PRODUCT, product.log)):
+                wait_until(
+                    holds_all(pairs[side]["primary"], "backup_heartbeats", 1),
+                    60,
+                    f"{side}: backup_heartbeats",
+                    log,
+                )
             snaps = {side: {a: snapshot(b) for a, b in bs.items()} for side, bs in pairs.items()}
             synced = {
                 side: committed(bs["backup"], "app-readers", "ledger") for side, bs in pairs.items()
@@ -578,20 +579,16 @@ def test_mm2_identity_policy_and_a_separator_without_checkpoints_against_mirror_
             product_exit = product.stop()
 
         ours_wanted = {
-            "primary": {"ledger", "backup_stock"},
+            "primary": {"ledger", "backup_stock", "backup_heartbeats"},
             "backup": {"ledger", "stock", "heartbeats"},
         }
-        # Different: MirrorMaker 2 creates the heartbeats topic on primary though backup->primary
-        # emits no heartbeat (its heartbeat connector creates the topic, then emits nothing),
-        # copies it, empty, to backup as primary.heartbeats (identity still names heartbeats by
-        # their source), and copies backup's heartbeats to primary as backup_heartbeats: its
-        # source connector copies heartbeats whatever emit.heartbeats.enabled says. The product
-        # reads emit.heartbeats.enabled=false as "no heartbeats for this flow": none written,
-        # none copied, no topic created.
-        theirs_extra = {
-            "primary": {"heartbeats", "backup_heartbeats"},
-            "backup": {"primary.heartbeats"},
-        }
+        # Both copy backup's heartbeats to primary as backup_heartbeats though backup->primary
+        # emits none (emit.heartbeats.enabled=false stops the emitting only). Different:
+        # MirrorMaker 2 creates the heartbeats topic on primary all the same (its heartbeat
+        # connector creates the topic, then emits nothing) and copies it, empty, to backup as
+        # primary.heartbeats (identity still names heartbeats by their source); the product
+        # creates no topic it will not write.
+        theirs_extra = {"primary": {"heartbeats"}, "backup": {"primary.heartbeats"}}
         for alias, wanted in ours_wanted.items():
             theirs, ours = snaps[MM2][alias], snaps[PRODUCT][alias]
             internal = f"internal: MirrorMaker {theirs.internal}, replicator {ours.internal}"
@@ -604,9 +601,10 @@ def test_mm2_identity_policy_and_a_separator_without_checkpoints_against_mirror_
             assert not [t for t in theirs.topics | ours.topics if "checkpoints" in t]
         assert snaps[MM2]["primary"].records["heartbeats"] == []
         assert snaps[MM2]["backup"].records["primary.heartbeats"] == []
-        assert heartbeats(snaps[MM2]["primary"].records["backup_heartbeats"]) == {
-            ("primary", "backup")
-        }
+        for side in SIDES:
+            assert heartbeats(snaps[side]["primary"].records["backup_heartbeats"]) == {
+                ("primary", "backup")
+            }
         for snap in (snaps[MM2]["backup"], snaps[PRODUCT]["backup"]):
             assert heartbeats(snap.records["heartbeats"]) == {("primary", "backup")}
         for alias, topic, count in (("backup", "ledger", 20), ("primary", "backup_stock", 20)):
