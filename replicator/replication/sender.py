@@ -279,7 +279,11 @@ class PartitionSender:
             try:
                 floor = None if replaying else partition.destination_mark
                 covers = partition.position  # an in-memory mark covers the committable prefix
-                if floor is None and not replaying:
+                # A partition the leg never committed has no mark of its own to read (a mark
+                # is saved after the offsets it goes with): not asked, so a first start does
+                # not wait for the destination's group coordinator.
+                committed = partition.committed_start is not None or partition.tracker is not None
+                if floor is None and not replaying and committed:
                     saved = await self._destination.tail.saved_mark(
                         destination_tp, partition.position
                     )
