@@ -33,6 +33,7 @@ from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
@@ -43,6 +44,7 @@ from rich.table import Table
 
 from benchmarks.brokers import add_broker_option, broker_name, choose, clusters, lists_offsets
 from benchmarks.failover import failover_cost
+from benchmarks.peers import MM1_SETTINGS, MM2_SETTINGS, PEERS, start_peer
 from benchmarks.resume import create_topics, resume_cost
 from replicator.devtools.embedded import (
     LocalBroker,
@@ -85,6 +87,7 @@ class RunResult:
     peak_rss_mb: float
     cpu_seconds_per_million: float
     verified: str = "counted"
+    start_to_first_s: float = 0.0  # from the process's start to the first record copied
 
 
 @dataclass
@@ -111,10 +114,19 @@ class Monitored:
     def __init__(self, args: list[str], env: dict[str, str], name: str) -> None:
         fd, self.log_path = tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")
         with os.fdopen(fd, "wb") as log:
-            self.process = subprocess.Popen(
+            self.process: subprocess.Popen[bytes] = subprocess.Popen(
                 args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
         self.peak_rss_kb = 0
+        self.started = time.monotonic()
+
+    @classmethod
+    def adopt(cls, process: subprocess.Popen[bytes], log_path: str) -> Monitored:
+        """A process started elsewhere (a MirrorMaker JVM), monitored the same way."""
+        monitored = cls.__new__(cls)
+        monitored.process, monitored.log_path = process, log_path
+        monitored.peak_rss_kb, monitored.started = 0, time.monotonic()
+        return monitored
 
     def cpu_seconds(self) -> float:
         try:
@@ -155,6 +167,11 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def start_contender(name: str, brokers: dict[str, LocalBroker], workload: Workload) -> Monitored:
+    if name in PEERS:
+        assert workload.one_way, f"{name} copies one way only"
+        workdir = tempfile.mkdtemp(prefix=f"bench-{name}-")
+        peer = start_peer(name, brokers, TOPIC, workload.partitions, Path(workdir))
+        return Monitored.adopt(peer.process, str(peer.log_path))
     if name == "replicator":
         env = replicator_environment("dc1", brokers, free_port(), log_format="json", **SETTINGS)
         if workload.one_way:
@@ -289,7 +306,7 @@ async def throughput(contender: str, workload: Workload) -> RunResult:
         process = start_contender(contender, brokers, workload)
         try:
             async with Watermarks(destinations, workload.partitions) as marks:
-                first = cpu_first = 0.0
+                first = cpu_first = to_first = 0.0
                 deadline = time.monotonic() + 600
                 while time.monotonic() < deadline:
                     if process.process.poll() is not None:
@@ -299,6 +316,7 @@ async def throughput(contender: str, workload: Workload) -> RunResult:
                     now = time.monotonic()
                     if not first and any(totals.values()):
                         first, cpu_first = now, process.cpu_seconds()
+                        to_first = now - process.started
                     if all(t >= expected for t in totals.values()):
                         break
                 else:
@@ -321,6 +339,7 @@ async def throughput(contender: str, workload: Workload) -> RunResult:
         round(process.peak_rss_mb, 1),
         round(cpu / expected * 1e6, 2),
         verified,
+        round(to_first, 2),
     )
 
 
@@ -542,15 +561,18 @@ def report(
     floor: LatencyResult | None,
     outage: dict[str, Any] | None,
 ) -> None:
-    table = Table(title="Throughput: preloaded source replicated to two clusters (median run)")
+    table = Table(
+        title="Throughput: a preloaded source replicated to two clusters, or one way to dc2 "
+        "(median run)"
+    )
     for column in ("workload", "contender", "records", "records/s", "source MB/s", "peak RSS MB",
-                   "CPU s / M records", "output"):  # fmt: skip
+                   "CPU s / M records", "start to 1st s", "output"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("workload", "contender") else "right")
     for r in runs:
         table.add_row(
             r.workload, r.contender, str(r.records), f"{r.records_per_second:,}",
             f"{r.source_mb_per_second}", f"{r.peak_rss_mb}", f"{r.cpu_seconds_per_million}",
-            r.verified,
+            f"{r.start_to_first_s}", r.verified,
         )  # fmt: skip
     console.print(table)
     for name, ratio in ratios(runs).items():
@@ -578,15 +600,25 @@ def report(
 
 
 def ratios(runs: list[RunResult]) -> dict[str, float]:
+    """The replicator's records/s over each other contender's; against MirrorMaker, also its
+    records per CPU-second over theirs (the MirrorMaker JVM's CPU included)."""
     out = {}
     by = {(r.workload, r.contender): r for r in runs}
     for workload in dict.fromkeys(r.workload for r in runs):
         rep = by.get((workload, "replicator"))
-        for other in ("naive", "ceiling"):
+        for other in ("naive", "ceiling", *PEERS):
             ref = by.get((workload, other))
             if rep and ref:
                 key = f"{workload} replicator/{other}"
                 out[key] = round(rep.records_per_second / ref.records_per_second, 2)
+                if other in PEERS and rep.cpu_seconds_per_million:
+                    per_cpu = ref.cpu_seconds_per_million / rep.cpu_seconds_per_million
+                    out[f"{key} per CPU-second"] = round(per_cpu, 2)
+                    if rep.start_to_first_s:
+                        first = ref.start_to_first_s / rep.start_to_first_s
+                        out[f"{workload} {other}/replicator start to first record"] = round(
+                            first, 1
+                        )
     return out
 
 
@@ -595,13 +627,18 @@ async def main(args: argparse.Namespace) -> None:
         Workload("100B", 100, args.records_100b),
         Workload("1KiB", 1024, args.records_1kb),
         Workload("100B one-way mirror", 100, args.records_mirror, one_way=True),
+        Workload("1KiB one-way mirror", 1024, args.records_mirror_1kb, one_way=True),
     ]
     runs: list[RunResult] = []
+    if any(peer in args.contenders for peer in PEERS):
+        console.print(f"MirrorMaker 2 settings: {MM2_SETTINGS}; MirrorMaker 1: {MM1_SETTINGS}")
     for workload in [w for w in workloads if w.records > 0]:
-        rounds: dict[str, list[RunResult]] = {c: [] for c in args.contenders}
+        # MirrorMaker copies one way: it runs in the one-way workloads only.
+        contenders = [c for c in args.contenders if workload.one_way or c not in PEERS]
+        rounds: dict[str, list[RunResult]] = {c: [] for c in contenders}
         for round_number in range(1, args.rounds + 1):
             # Contenders alternate within each round, so machine noise hits them alike.
-            for contender in args.contenders:
+            for contender in contenders:
                 console.print(f"[bold]{workload.name}[/] {contender} round {round_number} ...")
                 result = await throughput(contender, workload)
                 console.print(f"  {result.records_per_second:,} records/s, {result.verified}")
@@ -718,8 +755,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="topic size (12 partitions) for translating a group's positions",
     )
     parser.add_argument(
-        "--contenders", nargs="+", default=["naive", "ceiling", "replicator"],
-        choices=["naive", "ceiling", "replicator"],
+        "--records-mirror-1kb",
+        type=int,
+        default=100_000,
+        help="1 KiB records, one-way identity flow",
+    )
+    parser.add_argument(
+        "--contenders", nargs="+", default=["naive", "ceiling", "replicator", *PEERS],
+        choices=["naive", "ceiling", "replicator", *PEERS],
+        help="mm2, mm1: MirrorMaker 2 and 1 themselves (one-way workloads only)",
     )  # fmt: skip
     parser.add_argument(
         "--scale-records",
@@ -739,6 +783,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     SETTINGS.update(item.split("=", 1) for item in args.setting)
     if args.quick:
         args.records_100b, args.records_1kb, args.records_mirror = 100_000, 30_000, 100_000
+        args.records_mirror_1kb = 30_000
         args.latency_seconds, args.outage_records, args.rounds = 10, 30_000, 1
         args.resume_records = args.failover_records = 200_000
         args.scale_records = 60_000

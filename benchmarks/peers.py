@@ -1,0 +1,88 @@
+"""MirrorMaker 2 and MirrorMaker 1 themselves as contenders of the one-way benchmark.
+
+Each copies ``bench`` of dc1 to ``bench`` of dc2 on the same brokers, from the same preloaded
+records, as the replicator's identity flow does: MirrorMaker 2 in dedicated mode with the
+identity replication policy (topic names kept), MirrorMaker 1 with its default handler. Both run
+with what their documentation recommends for throughput, printed beside the figures
+(:data:`MM2_SETTINGS`, :data:`MM1_SETTINGS`): one MirrorMaker 2 task per partition
+(``tasks.max``; Kafka's geo-replication docs: raise it for throughput), and as many MirrorMaker 1
+streams (``--num.streams``); producer batching at the clients' defaults, compression off on every
+side, ``acks=all`` everywhere (MirrorMaker 2's Connect producer and MirrorMaker 1 force it, the
+replicator's default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from replicator.devtools.embedded import LocalBroker
+from replicator.devtools.mirror_makers import (
+    MirrorMakerProcess,
+    properties_text,
+    start_mm1,
+    start_mm2,
+)
+
+PEERS = ("mm2", "mm1")
+
+MM2_SETTINGS = {
+    "replication.policy.class": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+    "tasks.max": "<partitions>",
+    "producer.acks": "all",
+    "producer.compression.type": "none",
+    "emit.checkpoints.enabled": "false",
+    "sync.group.offsets.enabled": "false",
+}
+"""MirrorMaker 2's settings beyond one-broker replication factors (printed with the figures):
+checkpoints off because the replicator's identity flow syncs no group either; heartbeats on in
+both (their defaults)."""
+
+MM1_SETTINGS = {"--num.streams": "<partitions>", "compression.type": "none", "acks": "all"}
+"""MirrorMaker 1's options and producer properties (printed with the figures)."""
+
+
+def mm2_properties(brokers: dict[str, LocalBroker], topic: str, partitions: int) -> str:
+    """A one-way dc1 -> dc2 MirrorMaker 2 file for ``topic``."""
+    lines = {
+        "clusters": "dc1, dc2",
+        "dc1.bootstrap.servers": brokers["dc1"].bootstrap_servers,
+        "dc2.bootstrap.servers": brokers["dc2"].bootstrap_servers,
+        "dc1->dc2.enabled": "true",
+        "dc1->dc2.topics": topic,
+        "dc2->dc1.enabled": "false",
+        "dc2->dc1.emit.heartbeats.enabled": "false",
+        "replication.factor": "1",
+        "sync.topic.acls.enabled": "false",
+        **{k: v.replace("<partitions>", str(partitions)) for k, v in MM2_SETTINGS.items()},
+    }
+    for internal in (
+        "checkpoints.topic",
+        "heartbeats.topic",
+        "offset-syncs.topic",
+        "offset.storage",
+        "status.storage",
+        "config.storage",
+    ):
+        lines[f"{internal}.replication.factor"] = "1"
+    return properties_text(lines)
+
+
+def start_peer(
+    name: str, brokers: dict[str, LocalBroker], topic: str, partitions: int, workdir: Path
+) -> MirrorMakerProcess:
+    """Start MirrorMaker 2 (``mm2``) or 1 (``mm1``) copying ``topic`` from dc1 to dc2."""
+    if name == "mm2":
+        config = workdir / "mm2.properties"
+        config.write_text(mm2_properties(brokers, topic, partitions))
+        return start_mm2(config, workdir, heap_mb=1024)
+    consumer = workdir / "consumer.properties"
+    consumer.write_text(
+        f"bootstrap.servers={brokers['dc1'].bootstrap_servers}\ngroup.id=bench-mm1\n"
+        "auto.offset.reset=earliest\n"
+    )
+    producer = workdir / "producer.properties"
+    producer.write_text(
+        f"bootstrap.servers={brokers['dc2'].bootstrap_servers}\ncompression.type=none\n"
+    )
+    args = ["--include", topic, "--num.streams", str(partitions)]
+    return start_mm1([consumer], producer, args, workdir, heap_mb=1024)
