@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -483,6 +484,106 @@ async def latency(
     return result
 
 
+@dataclass
+class OneWayLatency:
+    contender: str
+    offered_per_second: int
+    seconds: float
+    records: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    peak_rss_mb: float
+    cpu_seconds: float
+
+
+async def one_way_latency(
+    contender: str, rate: int, seconds: float, partitions: int = 8
+) -> OneWayLatency:
+    """Offer ``rate`` records/s of 100 B to ``bench`` of dc1 for ``seconds`` while ``contender``
+    copies it one way to dc2 (started and copying first: a warm-up record per partition must
+    arrive); the time from each record's source timestamp to its read on dc2."""
+    workload = Workload("latency", 100, 0, partitions, one_way=True)
+    with clusters("dc1", "dc2") as brokers:
+        await create_topics(brokers["dc1"], partitions, TOPIC)
+        await create_topics(brokers["dc2"], partitions, TOPIC)
+        process = start_contender(contender, brokers, workload)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=brokers["dc1"].bootstrap_servers, acks="all", linger_ms=0
+        )
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=brokers["dc2"].bootstrap_servers,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=5,
+        )
+        await producer.start()
+        await consumer.start()
+        tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)  # new and empty: offset 0 is its beginning
+        try:
+            warm, deadline = 0, time.monotonic() + 240
+            while warm < partitions:  # the contender is up and copying every partition
+                if time.monotonic() > deadline or process.process.poll() is not None:
+                    raise RuntimeError(f"{contender} never copied; see {process.log_path}")
+                for p in range(partitions):
+                    await producer.send(TOPIC, b"warm-up", partition=p)
+                fetched = await consumer.getmany(timeout_ms=1000)
+                warm += len({tp for tp, batch in fetched.items() if batch})
+            samples, cpu_start = array("d"), process.cpu_seconds()
+            arrived, expected = asyncio.Event(), [-1]  # set once every offered record is read
+
+            async def tail() -> None:
+                while True:
+                    fetched = await consumer.getmany(timeout_ms=50)
+                    now_ms = time.time() * 1000
+                    for batch in fetched.values():
+                        samples.extend(now_ms - r.timestamp for r in batch if r.value != b"warm-up")
+                    if 0 <= expected[0] <= len(samples):
+                        arrived.set()
+
+            reading = asyncio.create_task(tail())
+            offered, started, value = 0, time.monotonic(), b"x" * 100
+            while (elapsed := time.monotonic() - started) < seconds:
+                due = int(rate * elapsed) - offered
+                now_ms = int(time.time() * 1000)
+                for p in range(partitions):
+                    n = due // partitions + (1 if p < due % partitions else 0)
+                    batch = producer.create_batch()
+                    for i in range(max(n, 0)):
+                        if batch.append(timestamp=now_ms, key=b"k%d" % i, value=value) is None:
+                            await producer.send_batch(batch, TOPIC, partition=p)
+                            batch = producer.create_batch()
+                            batch.append(timestamp=now_ms, key=b"k%d" % i, value=value)
+                    if n > 0:
+                        await producer.send_batch(batch, TOPIC, partition=p)
+                offered += max(due, 0)
+                process.sample_rss()
+                await asyncio.sleep(0.005)
+            await producer.flush()
+            expected[0] = offered
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(arrived.wait(), 120)
+            reading.cancel()
+            cpu = process.cpu_seconds() - cpu_start
+        finally:
+            await producer.stop()
+            await consumer.stop()
+            process.stop()
+    if len(samples) < offered:
+        raise RuntimeError(f"{contender}: {len(samples)} of {offered} records arrived")
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return OneWayLatency(
+        contender, rate, seconds, len(ordered), at(0.5), at(0.99), round(ordered[-1], 1),
+        round(process.peak_rss_mb, 1), round(cpu, 2),
+    )  # fmt: skip
+
+
 async def caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition], expected: int) -> bool:
     """Whether ``consumer`` has read ``expected`` records' worth of its partitions' log ends."""
     ends = [consumer.highwater(tp) for tp in tps]
@@ -657,6 +758,18 @@ async def main(args: argparse.Namespace) -> None:
         floor = await phase("latency_floor", latency(rate, seconds, replicated=False), failures)
         console.print(f"[bold]latency[/] through the replicator at {rate:,}/s for {seconds}s ...")
         lat = await phase("latency", latency(rate, seconds), failures)
+    one_way: list[OneWayLatency] = []
+    peers = [c for c in args.contenders if c in PEERS]
+    if args.latency_seconds > 0 and peers:
+        rate, seconds = args.latency_rate, args.latency_seconds
+        for contender in ["replicator", *peers]:
+            console.print(f"[bold]one-way latency[/] {contender} at {rate:,}/s for {seconds}s ...")
+            found = await phase(
+                f"one_way_latency {contender}", one_way_latency(contender, rate, seconds), failures
+            )
+            if found:
+                one_way.append(found)
+                console.print(f"  p50 {found.p50_ms} ms, p99 {found.p99_ms} ms, max {found.max_ms}")
     resume = None
     if args.resume_records > 0:
         console.print(f"[bold]resume[/] tail reads on a {args.resume_records:,}-record partition")
@@ -703,6 +816,7 @@ async def main(args: argparse.Namespace) -> None:
                 "ratios": ratios(runs),
                 "latency": asdict(lat) if lat else None,
                 "latency_floor": asdict(floor) if floor else None,
+                "one_way_latency": [asdict(r) for r in one_way],
                 "remote_outage": outage,
                 "resume": resume,
                 "failover": failover,
