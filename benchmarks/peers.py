@@ -67,6 +67,19 @@ def mm2_properties(brokers: dict[str, LocalBroker], topic: str, partitions: int)
     return properties_text(lines)
 
 
+def mm2_two_way_properties(brokers: dict[str, LocalBroker], topic: str, partitions: int) -> str:
+    """MirrorMaker 2's default policy both ways for ``topic`` (``dc1.<topic>`` on dc2 and
+    ``dc2.<topic>`` on dc1), one process, the same settings otherwise."""
+    text = mm2_properties(brokers, topic, partitions)
+    text = text.replace(
+        "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n",
+        "",
+    )
+    text = text.replace("dc2->dc1.enabled = false\n", "dc2->dc1.enabled = true\n")
+    text = text.replace("dc2->dc1.emit.heartbeats.enabled = false\n", "")
+    return text + f"dc2->dc1.topics = {topic}\n"
+
+
 def start_peer(
     name: str, brokers: dict[str, LocalBroker], topic: str, partitions: int, workdir: Path
 ) -> MirrorMakerProcess:

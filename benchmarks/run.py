@@ -45,7 +45,13 @@ from rich.table import Table
 
 from benchmarks.brokers import add_broker_option, broker_name, choose, clusters, lists_offsets
 from benchmarks.failover import failover_cost
-from benchmarks.peers import MM1_SETTINGS, MM2_SETTINGS, PEERS, start_peer
+from benchmarks.peers import (
+    MM1_SETTINGS,
+    MM2_SETTINGS,
+    PEERS,
+    mm2_two_way_properties,
+    start_peer,
+)
 from benchmarks.resume import create_topics, resume_cost
 from replicator.devtools.embedded import (
     LocalBroker,
@@ -53,6 +59,7 @@ from replicator.devtools.embedded import (
     replicator_environment,
     wait_until_ready,
 )
+from replicator.devtools.mirror_makers import start_mm2
 from replicator.kafka.readers import read_topic
 
 T = TypeVar("T")
@@ -484,6 +491,88 @@ async def latency(
     return result
 
 
+TWO_WAY = ("replicator", "identity flows", "mm2")
+"""The two-way contenders: the ``_REPLICA`` mode (a replicator beside each cluster), identity
+flows both ways (one each), MirrorMaker 2's default policy both ways (one process)."""
+
+
+async def two_way(contender: str, records: int, partitions: int = 8) -> RunResult:
+    """``records`` 100 B records preloaded in each cluster, copied to the other both ways at
+    once; records/s counts the records that crossed (2 x ``records``), CPU every process's."""
+    workload = Workload("100B two-way", 100, records, partitions, one_way=True)
+    with clusters("dc1", "dc2") as brokers:
+        source = SOURCE if contender == "replicator" else TOPIC
+        for broker in brokers.values():
+            await create_topics(broker, partitions, *dict.fromkeys((source, TOPIC)))
+            await preload(
+                broker, Workload("two-way", 100, records, partitions, contender != "replicator")
+            )
+        processes: list[Monitored] = []
+        if contender == "mm2":
+            workdir = Path(tempfile.mkdtemp(prefix="bench-mm2-two-way-"))
+            config = workdir / "mm2.properties"
+            config.write_text(mm2_two_way_properties(brokers, TOPIC, partitions))
+            peer = start_mm2(config, workdir, heap_mb=1024)
+            processes.append(Monitored.adopt(peer.process, str(peer.log_path)))
+            # Default policy: dc1's records reach dc2 as dc1.bench, dc2's reach dc1 as dc2.bench.
+            wanted = {("dc2", "dc1.bench"): records, ("dc1", "dc2.bench"): records}
+        else:
+            for local, remote in (("dc1", "dc2"), ("dc2", "dc1")):
+                env = replicator_environment(
+                    local, brokers, free_port(), log_format="json", **SETTINGS
+                )
+                if contender == "identity flows":  # the remote cluster's bench into the local one
+                    env |= {
+                        "REPLICATOR_REPLICA_MODE": "false",
+                        f"REPLICATOR_FLOWS__{remote.upper()}_IN__SOURCE": remote,
+                        f"REPLICATOR_FLOWS__{remote.upper()}_IN__TARGET": local,
+                    }
+                args = [sys.executable, "-m", "replicator", "run"]
+                processes.append(Monitored(args, child_env(env), f"two-way-{local}"))
+            # Each bench ends with both clusters' records: its own (preloaded there, or copied
+            # from bench_REPLICA by the _REPLICA mode) and the other's.
+            wanted = {("dc1", TOPIC): 2 * records, ("dc2", TOPIC): 2 * records}
+        try:
+            first = cpu_first = 0.0
+            deadline = time.monotonic() + 900
+            marks = {
+                key: Watermarks({key[0]: brokers[key[0]]}, partitions, key[1]) for key in wanted
+            }
+            for watch in marks.values():
+                await watch.__aenter__()
+            try:
+                while time.monotonic() < deadline:
+                    for process in processes:
+                        if process.process.poll() is not None:
+                            raise RuntimeError(f"{contender} exited; see {process.log_path}")
+                        process.sample_rss()
+                    held = {key: sum((await marks[key].totals()).values()) for key in wanted}
+                    now = time.monotonic()
+                    if not first and any(held.values()):
+                        first = now
+                        cpu_first = sum(p.cpu_seconds() for p in processes)
+                    if all(held[key] >= n for key, n in wanted.items()):
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    raise TimeoutError(f"{contender} two-way did not finish")
+            finally:
+                for watch in marks.values():
+                    await watch.__aexit__()
+            seconds = max(now - first, 1e-3)
+            cpu = sum(p.cpu_seconds() for p in processes) - cpu_first
+        finally:
+            for process in processes:
+                process.stop()
+    crossed = 2 * records
+    return RunResult(
+        contender, workload.name, crossed, round(seconds, 3), round(crossed / seconds),
+        round(crossed * 100 / 1e6 / seconds, 1),
+        round(sum(p.peak_rss_mb for p in processes), 1),
+        round(cpu / crossed * 1e6, 2),
+    )  # fmt: skip
+
+
 @dataclass
 class OneWayLatency:
     contender: str
@@ -720,6 +809,14 @@ def ratios(runs: list[RunResult]) -> dict[str, float]:
                         out[f"{workload} {other}/replicator start to first record"] = round(
                             first, 1
                         )
+    two_way_mm2 = by.get(("100B two-way", "mm2"))
+    for mode in ("replicator", "identity flows"):
+        mine = by.get(("100B two-way", mode))
+        if mine and two_way_mm2 and mine.cpu_seconds_per_million:
+            key = f"100B two-way {mode}/mm2"
+            out[key] = round(mine.records_per_second / two_way_mm2.records_per_second, 2)
+            per_cpu = two_way_mm2.cpu_seconds_per_million / mine.cpu_seconds_per_million
+            out[f"{key} per CPU-second"] = round(per_cpu, 2)
     return out
 
 
@@ -750,8 +847,18 @@ async def main(args: argparse.Namespace) -> None:
             if any(r.verified != median.verified for r in results):
                 median.verified = "; ".join(sorted({r.verified for r in results}))
             runs.append(median)
-    lat = floor = None
     failures: dict[str, str] = {}
+    if args.records_two_way > 0:
+        contenders = [c for c in TWO_WAY if c != "mm2" or "mm2" in args.contenders]
+        for contender in contenders:
+            console.print(f"[bold]100B two-way[/] {contender} ...")
+            found = await phase(
+                f"two_way {contender}", two_way(contender, args.records_two_way), failures
+            )
+            if found:
+                runs.append(found)
+                console.print(f"  {found.records_per_second:,} records/s crossed")
+    lat = floor = None
     if args.latency_seconds > 0:
         rate, seconds = args.latency_rate, args.latency_seconds
         console.print(f"[bold]latency floor[/] (no replicator) at {rate:,}/s for {seconds}s ...")
@@ -764,12 +871,12 @@ async def main(args: argparse.Namespace) -> None:
         rate, seconds = args.latency_rate, args.latency_seconds
         for contender in ["replicator", *peers]:
             console.print(f"[bold]one-way latency[/] {contender} at {rate:,}/s for {seconds}s ...")
-            found = await phase(
+            timed = await phase(
                 f"one_way_latency {contender}", one_way_latency(contender, rate, seconds), failures
             )
-            if found:
-                one_way.append(found)
-                console.print(f"  p50 {found.p50_ms} ms, p99 {found.p99_ms} ms, max {found.max_ms}")
+            if timed:
+                one_way.append(timed)
+                console.print(f"  p50 {timed.p50_ms} ms, p99 {timed.p99_ms} ms, max {timed.max_ms}")
     resume = None
     if args.resume_records > 0:
         console.print(f"[bold]resume[/] tail reads on a {args.resume_records:,}-record partition")
@@ -869,6 +976,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="topic size (12 partitions) for translating a group's positions",
     )
     parser.add_argument(
+        "--records-two-way",
+        type=int,
+        default=300_000,
+        help="100 B records preloaded in each cluster, copied both ways (0: skip)",
+    )
+    parser.add_argument(
         "--records-mirror-1kb",
         type=int,
         default=100_000,
@@ -897,7 +1010,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     SETTINGS.update(item.split("=", 1) for item in args.setting)
     if args.quick:
         args.records_100b, args.records_1kb, args.records_mirror = 100_000, 30_000, 100_000
-        args.records_mirror_1kb = 30_000
+        args.records_mirror_1kb, args.records_two_way = 30_000, 100_000
         args.latency_seconds, args.outage_records, args.rounds = 10, 30_000, 1
         args.resume_records = args.failover_records = 200_000
         args.scale_records = 60_000
