@@ -4,7 +4,11 @@ For each record size (100 B and 1 KiB) the same preloaded ``bench_REPLICA`` topi
 ``bench`` on two clusters by three contenders, each a separate process on fresh local brokers:
 the naive per-record ``send()`` mirror, the minimal batch-copy loop (the machine's ceiling), and
 the replicator itself. The *one-way mirror* workload copies ``bench`` of dc1 to ``bench`` of dc2
-(MirrorMaker's job: the replicator runs one identity flow, the others copy to dc2 alone).
+(MirrorMaker's job: the replicator runs one identity flow, the others copy to dc2 alone), at 100 B
+and 1 KiB, where MirrorMaker 2 and MirrorMaker 1 themselves run too (:mod:`benchmarks.peers`);
+the *two-way* workload copies both clusters' records to the other at once (the ``_REPLICA``
+mode, identity flows, MirrorMaker 2's default policy), and a one-way latency phase times each of
+them at a fixed rate.
 Completion is measured by reading the destinations back (high watermarks
 from fetch responses, never ListOffsets) and the replicator's output is verified record by record.
 Then the replicator's end-to-end latency is measured at a fixed offered rate, the cost of resuming
