@@ -43,6 +43,7 @@ from replicator.failover.group_positions import active_members
 from replicator.kafka.clients import ClusterClient, GroupOffsets, client_options, translate
 from replicator.kafka.readers import partitions_of
 from replicator.replication.takeover import (
+    HANDED_BACK,
     connect_key,
     connect_value,
     default_offsets_topic,
@@ -400,60 +401,74 @@ class HandedBack:
     mirror_maker_position: int | None  # where the MirrorMaker would resume before the hand-back
 
 
+@dataclass
+class _FlowHandBack:
+    """One flow's positions, read before anything is written."""
+
+    plan: FeedPlan
+    predecessor: str
+    topic: str  # MirrorMaker 2's offsets topic ("" for MirrorMaker 1)
+    alias: str  # the source's alias as MirrorMaker spells it
+    partitions: list[TopicPartition]
+    mine: dict[TopicPartition, int]
+    theirs: dict[TopicPartition, int | None]
+
+
 async def _hand_back(settings: Settings, execute: bool) -> list[HandedBack]:
-    rows: list[HandedBack] = []
-    for plan in feeds_for(settings):
-        if plan.take_over is TakeOver.NONE:
-            continue
-        (leg,) = plan.legs
-        source = client_options(settings.clusters[plan.source], settings)
-        selection = await topic_selection(source, plan.rules)
-        partitions = sorted(await snapshot(source, list(selection.replicated)))
-        client = ClusterClient(plan.source, settings.clusters[plan.source], settings)
-        try:
-            running = await active_members(client, plan.group)
-        finally:
-            await client.close()
-        reader = AIOKafkaConsumer(**source, enable_auto_commit=False)
-        await reader.start()
-        try:
-            if running:
-                raise HandBackRefused(
-                    f"{plan.name}: the group {plan.group} on {plan.source} has active members: "
-                    "stop every replicator running the flow (and the MirrorMaker) first"
-                )
-            found = await GroupOffsets(reader, leg.group_id(plan.leg_group_prefix)).fetch(
-                partitions
-            )
-            mine = {tp: p for tp, p in found.items() if p is not None}
-            if plan.take_over is TakeOver.MIRRORMAKER1:
-                theirs = await GroupOffsets(reader, plan.group).fetch(partitions)
-                if execute and mine:
-                    await GroupOffsets(reader, plan.group).commit(mine)
-                predecessor = f"MirrorMaker 1 (group {plan.group})"
-        finally:
-            await reader.stop()
-        if plan.take_over is TakeOver.MIRRORMAKER2:
-            topic = plan.take_over_topic or default_offsets_topic(plan.source)
-            theirs = dict(await _hand_back_mm2(settings, plan, topic, mine, execute))
-            predecessor = f"MirrorMaker 2 ({topic})"
-        rows.extend(
-            HandedBack(plan.name, predecessor, tp.topic, tp.partition, mine.get(tp), theirs.get(tp))
-            for tp in partitions
+    """Every flow's positions read and checked first (a refusal writes nothing), then with
+    ``execute`` written where each MirrorMaker resumes, and the flow's own commits tagged
+    :data:`HANDED_BACK` so that a later takeover looks at what MirrorMaker did since."""
+    flows = [
+        await _read_hand_back(settings, plan)
+        for plan in feeds_for(settings)
+        if plan.take_over is not TakeOver.NONE
+    ]
+    if execute:
+        for flow in flows:
+            await _write_hand_back(settings, flow)
+    return [
+        HandedBack(
+            flow.plan.name,
+            flow.predecessor,
+            tp.topic,
+            tp.partition,
+            flow.mine.get(tp),
+            flow.theirs.get(tp),
         )
-    return rows
+        for flow in flows
+        for tp in flow.partitions
+    ]
 
 
-async def _hand_back_mm2(
-    settings: Settings,
-    plan: FeedPlan,
-    topic: str,
-    positions: dict[TopicPartition, int],
-    execute: bool,
-) -> dict[TopicPartition, int]:
-    """MirrorMaker 2's positions before the hand-back; with ``execute``, ``positions``
-    written into its Connect offsets ``topic`` on the target, under the keys its worker reads."""
+async def _read_hand_back(settings: Settings, plan: FeedPlan) -> _FlowHandBack:
     (leg,) = plan.legs
+    alias = settings.clusters[plan.source].topic_alias or plan.source
+    source = client_options(settings.clusters[plan.source], settings)
+    selection = await topic_selection(source, plan.rules)
+    partitions = sorted(await snapshot(source, list(selection.replicated)))
+    client = ClusterClient(plan.source, settings.clusters[plan.source], settings)
+    try:
+        running = await active_members(client, plan.group)
+    finally:
+        await client.close()
+    if running:
+        raise HandBackRefused(
+            f"{plan.name}: the group {plan.group} on {plan.source} has active members: stop "
+            "every replicator running the flow first"
+        )
+    reader = AIOKafkaConsumer(**source, enable_auto_commit=False)
+    await reader.start()
+    try:
+        found = await GroupOffsets(reader, leg.group_id(plan.leg_group_prefix)).fetch(partitions)
+        mine = {tp: p for tp, p in found.items() if p is not None}
+        if plan.take_over is TakeOver.MIRRORMAKER1:
+            theirs = await GroupOffsets(reader, plan.group).fetch(partitions)
+            return _FlowHandBack(
+                plan, f"MirrorMaker 1 (group {plan.group})", "", alias, partitions, mine, theirs
+            )
+    finally:
+        await reader.stop()
+    topic = plan.take_over_topic or default_offsets_topic(alias)
     target = client_options(settings.clusters[leg.destination], settings)
     reader = AIOKafkaConsumer(**target, enable_auto_commit=False)
     await reader.start()
@@ -464,26 +479,46 @@ async def _hand_back_mm2(
                 f"{leg.destination} (REPLICATOR_FLOWS__<FLOW>__TAKE_OVER_TOPIC names another?)"
             )
         before = await read_connect_positions(
-            reader, topic, plan.source, settings.request_timeout_ms / 1000
+            reader, topic, alias, settings.request_timeout_ms / 1000
         )
     finally:
         await reader.stop()
-    if not execute:
-        return before
-    cluster = settings.clusters[plan.source]
-    alias = cluster.topic_alias or plan.source
-    producer = AIOKafkaProducer(**target, acks="all", enable_idempotence=False)
-    await producer.start()
+    return _FlowHandBack(
+        plan, f"MirrorMaker 2 ({topic})", topic, alias, partitions, mine, dict(before)
+    )
+
+
+async def _write_hand_back(settings: Settings, flow: _FlowHandBack) -> None:
+    plan, mine = flow.plan, flow.mine
+    (leg,) = plan.legs
+    if not mine:
+        return
+    source = client_options(settings.clusters[plan.source], settings)
+    if plan.take_over is TakeOver.MIRRORMAKER2:
+        target = client_options(settings.clusters[leg.destination], settings)
+        producer = AIOKafkaProducer(**target, acks="all", enable_idempotence=False)
+        await producer.start()
+        try:
+            # Position 0: nothing copied; MirrorMaker 2 starts such a partition by its own rule.
+            sent = [
+                await producer.send(
+                    flow.topic, connect_value(position), key=connect_key(flow.alias, tp)
+                )
+                for tp, position in sorted(mine.items())
+                if position > 0
+            ]
+            await asyncio.gather(*sent)
+        finally:
+            await producer.stop()
+    reader = AIOKafkaConsumer(**source, enable_auto_commit=False)
+    await reader.start()
     try:
-        sent = [
-            await producer.send(topic, connect_value(position), key=connect_key(alias, tp))
-            for tp, position in sorted(positions.items())
-            if position > 0
-        ]
-        await asyncio.gather(*sent)
+        if plan.take_over is TakeOver.MIRRORMAKER1:
+            await GroupOffsets(reader, plan.group).commit(mine)
+        tags = dict.fromkeys(mine, HANDED_BACK)
+        await GroupOffsets(reader, leg.group_id(plan.leg_group_prefix)).commit(mine, tags)
     finally:
-        await producer.stop()
-    return before
+        await reader.stop()
 
 
 def hand_back(settings: Settings, execute: bool, as_json: bool) -> int:
@@ -502,7 +537,7 @@ def hand_back(settings: Settings, execute: bool, as_json: bool) -> int:
         if execute
         else "flow positions to hand back (a dry run: --execute writes them)",
     )
-    for column in ("flow", "topic", "partition", "flow", "MirrorMaker before"):
+    for column in ("flow", "topic", "partition", "flow position", "MirrorMaker's before"):
         table.add_column(column, justify="right")
     for r in rows:
         table.add_row(

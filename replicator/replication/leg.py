@@ -63,7 +63,7 @@ from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition, resume_position
 from replicator.replication.resume import marks_group
 from replicator.replication.sender import PartitionSender
-from replicator.replication.takeover import Takeover, default_offsets_topic
+from replicator.replication.takeover import HANDED_BACK, Takeover, default_offsets_topic
 from replicator.telemetry.metrics import Metrics
 from replicator.topics.provisioning import ClusterAdmin, TopicProvisioner
 
@@ -439,7 +439,8 @@ class LegRunner:
         points = await committed_offsets(consumer, replicated)
         committed = {tp: offset for tp, (offset, _) in points.items()}
         if self._plan.take_over is not TakeOver.NONE and committed:
-            taken = await self._take_over(consumer, committed)
+            handed_back = frozenset(tp for tp, (_, tag) in points.items() if tag == HANDED_BACK)
+            taken = await self._take_over(consumer, committed, handed_back)
             if taken is None:
                 return  # stop came first: start nothing
             committed.update(taken)
@@ -458,7 +459,10 @@ class LegRunner:
         self._log.info("partitions assigned", partitions=len(self.partitions))
 
     async def _take_over(
-        self, consumer: AIOKafkaConsumer, committed: dict[TopicPartition, int | None]
+        self,
+        consumer: AIOKafkaConsumer,
+        committed: dict[TopicPartition, int | None],
+        handed_back: frozenset[TopicPartition],
     ) -> dict[TopicPartition, int] | None:
         """Where the MirrorMaker this flow replaces left the assigned partitions
         (takeover.py), committed; retried until it is read (never started by policy over a
@@ -472,11 +476,13 @@ class LegRunner:
             await reader.start()
             return reader
 
+        # MirrorMaker 2's alias as its file spells it: its keys and topic names use it.
+        alias = settings.clusters[self.leg.source].topic_alias or self.leg.source
         takeover = Takeover(
             kind=plan.take_over,
-            source=self.leg.source,
+            source=alias,
             group=plan.group,
-            topic=plan.take_over_topic or default_offsets_topic(self.leg.source),
+            topic=plan.take_over_topic or default_offsets_topic(alias),
             target=self._rules.target,
             preserve_partitions=self._preserve_partitions,
             new_reader=new_reader,
@@ -488,7 +494,7 @@ class LegRunner:
 
         async def attempt() -> dict[TopicPartition, int]:
             await self.destination.ready.wait()
-            return await takeover.take(consumer, committed)
+            return await takeover.take(consumer, committed, handed_back)
 
         return await retrying(
             attempt,

@@ -38,6 +38,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from replicator.config.settings import TakeOver
 from replicator.kafka.clients import GroupOffsets
 from replicator.kafka.readers import StoredRecord, partitions_of, read_ranges
+from replicator.model.provenance import HEADER_NAMES
 from replicator.replication.resume import DestinationTail
 
 # Records compared at each end: the target's last ones against the run of the source's.
@@ -47,6 +48,10 @@ _AHEAD_LIMIT = 100_000
 
 CONNECTOR = "MirrorSourceConnector"
 """The connector whose source offsets MirrorMaker 2's dedicated mode saves."""
+
+HANDED_BACK = "replicator hand-back"
+"""The metadata of a leg's commit that ``replicator hand-back`` made: the partition was given
+back to MirrorMaker, which may have moved it since (its position is taken over again)."""
 
 
 def default_offsets_topic(source: str) -> str:
@@ -59,8 +64,9 @@ def connect_positions(
 ) -> dict[TopicPartition, int]:
     """The next source offset to copy of each partition MirrorMaker 2 copied from ``source``,
     from the records of its Connect offsets topic in the order written (``(key, value)``; the
-    last value of a key wins, a null value deletes it). Keys of other connectors or clusters
-    (compared case-insensitively), and entries that do not parse, are passed over."""
+    last value of a key wins, a null value deletes it). ``source`` is the alias as MirrorMaker
+    2's file spells it (its keys do). Keys of other connectors or clusters, and entries that do
+    not parse, are passed over."""
     found: dict[TopicPartition, int] = {}
     for key, value in entries:
         tp = _connect_partition(key, source)
@@ -95,7 +101,7 @@ def _connect_partition(key: bytes | None, source: str) -> TopicPartition | None:
         return None
     if connector != CONNECTOR or not isinstance(cluster, str) or not isinstance(topic, str):
         return None
-    if cluster.lower() != source.lower() or not isinstance(number, int):
+    if cluster != source or not isinstance(number, int):
         return None
     return TopicPartition(topic, number)
 
@@ -125,8 +131,13 @@ async def read_connect_positions(
 
 
 def same_record(a: StoredRecord, b: StoredRecord) -> bool:
-    """Whether ``b`` is a copy of ``a`` as MirrorMaker writes one: key, value and headers."""
-    return a.key == b.key and a.value == b.value and a.headers == b.headers
+    """Whether ``b`` is a copy of ``a`` as MirrorMaker writes one, or as the replicator does
+    (key, value and headers, its own provenance headers set aside)."""
+    return a.key == b.key and a.value == b.value and _application(a) == _application(b)
+
+
+def _application(record: StoredRecord) -> tuple[tuple[str, bytes | None], ...]:
+    return tuple(h for h in record.headers if h[0] not in HEADER_NAMES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,13 +213,19 @@ class Takeover:
         return f"MirrorMaker 2 ({self.topic} on the target)"
 
     async def take(
-        self, consumer: AIOKafkaConsumer, committed: dict[TopicPartition, int | None]
+        self,
+        consumer: AIOKafkaConsumer,
+        committed: dict[TopicPartition, int | None],
+        handed_back: frozenset[TopicPartition] = frozenset(),
     ) -> dict[TopicPartition, int]:
         """Where the partitions the predecessor stands on start: those the leg never committed
-        (``committed`` is ``None``) that it left a position or copies of, and those it moved
-        past the leg's committed offset (it ran again after a hand-back: :func:`hand_back`).
-        Committed under the leg's group, with their destination marks, before they are
-        returned; the others resume as they are, or start by ``START_FROM``."""
+        (``committed`` is ``None``) that it left a position or copies of, and those the flow
+        handed back (``handed_back``: their last commit is ``replicator hand-back``'s, tagged
+        :data:`HANDED_BACK`) that it moved past, or left where they were given. Never a
+        partition the leg committed itself since: its committed offset may have moved back (a
+        replay, an operator's rewind) below a position MirrorMaker saved long ago. Committed
+        under the leg's group, with their destination marks, before they are returned; the
+        others resume as they are, or start by ``START_FROM``."""
         if self.kind is TakeOver.MIRRORMAKER1:
             found = await GroupOffsets(consumer, self.group).fetch(list(committed))
             positions = {tp: offset for tp, offset in found.items() if offset is not None}
@@ -217,21 +234,18 @@ class Takeover:
 
         def ahead(tp: TopicPartition, position: int) -> bool:
             mine = committed[tp]
-            # MirrorMaker 2 may have copied past a position equal to the flow's (handed back,
-            # then killed before it saved another): its copies are looked at then too.
-            return (
-                mine is None
-                or position > mine
-                or (self.kind is TakeOver.MIRRORMAKER2 and position == mine)
-            )
+            return mine is None or (tp in handed_back and position >= mine)
 
         saved = {tp: p for tp, p in positions.items() if tp in committed and ahead(tp, p)}
         partitions = [tp for tp in committed if committed[tp] is None or tp in saved]
         if not partitions:
             return {}
         targets = await self._existing_targets(partitions)
+        gone = [tp for tp in saved if tp not in targets]
+        for tp in gone:  # its copies went with the topic: START_FROM (or its own offset)
+            del saved[tp]
         starts = dict(saved)
-        counts: Counter[str] = Counter(saved=len(saved))
+        counts: Counter[str] = Counter(saved=len(saved), target_missing=len(gone))
         if self.kind is TakeOver.MIRRORMAKER2 and self.preserve_partitions and targets:
             # MirrorMaker 2 keeps partition numbers: its copies say how far it got.
             for tp, confirmed in (await self._confirm(partitions, saved, targets)).items():
@@ -345,12 +359,12 @@ class Takeover:
             result: dict[TopicPartition, Confirmed] = {}
             for tp in tps:
                 confirmed = confirm(saved.get(tp), held[tp], runs[tp])
-                if not confirmed.confirmed and source_ends[tp] > centre[tp] + _RUN:
+                further_from = max(begins[tp], centre[tp] + _RUN)
+                if not confirmed.confirmed and source_ends[tp] > further_from:
                     # Killed, not stopped: its copies may reach further past its position.
+                    further_to = min(source_ends[tp], centre[tp] + _AHEAD_LIMIT)
                     further = await read_ranges(
-                        source_reader,
-                        {tp: (centre[tp] + _RUN, min(source_ends[tp], centre[tp] + _AHEAD_LIMIT))},
-                        self.timeout,
+                        source_reader, {tp: (further_from, further_to)}, self.timeout
                     )
                     confirmed = confirm(saved.get(tp), held[tp], runs[tp] + further[tp])
                 result[tp] = confirmed

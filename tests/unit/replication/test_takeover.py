@@ -29,7 +29,8 @@ def test_connect_positions_are_the_record_after_the_last_one_saved_and_the_last_
         (_key("primary", "orders", 0), _offset(10)),
         (_key("primary", "orders", 1), _offset(4)),
         (_key("primary", "orders", 0), _offset(41)),  # later: wins
-        (_key("Primary", "payments", 0), _offset(0)),  # the alias as the file spells it
+        (_key("primary", "payments", 0), _offset(0)),
+        (_key("Primary", "payments", 1), _offset(5)),  # another alias: MM2's are case-sensitive
         (_key("backup", "orders", 0), _offset(99)),  # another direction's
         (_key("primary", "orders", 2, connector="OtherConnector"), _offset(7)),
         (_key("primary", "orders", 1), None),  # deleted
