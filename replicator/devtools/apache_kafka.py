@@ -255,7 +255,15 @@ class ApacheKafkaCluster:
     advertised_port: int | None = None
 
     def __post_init__(self) -> None:
+        self._choose_ports()
+        if not self.heap_mb:
+            self.heap_mb = 512 if self.nodes_count == 1 else 384
+
+    def _choose_ports(self) -> None:
+        """Free ports for every node (bind-tested: another process may still take one before
+        the node binds it, see :func:`start_all`)."""
         pki = self.security.pki
+        self.nodes.clear()
         for node_id in range(1, self.nodes_count + 1):
             self.nodes.append(
                 Node(
@@ -268,8 +276,25 @@ class ApacheKafkaCluster:
                     sasl_plaintext_port=free_port() if self.security.sasl_plaintext else None,
                 )
             )
-        if not self.heap_mb:
-            self.heap_mb = 512 if self.nodes_count == 1 else 384
+
+    def port_taken(self) -> bool:
+        """Whether a node of this start exited because one of its ports was taken meanwhile."""
+        for node in self.nodes:
+            if node.running or not node.log_path.exists():
+                continue
+            with node.log_path.open("rb") as log:
+                log.seek(node.log_offset)
+                if b"Address already in use" in log.read():
+                    return True
+        return False
+
+    def new_ports(self) -> None:
+        """Before a first start only (a restart keeps its ports): every node's data and
+        configuration dropped, new ports chosen."""
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory.mkdir(parents=True)
+        self._choose_ports()
 
     # -- addresses ----------------------------------------------------------------------------
 
@@ -540,9 +565,28 @@ class ApacheKafkaCluster:
         return "\n".join(parts)
 
 
+_PORT_ATTEMPTS = 3
+
+
 def start_all(clusters: list[ApacheKafkaCluster], timeout: float = 120.0) -> None:
     """Start several clusters at once (their JVMs warm up in parallel); on a failure, stop
-    every one of them and raise with the failing node's log."""
+    every one of them and raise with the failing node's log. A cluster never started before
+    whose port another process took between its choice and the bind (two test workers, a
+    MirrorMaker) is started again on new ports."""
+    fresh = {id(c) for c in clusters if not any(n.log_path.exists() for n in c.nodes)}
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        try:
+            _start_all(clusters, timeout)
+            return
+        except LocalKafkaError:
+            taken = [c for c in clusters if id(c) in fresh and c.port_taken()]
+            if not taken or attempt == _PORT_ATTEMPTS:
+                raise
+            for cluster in taken:
+                cluster.new_ports()
+
+
+def _start_all(clusters: list[ApacheKafkaCluster], timeout: float) -> None:
     libs = kafka_libs()
     try:
         for cluster in clusters:
