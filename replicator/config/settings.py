@@ -427,7 +427,8 @@ class FlowSettings(BaseModel):
         True,
         description="Emit heartbeats into the source's heartbeat topic and watch them arrive "
         "(REPLICATOR_HEARTBEAT_INTERVAL_MS); with REPLICATOR_HEARTBEAT_PLACEMENT=mirrormaker2, "
-        "into the target's.",
+        "into the target's, and the source's heartbeat topics are copied even when false (as "
+        "MirrorMaker 2 does).",
     )
     reverse_heartbeats: bool = Field(
         False,
