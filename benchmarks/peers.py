@@ -18,6 +18,7 @@ from pathlib import Path
 from replicator.devtools.embedded import LocalBroker
 from replicator.devtools.mirror_makers import (
     MirrorMakerProcess,
+    mm2_local_properties,
     properties_text,
     start_mm1,
     start_mm2,
@@ -42,28 +43,19 @@ MM1_SETTINGS = {"--num.streams": "<partitions>", "compression.type": "none", "ac
 
 
 def mm2_properties(brokers: dict[str, LocalBroker], topic: str, partitions: int) -> str:
-    """A one-way dc1 -> dc2 MirrorMaker 2 file for ``topic``."""
-    lines = {
-        "clusters": "dc1, dc2",
-        "dc1.bootstrap.servers": brokers["dc1"].bootstrap_servers,
-        "dc2.bootstrap.servers": brokers["dc2"].bootstrap_servers,
+    """A one-way dc1 -> dc2 MirrorMaker 2 file for ``topic``: the one-broker settings (with the
+    plugin scan skipped, as its documentation advises once plugins declare manifests) and
+    :data:`MM2_SETTINGS`."""
+    lines = mm2_local_properties(
+        {alias: brokers[alias].bootstrap_servers for alias in ("dc1", "dc2")}
+    )
+    lines |= {
         "dc1->dc2.enabled": "true",
         "dc1->dc2.topics": topic,
         "dc2->dc1.enabled": "false",
         "dc2->dc1.emit.heartbeats.enabled": "false",
-        "replication.factor": "1",
-        "sync.topic.acls.enabled": "false",
         **{k: v.replace("<partitions>", str(partitions)) for k, v in MM2_SETTINGS.items()},
     }
-    for internal in (
-        "checkpoints.topic",
-        "heartbeats.topic",
-        "offset-syncs.topic",
-        "offset.storage",
-        "status.storage",
-        "config.storage",
-    ):
-        lines[f"{internal}.replication.factor"] = "1"
     return properties_text(lines)
 
 

@@ -145,18 +145,16 @@ class MirrorMakerProcess:
         return 0.0
 
 
-def mm2_test_properties(bootstrap: dict[str, str]) -> dict[str, str]:
-    """The settings Kafka's own MirrorMaker 2 tests run with, for clusters of one broker each:
-    ``clusters`` and each alias's ``bootstrap.servers`` from ``bootstrap``, replication factors
-    1, intervals of 1 s, Connect offsets flushed every second, plugins found by their manifests
-    (no classpath scan), ACL sync off. No flow is enabled:
-    add ``A->B.enabled = true`` and the rest."""
+def mm2_local_properties(bootstrap: dict[str, str]) -> dict[str, str]:
+    """What MirrorMaker 2 needs on clusters of one broker each, and nothing more: ``clusters``
+    and each alias's ``bootstrap.servers`` from ``bootstrap``, replication factor 1 for every
+    topic it creates, plugins found by their manifests (no classpath scan), ACL sync off."""
     properties = {"clusters": ", ".join(bootstrap)}
     for alias, servers in bootstrap.items():
         properties[f"{alias}.bootstrap.servers"] = servers
-        properties[f"{alias}.offset.flush.interval.ms"] = "1000"
         # Each herder's worker would scan the classpath by reflection (seconds each) for
-        # plugins that every jar here declares in ServiceLoader manifests anyway.
+        # plugins that every jar here declares in ServiceLoader manifests anyway; the property
+        # is read per cluster alias (MirrorMaker 2 ignores it at the top level).
         properties[f"{alias}.plugin.discovery"] = "service_load"
     for topic in (
         "checkpoints.topic",
@@ -168,6 +166,17 @@ def mm2_test_properties(bootstrap: dict[str, str]) -> dict[str, str]:
     ):
         properties[f"{topic}.replication.factor"] = "1"
     properties["replication.factor"] = "1"
+    properties["sync.topic.acls.enabled"] = "false"
+    return properties
+
+
+def mm2_test_properties(bootstrap: dict[str, str]) -> dict[str, str]:
+    """The settings Kafka's own MirrorMaker 2 tests run with (:func:`mm2_local_properties`,
+    intervals of 1 s, Connect offsets flushed every second). No flow is enabled: add
+    ``A->B.enabled = true`` and the rest."""
+    properties = mm2_local_properties(bootstrap)
+    for alias in bootstrap:
+        properties[f"{alias}.offset.flush.interval.ms"] = "1000"
     for interval in (
         "emit.checkpoints",
         "emit.heartbeats",
@@ -177,7 +186,6 @@ def mm2_test_properties(bootstrap: dict[str, str]) -> dict[str, str]:
         "sync.topic.configs",
     ):
         properties[f"{interval}.interval.seconds"] = "1"
-    properties["sync.topic.acls.enabled"] = "false"
     return properties
 
 

@@ -57,6 +57,7 @@ from tests.integration.harness import (
     wait_until,
 )
 from tests.integration.test_failover import consume
+from tests.integration.test_flows import run_topics
 from tests.integration.test_mirror_maker import heartbeat
 from tests.integration.test_mm2_contract import committed, remote_consumer_offsets
 
@@ -172,20 +173,9 @@ def snapshot(broker: Broker) -> Snapshot:
     return run(_snapshot(broker.bootstrap_servers))
 
 
-def topic_names(broker: Broker) -> set[str]:
-    async def listing() -> set[str]:
-        admin = await admin_client(broker.bootstrap_servers)
-        try:
-            return set(await admin.list_topics())
-        finally:
-            await admin.close()
-
-    return run(listing())
-
-
 def holds_all(broker: Broker, topic: str, records: int) -> Callable[[], bool]:
     """A predicate: ``topic`` exists on ``broker`` and holds at least ``records``."""
-    return lambda: topic in topic_names(broker) and len(read(broker, topic)) >= records
+    return lambda: topic in run_topics(broker) and len(read(broker, topic)) >= records
 
 
 def heartbeats(records: list[StoredRecord]) -> set[tuple[str, str]]:
