@@ -85,35 +85,32 @@ def assert_copied_exactly_once_in_order(
         last[run_key] = offset
 
 
-def group_has_members(broker: Broker, group: str) -> bool:
-    """Whether ``group`` has members (a tool that left, or whose session expired, has none)."""
+def group_state(broker: Broker, group: str) -> tuple[str, int]:
+    """``group``'s state and member count (``("", 0)`` while its coordinator is not there)."""
 
-    async def described() -> bool:
-        admin = await admin_client(broker.bootstrap_servers)
-        try:
-            (found,) = await admin.describe_consumer_groups([group])
-        finally:
-            await admin.close()
-        return bool(found.groups[0][5])  # error, group, state, type, protocol, members
-
-    return run(described())
-
-
-def group_assigned(broker: Broker, group: str) -> bool:
-    """Whether ``group`` is stable with a member holding partitions."""
-
-    async def described() -> bool:
+    async def described() -> tuple[str, int]:
         admin = await admin_client(broker.bootstrap_servers)
         try:
             (found,) = await admin.describe_consumer_groups([group])
         except GroupCoordinatorNotAvailableError:  # the offsets topic is still being created
-            return False
+            return "", 0
         finally:
             await admin.close()
         _, _, state, _, _, members = found.groups[0][:6]  # error, group, state, type, protocol
-        return state == "Stable" and bool(members)
+        return state, len(members)
 
     return run(described())
+
+
+def group_has_members(broker: Broker, group: str) -> bool:
+    """Whether ``group`` has members (a tool that left, or whose session expired, has none)."""
+    return group_state(broker, group)[1] > 0
+
+
+def group_assigned(broker: Broker, group: str) -> bool:
+    """Whether ``group`` is stable with a member holding partitions."""
+    state, members = group_state(broker, group)
+    return state == "Stable" and members > 0
 
 
 def mm2_file(tmp_path: Path, primary: Broker, backup: Broker) -> Path:
