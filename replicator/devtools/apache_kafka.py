@@ -227,6 +227,7 @@ class Node:
     ssl_port: int | None = None
     sasl_ssl_port: int | None = None
     sasl_plaintext_port: int | None = None
+    wan_port: int | None = None  # the WAN listener's own port (clients are told the relay's)
     process: subprocess.Popen[bytes] | None = None
     log_offset: int = 0  # where this start's output begins in the log
 
@@ -253,8 +254,13 @@ class ApacheKafkaCluster:
     heap_mb: int = 0
     # Clients are told to connect here (a proxy in front of a single node, say); default: port.
     advertised_port: int | None = None
+    # A second PLAINTEXT listener, named WAN, advertised at this port: a relay's in front of it
+    # (:mod:`replicator.devtools.wan`), for clients that reach the cluster across a long link.
+    wan_port: int | None = None
 
     def __post_init__(self) -> None:
+        if self.wan_port and self.nodes_count > 1:
+            raise LocalKafkaError("a WAN listener is for a single-node cluster")
         self._choose_ports()
         if not self.heap_mb:
             self.heap_mb = 512 if self.nodes_count == 1 else 384
@@ -274,6 +280,7 @@ class ApacheKafkaCluster:
                     ssl_port=free_port() if pki else None,
                     sasl_ssl_port=free_port() if pki and self.security.users else None,
                     sasl_plaintext_port=free_port() if self.security.sasl_plaintext else None,
+                    wan_port=free_port() if self.wan_port else None,
                 )
             )
 
@@ -316,7 +323,12 @@ class ApacheKafkaCluster:
         return self.nodes[0].process if self.nodes[0].running else None
 
     def listener(self, name: str) -> str:
-        """Bootstrap servers of the ``SSL``, ``SASL_SSL`` or ``SASL_PLAINTEXT`` listener."""
+        """Bootstrap servers of the ``SSL``, ``SASL_SSL`` or ``SASL_PLAINTEXT`` listener, or of the
+        ``WAN`` one (the relay's port)."""
+        if name == "WAN":
+            if not self.wan_port:
+                raise LocalKafkaError(f"cluster {self.alias} has no WAN listener")
+            return f"127.0.0.1:{self.wan_port}"
         attribute = {
             "PLAINTEXT": "port",
             "SSL": "ssl_port",
@@ -341,9 +353,13 @@ class ApacheKafkaCluster:
             listeners["SASL_SSL"] = node.sasl_ssl_port
         if node.sasl_plaintext_port:
             listeners["SASL_PLAINTEXT"] = node.sasl_plaintext_port
+        if node.wan_port:
+            listeners["WAN"] = node.wan_port
         bound = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
         if self.advertised_port and not many:
             listeners["PLAINTEXT"] = self.advertised_port
+        if self.wan_port:
+            listeners["WAN"] = self.wan_port
         advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         properties = {
@@ -355,7 +371,7 @@ class ApacheKafkaCluster:
             "listeners": f"{bound},CONTROLLER://127.0.0.1:{node.controller_port}",
             "advertised.listeners": advertised,
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
-            "SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,WAN:PLAINTEXT",
             "log.dirs": str(node.directory / "data"),
             "num.partitions": "1",
             "default.replication.factor": replicas,
@@ -670,18 +686,24 @@ if __name__ == "__main__":  # ``python -m replicator.devtools.apache_kafka``: fe
 
 @contextlib.contextmanager
 def local_clusters(
-    *aliases: str, broker: str = "kafka", heap_mb: int = 0
+    *aliases: str, broker: str = "kafka", heap_mb: int = 0, wan: bool = False
 ) -> Iterator[dict[str, LocalBroker]]:
     """One single-node cluster per alias, started together: Apache Kafka (``broker="kafka"``,
-    each JVM with ``heap_mb`` of heap, the default if 0) or the embedded broker
-    (``"embedded"``); stopped, their data deleted, on exit."""
+    each JVM with ``heap_mb`` of heap, the default if 0; with ``wan``, each with a WAN listener
+    on a port of its own for a relay to serve) or the embedded broker (``"embedded"``); stopped,
+    their data deleted, on exit."""
     if broker not in BROKERS:
         raise LocalKafkaError(f"no local broker {broker!r}: one of {', '.join(BROKERS)}")
+    if wan and broker != "kafka":
+        raise LocalKafkaError("a WAN listener needs Apache Kafka (--broker kafka)")
     if broker == "embedded":
         with embedded_clusters(*aliases) as brokers:
             yield dict(brokers)
         return
-    clusters = {alias: ApacheKafkaCluster(alias, heap_mb=heap_mb) for alias in aliases}
+    clusters = {
+        alias: ApacheKafkaCluster(alias, heap_mb=heap_mb, wan_port=free_port() if wan else None)
+        for alias in aliases
+    }
     try:
         start_all(list(clusters.values()))
         yield dict(clusters)
