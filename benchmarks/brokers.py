@@ -48,7 +48,8 @@ def lists_offsets() -> bool:
 
 
 @contextmanager
-def clusters(*aliases: str) -> Iterator[dict[str, LocalBroker]]:
-    """One fresh single-node cluster per alias of the chosen broker; removed on exit."""
-    with local_clusters(*aliases, broker=_chosen["broker"], heap_mb=HEAP_MB) as started:
+def clusters(*aliases: str, wan: bool = False) -> Iterator[dict[str, LocalBroker]]:
+    """One fresh single-node cluster per alias of the chosen broker, each with a WAN listener
+    if asked (Apache Kafka only); removed on exit."""
+    with local_clusters(*aliases, broker=_chosen["broker"], heap_mb=HEAP_MB, wan=wan) as started:
         yield started

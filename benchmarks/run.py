@@ -57,6 +57,7 @@ from benchmarks.peers import (
     start_peer,
 )
 from benchmarks.resume import create_topics, resume_cost
+from replicator.devtools.apache_kafka import ApacheKafkaCluster
 from replicator.devtools.embedded import (
     LocalBroker,
     free_port,
@@ -64,6 +65,7 @@ from replicator.devtools.embedded import (
     wait_until_ready,
 )
 from replicator.devtools.mirror_makers import start_mm2
+from replicator.devtools.wan import Link
 from replicator.kafka.readers import read_topic
 
 T = TypeVar("T")
@@ -82,6 +84,7 @@ class Workload:
     records: int
     partitions: int = 8
     one_way: bool = False  # bench of dc1 to bench of dc2 (an identity flow), not the _REPLICA mode
+    wan_ms: float = 0.0  # round trip added between the datacenters (a relay, one-way only)
 
     @property
     def source_topic(self) -> str:
@@ -308,38 +311,82 @@ async def verify_replica(brokers: dict[str, LocalBroker], expected: int) -> str:
 # -- phases -------------------------------------------------------------------------------------
 
 
+class _AcrossTheWan:
+    """A cluster as a process in the other datacenter reaches it: through its WAN listener."""
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
+
+    def stop(self) -> None:
+        """The cluster itself is stopped by its owner."""
+
+
+@contextmanager
+def as_seen_by(
+    contender: str, brokers: dict[str, LocalBroker], workload: Workload
+) -> Iterator[dict[str, LocalBroker]]:
+    """The clusters as ``contender`` reaches them: with ``workload.wan_ms``, the remote one
+    across a relay adding that round trip. Each runs where its documentation places it: the
+    replicator beside the source (it produces across the link), MirrorMaker beside the target
+    (it consumes across the link, "remote consume, local produce")."""
+    if not workload.wan_ms:
+        yield brokers
+        return
+    remote = "dc2" if contender == "replicator" else "dc1"
+    cluster = brokers[remote]
+    if not isinstance(cluster, ApacheKafkaCluster) or not cluster.wan_port:
+        raise RuntimeError("a WAN workload needs Apache Kafka clusters with a WAN listener")
+    node_port = cluster.nodes[0].wan_port
+    assert node_port is not None
+    with Link(cluster.wan_port, node_port, workload.wan_ms / 2):
+        yield {**brokers, remote: _AcrossTheWan(cluster.listener("WAN"))}
+
+
 async def throughput(contender: str, workload: Workload) -> RunResult:
-    with clusters("dc1", "dc2") as brokers:
+    with clusters("dc1", "dc2", wan=bool(workload.wan_ms)) as brokers:
         await create_topics(brokers["dc1"], workload.partitions, SOURCE, TOPIC)
         await create_topics(brokers["dc2"], workload.partitions, TOPIC)
         await preload(brokers["dc1"], workload)
         expected = workload.records
         destinations = {"dc2": brokers["dc2"]} if workload.one_way else brokers
-        process = start_contender(contender, brokers, workload)
-        try:
-            async with Watermarks(destinations, workload.partitions) as marks:
-                first = cpu_first = to_first = 0.0
-                deadline = time.monotonic() + 600
-                while time.monotonic() < deadline:
-                    if process.process.poll() is not None:
-                        raise RuntimeError(f"{contender} exited; see {process.log_path}")
-                    totals = await marks.totals()
-                    process.sample_rss()
-                    now = time.monotonic()
-                    if not first and any(totals.values()):
-                        first, cpu_first = now, process.cpu_seconds()
-                        to_first = now - process.started
-                    if all(t >= expected for t in totals.values()):
-                        break
-                else:
-                    raise TimeoutError(f"{contender} did not finish; see {process.log_path}")
-                seconds = max(now - first, 1e-3)
-                cpu = process.cpu_seconds() - cpu_first
-        finally:
-            process.stop()
-        verified = (
-            await verify_replica(destinations, expected) if contender == "replicator" else "counted"
-        )
+        with as_seen_by(contender, brokers, workload) as seen:
+            result = await _copy(contender, workload, seen, destinations)
+        if contender == "replicator":
+            result.verified = await verify_replica(destinations, expected)
+    return result
+
+
+async def _copy(
+    contender: str,
+    workload: Workload,
+    seen: dict[str, LocalBroker],
+    destinations: dict[str, LocalBroker],
+) -> RunResult:
+    """Start ``contender`` on the clusters as it sees them (``seen``) and time it until every
+    destination holds the workload's records."""
+    expected = workload.records
+    process = start_contender(contender, seen, workload)
+    try:
+        async with Watermarks(destinations, workload.partitions) as marks:
+            first = cpu_first = to_first = 0.0
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                if process.process.poll() is not None:
+                    raise RuntimeError(f"{contender} exited; see {process.log_path}")
+                totals = await marks.totals()
+                process.sample_rss()
+                now = time.monotonic()
+                if not first and any(totals.values()):
+                    first, cpu_first = now, process.cpu_seconds()
+                    to_first = now - process.started
+                if all(t >= expected for t in totals.values()):
+                    break
+            else:
+                raise TimeoutError(f"{contender} did not finish; see {process.log_path}")
+            seconds = max(now - first, 1e-3)
+            cpu = process.cpu_seconds() - cpu_first
+    finally:
+        process.stop()
     mb = expected * workload.value_bytes / 1e6
     return RunResult(
         contender,
@@ -350,7 +397,7 @@ async def throughput(contender: str, workload: Workload) -> RunResult:
         round(mb / seconds, 1),
         round(process.peak_rss_mb, 1),
         round(cpu / expected * 1e6, 2),
-        verified,
+        "counted",
         round(to_first, 2),
     )
 
@@ -818,6 +865,15 @@ def ratios(runs: list[RunResult]) -> dict[str, float]:
                         out[f"{workload} {other}/replicator start to first record"] = round(
                             first, 1
                         )
+    for workload in dict.fromkeys(r.workload for r in runs if "WAN" in r.workload):
+        across, near = (
+            by.get((workload, "replicator")),
+            by.get(("100B one-way mirror", "replicator")),
+        )
+        if across and near:
+            out[f"{workload} replicator/replicator without it"] = round(
+                across.records_per_second / near.records_per_second, 2
+            )
     two_way_mm2 = by.get(("100B two-way", "mm2"))
     for mode in ("replicator", "identity flows"):
         mine = by.get(("100B two-way", mode))
@@ -836,12 +892,18 @@ async def main(args: argparse.Namespace) -> None:
         Workload("100B one-way mirror", 100, args.records_mirror, one_way=True),
         Workload("1KiB one-way mirror", 1024, args.records_mirror_1kb, one_way=True),
     ]
+    if lists_offsets():  # Apache Kafka: a WAN listener for the relay
+        name = f"100B one-way mirror, {args.wan_ms:g} ms WAN"
+        workloads.append(Workload(name, 100, args.records_wan, one_way=True, wan_ms=args.wan_ms))
     runs: list[RunResult] = []
     if any(peer in args.contenders for peer in PEERS):
         console.print(f"MirrorMaker 2 settings: {MM2_SETTINGS}; MirrorMaker 1: {MM1_SETTINGS}")
     for workload in [w for w in workloads if w.records > 0]:
-        # MirrorMaker copies one way: it runs in the one-way workloads only.
+        # MirrorMaker copies one way: it runs in the one-way workloads only; across the WAN,
+        # MirrorMaker and the replicator only (the others have no datacenter to run in).
         contenders = [c for c in args.contenders if workload.one_way or c not in PEERS]
+        if workload.wan_ms:
+            contenders = [c for c in contenders if c == "replicator" or c in PEERS]
         rounds: dict[str, list[RunResult]] = {c: [] for c in contenders}
         for round_number in range(1, args.rounds + 1):
             # Contenders alternate within each round, so machine noise hits them alike.
@@ -991,6 +1053,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="100 B records preloaded in each cluster, copied both ways (0: skip)",
     )
     parser.add_argument(
+        "--records-wan",
+        type=int,
+        default=300_000,
+        help="100 B records, one-way identity flow across a simulated WAN (Apache Kafka; 0: skip)",
+    )
+    parser.add_argument(
+        "--wan-ms", type=float, default=50, help="round trip between the datacenters (WAN workload)"
+    )
+    parser.add_argument(
         "--records-mirror-1kb",
         type=int,
         default=100_000,
@@ -1019,7 +1090,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     SETTINGS.update(item.split("=", 1) for item in args.setting)
     if args.quick:
         args.records_100b, args.records_1kb, args.records_mirror = 100_000, 30_000, 100_000
-        args.records_mirror_1kb, args.records_two_way = 30_000, 100_000
+        args.records_mirror_1kb, args.records_two_way, args.records_wan = 30_000, 100_000, 100_000
         args.latency_seconds, args.outage_records, args.rounds = 10, 30_000, 1
         args.resume_records = args.failover_records = 200_000
         args.scale_records = 60_000
