@@ -133,8 +133,10 @@ class KafkaDestination:
                 if len(client.cluster.partitions_for_topic(topic) or ()) < count
             ]
 
-        if short():
-            await track_topics(client, [topic for topic, _ in short()])
+        # Every topic asked for is tracked, not only those short now: once the client tracks
+        # topics, each metadata answer covers those alone, so a topic known only from the
+        # first answer (all topics) would drop out of it when another is added.
+        await track_topics(client, [topic for topic, _ in wanted])
         if short():
             await client.force_metadata_update()
         missing = set(short())

@@ -51,3 +51,56 @@ async def test_a_batch_failed_for_a_stale_leader_refreshes_the_producers_metadat
             future.exception()  # retrieved, as the sender's callback does
         await asyncio.sleep(0)
     assert len(refreshes) == 2
+
+
+class MetadataOfBroker:
+    """aiokafka's metadata as a broker holding ``topics`` answers it: all topics until the
+    client tracks some, then those alone (each answer replaces the last)."""
+
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = topics
+        self.tracked: set[str] = set()
+        self.known = dict(topics)  # the first answer, at start: every topic
+        self.requests = 0
+
+    def refresh(self) -> asyncio.Future[bool]:
+        self.requests += 1
+        self.known = {t: n for t, n in self.topics.items() if not self.tracked or t in self.tracked}
+        return self._answered()
+
+    def add_topic(self, topic: str) -> asyncio.Future[bool]:
+        if topic in self.tracked:
+            return self._answered()
+        self.tracked.add(topic)
+        return self.refresh()
+
+    @staticmethod
+    def _answered() -> asyncio.Future[bool]:
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        done.set_result(True)
+        return done
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        count = self.known.get(topic)
+        return set(range(count)) if count else None
+
+
+async def test_topics_learnt_together_all_stay_in_the_producers_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A topic the producer knew from its first metadata answer (every topic) is tracked too
+    when another is learnt: tracking only the one it lacked would narrow every later answer to
+    that one, and the first would drop out (measured: a second of retries at start)."""
+    kafka, _, _ = destination(monkeypatch)
+    broker = MetadataOfBroker({"bench": 8, "heartbeats": 1, "other": 3})
+    broker.known = {"bench": 8, "other": 3}  # heartbeats created after the producer started
+    client = kafka.producer.client
+    monkeypatch.setattr(client, "add_topic", broker.add_topic)
+    monkeypatch.setattr(client, "force_metadata_update", broker.refresh)
+    monkeypatch.setattr(client.cluster, "partitions_for_topic", broker.partitions_for_topic)
+
+    await asyncio.gather(
+        kafka.learn_partitions("bench", 8), kafka.learn_partitions("heartbeats", 1)
+    )
+    assert kafka.knows("bench") and kafka.knows("heartbeats")
+    assert broker.requests <= 2  # learnt in one round
