@@ -7,7 +7,9 @@ group was in the source, the translated position in the target, the consumed fro
 target's index it was computed from, and when. It is what ``failover`` uses when the source
 cluster is gone, and the sync point that bounds the next translation's reads
 (:class:`~replicator.failover.positions.SyncPoint`). Compaction keeps one record per key; short
-segments let it run often, so the topic stays about as large as its keys.
+segments let it run often, so the topic stays about as large as its keys. The same topic keeps
+the handovers of flows that took partitions over from a MirrorMaker
+(:mod:`replicator.model.handover`), under keys of another shape.
 """
 
 from __future__ import annotations
@@ -26,13 +28,10 @@ from replicator.config.settings import Settings
 from replicator.failover.positions import Frontier, SyncPoint, TargetIndex
 from replicator.kafka.clients import client_options
 from replicator.kafka.readers import read_topic
+from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
 from replicator.topics.provisioning import ensure_single_partition
 
-TOPIC_CONFIGS = {
-    "cleanup.policy": "compact",
-    "segment.ms": str(3_600_000),  # compaction can run on what is an hour old
-    "min.cleanable.dirty.ratio": "0.1",
-}
+TOPIC_CONFIGS = CHECKPOINTS_TOPIC_CONFIGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +110,16 @@ Checkpoints = dict[str, dict[CheckpointKey, Checkpoint]]
 """The latest checkpoints from one source into one target: by group, then topic and partition."""
 
 
+@dataclass
+class Kept:
+    """What the checkpoints topic of a target keeps for one source: the groups' latest
+    checkpoints, and where flows took partitions over from a MirrorMaker (by source topic and
+    partition; :mod:`replicator.model.handover`)."""
+
+    checkpoints: Checkpoints
+    handovers: dict[CheckpointKey, Handover]
+
+
 async def ensure_topic(admin: AIOKafkaAdminClient, topic: str, factor: int | None) -> list[str]:
     """Create the checkpoints topic unless it exists; the broker's errors, empty on success."""
     return await ensure_single_partition(admin, topic, factor, TOPIC_CONFIGS) or []
@@ -176,17 +185,22 @@ async def read_latest(
     target: str,
     timeout: float,
     groups: Iterable[str] | None = None,
-) -> Checkpoints:
+) -> Kept:
     """The latest checkpoints from ``source`` kept in ``target`` (of ``groups`` only, if
-    given): the whole topic is read once (compacted, it is about as large as its keys); only
-    the matching records' values are decoded."""
+    given), and the handovers: the whole topic is read once (compacted, it is about as large
+    as its keys); only the matching records' values are decoded."""
     wanted = set(groups) if groups is not None else None
     options = client_options(settings.clusters[target], settings)
     bootstrap = options.pop("bootstrap_servers")
     records = await read_topic(bootstrap, settings.checkpoints_topic, timeout, **options)
-    latest: Checkpoints = {}
+    kept = Kept({}, {})
     for record in records:
         if record.key is None or record.value is None:
+            continue
+        handover = Handover.decode(record.key, record.value)
+        if handover is not None:
+            if (handover.source, handover.target) == (source, target):
+                kept.handovers[(handover.topic, handover.partition)] = handover
             continue
         try:
             group, from_, into, topic, partition = json.loads(record.key)
@@ -198,5 +212,5 @@ async def read_latest(
             checkpoint = Checkpoint.decode(record.value)
         except (ValueError, KeyError, TypeError, AssertionError):
             continue  # an older or foreign format: never guessed at
-        latest.setdefault(group, {})[(str(topic), int(partition))] = checkpoint
-    return latest
+        kept.checkpoints.setdefault(group, {})[(str(topic), int(partition))] = checkpoint
+    return kept

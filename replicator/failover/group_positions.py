@@ -10,7 +10,7 @@ a time, from the partition's latest checkpoint as the sync point when there is o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from replicator.failover.positions import (
 from replicator.kafka.clients import ClusterClient, GroupOffsets, broker_error, make_reader, said
 from replicator.kafka.readers import cluster_partitions
 from replicator.lifecycle import close_quietly
+from replicator.model.handover import Handover
 
 _WORKERS = 4
 _INTERNAL_PREFIXES = ("__",)
@@ -47,6 +48,8 @@ class PartitionJob:
     position: int | None
     since: SyncPoint | None = None
     checkpoint: Checkpoint | None = None  # standing in for an unreachable source
+    # The group stands among a MirrorMaker's copies, before the flow took the partition over.
+    behind: Handover | None = None
 
     @property
     def key(self) -> CheckpointKey:
@@ -71,6 +74,7 @@ class PartitionMove:
     committed_in_target: int | None = None
     problem: str | None = None  # why the partition could not be translated
     index: TargetIndex = field(default_factory=lambda: TargetIndex(0))
+    behind_takeover: bool = False  # among a MirrorMaker's copies: its checkpoint stands
 
     def checkpoint(self, group: str, source: str, target: str, at_ms: int) -> Checkpoint | None:
         """This translation as a checkpoint (none without a position)."""
@@ -140,9 +144,16 @@ class GroupTranslator:
         group: str,
         topics: Iterable[str] | None,
         checkpoints: dict[CheckpointKey, Checkpoint],
+        handovers: Mapping[CheckpointKey, Handover] | None = None,
     ) -> tuple[list[PartitionJob], list[str]]:
         """The group's positions in the source's replicated topics (``topics``: only those),
-        and the topics it has positions in that nothing replicates into the target."""
+        and the topics it has positions in that nothing replicates into the target.
+
+        Each from its latest checkpoint as the sync point, or from where the flow took the
+        partition over from a MirrorMaker (``handovers``) when the group stands past that and
+        the checkpoint, if any, is older: every record below the handover in the target is a
+        copy of one the group read. A group behind the handover is not translated (``behind``):
+        MirrorMaker's copies carry no provenance, and its own checkpoint stands."""
         existing = await cluster_partitions(reader)
         listed = topics if topics is not None else sorted(existing)
         partitions: list[tuple[TopicPartition, Counterpart | None]] = []
@@ -165,10 +176,50 @@ class GroupTranslator:
             other = where.topic
             if position is None and topics is None:
                 continue  # the group does not read this topic
-            cp = checkpoints.get((tp.topic, tp.partition))
-            since = cp.sync_point if cp is not None and cp.target_topic == other else None
-            jobs.append(PartitionJob(tp.topic, tp.partition, other, position, since))
+            key = (tp.topic, tp.partition)
+            since, behind = self.starting_point(
+                other, position, checkpoints.get(key), (handovers or {}).get(key)
+            )
+            jobs.append(PartitionJob(tp.topic, tp.partition, other, position, since, behind=behind))
         return jobs, sorted(unmoved)
+
+    def starting_point(
+        self,
+        target_topic: str,
+        position: int | None,
+        checkpoint: Checkpoint | None,
+        handover: Handover | None,
+    ) -> tuple[SyncPoint | None, Handover | None]:
+        """Where a partition's translation starts: the sync point (``None``: from the logs'
+        starts), and the handover the group stands behind (``None``: it is translated)."""
+        since = None
+        if checkpoint is not None and checkpoint.target_topic == target_topic:
+            since = checkpoint.sync_point
+        if handover is None or handover.target_topic != target_topic or position is None:
+            return since, None
+        if position < handover.source_offset:
+            return None, handover
+        # A checkpoint from before the handover, or one made without it (a group past the
+        # handover is past every copy below it): the handover instead.
+        below = since is not None and since.target_offset < handover.target_offset
+        if since is None or since.source_offset < handover.source_offset or below:
+            since = self.handover_point(handover)
+        return since, None
+
+    def handover_point(self, handover: Handover) -> SyncPoint:
+        """A handover as a sync point: at its source offset the group had read every record
+        below its target offset; the target's last record there, a MirrorMaker copy (no
+        provenance: the target's own origin), anchors it (a partition replaced since does not
+        hold it)."""
+        topic, partition = handover.topic, handover.partition
+        b_own = (self.target, handover.target_topic, partition)
+        last = handover.target_offset - 1
+        return SyncPoint(
+            handover.source_offset,
+            handover.target_offset,
+            Frontier({(self.source, topic, partition): handover.source_offset - 1}),
+            TargetIndex(handover.target_offset, {b_own: positions.Entry(last, b_own, last)}),
+        )
 
     async def translate(self, jobs: list[PartitionJob], live: bool) -> list[PartitionMove]:
         """Translate every job; ``live``: the source answers (else checkpoints only)."""
@@ -207,6 +258,16 @@ class GroupTranslator:
         suffix = self.settings.replica_suffix
         if job.position is None:
             return PartitionMove(job.topic, job.partition, job.target_topic, None, None, 0, None)
+        if job.behind is not None:
+            problem = (
+                f"behind where the flow took it over from {job.behind.predecessor} (source "
+                f"offset {job.behind.source_offset}): its copies carry no provenance, so its own "
+                "checkpoint stands until the group passes that offset"
+            )
+            return PartitionMove(
+                job.topic, job.partition, job.target_topic, job.position, None, 0, None,
+                problem=problem, behind_takeover=True,
+            )  # fmt: skip
         if job.partition not in held.get(job.target_topic, ()):
             problem = f"{self.target} has no partition {job.target_topic}/{job.partition}"
             return PartitionMove(

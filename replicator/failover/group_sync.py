@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -38,6 +39,7 @@ from replicator.failover.group_positions import GroupTranslator, PartitionMove, 
 from replicator.kafka.clients import ClusterClient, GroupOffsets, said
 from replicator.kafka.producer import make_producer
 from replicator.lifecycle import close_quietly, sleep_unless_stopped, unless_stopped
+from replicator.model.handover import Handover
 from replicator.telemetry.metrics import Metrics
 
 log = structlog.get_logger(__name__)
@@ -62,6 +64,9 @@ class GroupCheckpoint:
     partitions: int
     repeats: int
     offsets_synced: int = 0
+    # Partitions where the group stands among a MirrorMaker's copies (before the flow took
+    # them over): not checkpointed here, the MirrorMaker's checkpoint stands.
+    behind_takeover: int = 0
 
 
 Pair = tuple[str, str]
@@ -80,13 +85,30 @@ def sync_pairs(settings: Settings) -> list[Pair]:
     return list(pairs)
 
 
+class Takeovers(Protocol):
+    """What the group sync needs of the flows that take partitions over from a MirrorMaker."""
+
+    def handovers(self) -> Iterable[Handover]:
+        """Those this process's flows made since it started (the topic holds the earlier)."""
+        ...
+
+    def taking_over(self, source: str, target: str) -> bool:
+        """Whether a flow from ``source`` into ``target`` has yet to take its partitions over."""
+        ...
+
+
 class GroupSync:
     """Translates the synced groups of each pair's source into its target, on an interval."""
 
     def __init__(
-        self, settings: Settings, metrics: Metrics, clusters: dict[str, ClusterClient]
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        clusters: dict[str, ClusterClient],
+        takeovers: Takeovers | None = None,
     ) -> None:
         assert settings.sync_groups is not None
+        self._takeovers = takeovers
         self._settings = settings
         self._metrics = metrics
         self._clusters = clusters
@@ -100,7 +122,7 @@ class GroupSync:
         self._topic_ready: set[str] = set()
         # Each pair's MirrorMaker 2 checkpoints topic, once created (REPLICATOR_MM2_CHECKPOINTS).
         self._mm2_topics: dict[Pair, str] = {}
-        self._kept: dict[Pair, checkpoints.Checkpoints] = {}  # the latest, per pair
+        self._kept: dict[Pair, checkpoints.Kept] = {}  # the latest, per pair
 
     def synced(self, group: str) -> bool:
         """Whether ``group`` is one whose positions are kept in the other clusters."""
@@ -173,6 +195,13 @@ class GroupSync:
             # What earlier runs kept (sync points): read once; this object keeps it since.
             self._kept[pair] = await checkpoints.read_latest(settings, source, target, timeout * 3)
         kept = self._kept[pair]
+        if self._takeovers is not None:
+            if self._takeovers.taking_over(source, target):
+                log.info("checkpoints wait for the takeover", source=source, cluster=target)
+                return {}
+            for handover in self._takeovers.handovers():
+                if (handover.source, handover.target) == pair:
+                    kept.handovers[(handover.topic, handover.partition)] = handover
         # One partition at a time: these reads share the event loop with replication.
         translator = GroupTranslator(settings, source, target, workers=1)
         # No idempotence needed: a checkpoint written twice is the same key, the newest wins.
@@ -188,15 +217,19 @@ class GroupSync:
             await producer.start()
             await reader.start()
             for group in groups:
-                previous = kept.setdefault(group, {})
+                previous = kept.checkpoints.setdefault(group, {})
                 try:
-                    jobs, _ = await translator.jobs(reader, group, None, previous)
+                    jobs, _ = await translator.jobs(reader, group, None, previous, kept.handovers)
                     moves = await translator.translate(jobs, live=True)
                     latest = await self._record(pair, group, moves, previous, producer)
                 except Exception as exc:
                     failures[group] = said(exc)
                     continue
-                problems = [f"{m.topic}/{m.partition}: {m.problem}" for m in moves if m.problem]
+                problems = [
+                    f"{m.topic}/{m.partition}: {m.problem}"
+                    for m in moves
+                    if m.problem and not m.behind_takeover
+                ]
                 if problems:
                     failures[group] = "; ".join(problems)
                 # The newest translation is the next round's sync point, written or not.
@@ -227,14 +260,15 @@ class GroupSync:
             if pair in self._mm2_topics:
                 await checkpoints.write_mm2(producer, self._mm2_topics[pair], changed)
             self._metrics.checkpoints_written.labels(group, source, target).inc(len(changed))
-        if not latest:
+        behind = sum(m.behind_takeover for m in moves)
+        if not latest and not behind:
             return latest
         repeats = sum(c.repeats for c in latest)
         synced = 0
-        if self._settings.sync_group_offsets:
+        if self._settings.sync_group_offsets and latest:
             synced = await self._commit_forward(pair, group, latest, progressed=bool(changed))
         first = (group, pair) not in self._latest
-        self._latest[(group, pair)] = GroupCheckpoint(now, len(latest), repeats, synced)
+        self._latest[(group, pair)] = GroupCheckpoint(now, len(latest), repeats, synced, behind)
         self._metrics.checkpoint_repeats.labels(group, source, target).set(repeats)
         if first:
             log.info(
@@ -243,6 +277,7 @@ class GroupSync:
                 source=source,
                 cluster=target,
                 partitions=len(latest),
+                behind_takeover=behind,
             )
         return latest
 
@@ -298,6 +333,7 @@ class GroupSync:
                 "partitions": latest.partitions,
                 "repeats": latest.repeats,
                 "offsets_synced": latest.offsets_synced,
+                "behind_takeover": latest.behind_takeover,
             }
         return {
             "pattern": self._pattern.pattern,

@@ -93,7 +93,7 @@ async def plan_failover(settings: Settings, request: FailoverRequest) -> Failove
         kept = await read_latest(settings, source, target, timeout * 3, [group])
     except Exception as exc:  # the first contact with the target: say which cluster
         raise _unreachable(exc, settings, target) from exc
-    checkpoints = kept.get(group, {})
+    checkpoints = kept.checkpoints.get(group, {})
     source_error: str | None = "--from-checkpoint" if from_checkpoint else None
     jobs: list[PartitionJob] = []
     unmoved: list[str] = []
@@ -102,7 +102,7 @@ async def plan_failover(settings: Settings, request: FailoverRequest) -> Failove
         try:
             await asyncio.wait_for(reader.start(), timeout)
             jobs, unmoved = await asyncio.wait_for(
-                translator.jobs(reader, group, topics, checkpoints), timeout
+                translator.jobs(reader, group, topics, checkpoints, kept.handovers), timeout
             )
         except TimeoutError:
             source_error = f"no answer from {source} in {timeout:.0f}s"

@@ -9,6 +9,9 @@
 ``offsets``
     Which source offsets are safe to commit (contiguous acknowledgements) and the destination
     mark saved with them; where a position outside a partition's log goes.
+``handover``
+    Where a flow took a partition over from a MirrorMaker (its copies carry no provenance), as
+    kept in the checkpoints topic for the translation of groups' positions.
 
 No I/O and no clients: everything here is unit-tested without a broker. It imports nothing of the
 product outside this package.

@@ -150,6 +150,9 @@ class LegView(Protocol):
     @property
     def resets(self) -> ResetsView: ...
 
+    @property
+    def takeover(self) -> Mapping[str, Any] | None: ...
+
 
 # -- one pass over a leg's partitions -------------------------------------------------------------
 
@@ -461,6 +464,7 @@ class LegHealth:
             "partitions_added": dict(runner.grown_topics),
             "topic_config_sync": dict(runner.topic_config_sync),
             "offset_resets": list(runner.resets.recent),
+            "takeover": None if runner.takeover is None else dict(runner.takeover),
         }
         if detail is not None:
             shown.update(self._detail(detail, log_end, now))

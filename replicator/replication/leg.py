@@ -28,13 +28,14 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Iterable
+from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from replicator.config.settings import Settings, StartPosition, TakeOver
 from replicator.config.topology import FeedPlan, Leg
-from replicator.errors import ClusterUnavailable, ReplicatorError
+from replicator.errors import ClusterUnavailable, ReplicatorError, TopicRefused
 from replicator.kafka.clients import (
     ClusterClient,
     check_position,
@@ -53,6 +54,7 @@ from replicator.lifecycle import (
     wait_any,
     walk_interval,
 )
+from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
 from replicator.model.offsets import OutOfRange
 from replicator.replication.catch_up import CatchUpFetch
 from replicator.replication.committer import Committer
@@ -65,7 +67,11 @@ from replicator.replication.resume import marks_group
 from replicator.replication.sender import PartitionSender
 from replicator.replication.takeover import HANDED_BACK, Takeover, default_offsets_topic
 from replicator.telemetry.metrics import Metrics
-from replicator.topics.provisioning import ClusterAdmin, TopicProvisioner
+from replicator.topics.provisioning import (
+    ClusterAdmin,
+    TopicProvisioner,
+    ensure_single_partition,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -134,6 +140,13 @@ class LegRunner:
         self.partitions: dict[TopicPartition, LegPartition] = {}
         self._senders: dict[TopicPartition, tuple[PartitionSender, asyncio.Task[None]]] = {}
         self.resets = OffsetResets(leg.name, settings.offset_reset_policy, metrics)
+        # What the last takeover from a MirrorMaker found (TAKE_OVER), for /status; and where
+        # it took partitions over, for the group sync (model/handover.py).
+        self.takeover: dict[str, Any] | None = None
+        self.handovers: list[Handover] = []
+        # Until its first assignment is taken (over): translating groups' positions before
+        # the handovers are known would take MirrorMaker's copies for unread records.
+        self.taking_over = plan.take_over is not TakeOver.NONE
         self.health = LegHealth(self, metrics, settings.send_stall_timeout_ms / 1000)
         # Set by every partition transition: the health census is taken again within a second.
         self._health_due = asyncio.Event()
@@ -444,6 +457,7 @@ class LegRunner:
             if taken is None:
                 return  # stop came first: start nothing
             committed.update(taken)
+        self.taking_over = False
         new = [tp for tp, offset in committed.items() if offset is None]
         log_start: dict[TopicPartition, int] = {}
         if new:
@@ -488,6 +502,8 @@ class LegRunner:
             new_reader=new_reader,
             tail=self.destination.tail,
             commit=consumer.commit,
+            keep_handovers=self._keep_handovers,
+            clusters=(self.leg.source, self.leg.destination),
             timeout=settings.request_timeout_ms / 1000,
             log=self._log,
         )
@@ -496,13 +512,39 @@ class LegRunner:
             await self.destination.ready.wait()
             return await takeover.take(consumer, committed, handed_back)
 
-        return await retrying(
+        taken = await retrying(
             attempt,
             stop=self._stop,
             what=f"take over from {takeover.predecessor}",
             log=self._log,
             interruptible=True,
         )
+        if takeover.outcome is not None:
+            self.takeover = {**takeover.outcome, "at": time.time()}
+            for outcome, count in takeover.outcome["partitions"].items():
+                self._metrics.partitions_taken_over.labels(self.leg.name, outcome).inc(count)
+        return taken
+
+    async def _keep_handovers(self, handovers: list[Handover]) -> None:
+        """Append the handovers to the checkpoints topic of the destination (created as the
+        group sync creates it, if it is not yet), each acknowledged; kept here too, for this
+        process's group sync."""
+        if not handovers:
+            return
+        settings = self._settings
+        topic = settings.checkpoints_topic
+        admin = await self._destination_client.admin()
+        factor = settings.destination_replication_factor
+        refused = await ensure_single_partition(admin, topic, factor, CHECKPOINTS_TOPIC_CONFIGS)
+        if refused:
+            raise TopicRefused(f"checkpoints topic {topic} not created: {refused}")
+        producer = self.destination.producer
+        sent = [
+            await producer.send(topic, key=h.key, value=h.encode(), partition=0) for h in handovers
+        ]
+        for future in sent:
+            await future
+        self.handovers.extend(handovers)
 
     async def _first_positions(
         self, consumer: AIOKafkaConsumer, new: list[TopicPartition]

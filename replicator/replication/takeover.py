@@ -28,6 +28,7 @@ partitions it is assigned without a committed offset
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from replicator.config.settings import TakeOver
 from replicator.kafka.clients import GroupOffsets
 from replicator.kafka.readers import StoredRecord, partitions_of, read_ranges
+from replicator.model.handover import Handover
 from replicator.model.provenance import HEADER_NAMES
 from replicator.replication.resume import DestinationTail
 
@@ -191,7 +193,10 @@ class Takeover:
     ``group``: the flow's consumer group on the source (MirrorMaker 1's); ``topic``: MirrorMaker
     2's offsets topic on the target; ``target``: a source topic's name on the target;
     ``new_reader``: a started consumer of no group on the source or the target (closed after
-    use); ``commit``: commits source offsets under the leg's group.
+    use); ``commit``: commits source offsets under the leg's group; ``keep_handovers``: keeps
+    where each partition whose numbers the flow keeps was taken over, for the translation of
+    groups' positions (:mod:`replicator.model.handover`); ``clusters``: the flow's source and
+    target, as the product names them.
     """
 
     kind: TakeOver
@@ -203,8 +208,11 @@ class Takeover:
     new_reader: Callable[[str], Awaitable[AIOKafkaConsumer]]
     tail: DestinationTail
     commit: Callable[[dict[TopicPartition, int]], Awaitable[None]]
+    keep_handovers: Callable[[list[Handover]], Awaitable[None]]
+    clusters: tuple[str, str]
     timeout: float
     log: Any
+    outcome: dict[str, Any] | None = None  # what the last take found (``/status``)
 
     @property
     def predecessor(self) -> str:
@@ -226,11 +234,28 @@ class Takeover:
         replay, an operator's rewind) below a position MirrorMaker saved long ago. Committed
         under the leg's group, with their destination marks, before they are returned; the
         others resume as they are, or start by ``START_FROM``."""
+        if not handed_back and all(offset is not None for offset in committed.values()):
+            return {}  # every partition the leg's own: nothing to read
+        target_reader = await self.new_reader("target")
+        try:
+            return await self._take(consumer, target_reader, committed, handed_back)
+        finally:
+            await target_reader.stop()
+
+    async def _take(
+        self,
+        consumer: AIOKafkaConsumer,
+        target_reader: AIOKafkaConsumer,
+        committed: dict[TopicPartition, int | None],
+        handed_back: frozenset[TopicPartition],
+    ) -> dict[TopicPartition, int]:
         if self.kind is TakeOver.MIRRORMAKER1:
             found = await GroupOffsets(consumer, self.group).fetch(list(committed))
             positions = {tp: offset for tp, offset in found.items() if offset is not None}
         else:
-            positions = await self._connect_positions()
+            positions = await read_connect_positions(
+                target_reader, self.topic, self.source, self.timeout
+            )
 
         def ahead(tp: TopicPartition, position: int) -> bool:
             mine = committed[tp]
@@ -240,21 +265,33 @@ class Takeover:
         partitions = [tp for tp in committed if committed[tp] is None or tp in saved]
         if not partitions:
             return {}
-        targets = await self._existing_targets(partitions)
+        targets = await self._existing_targets(target_reader, partitions)
         gone = [tp for tp in saved if tp not in targets]
         for tp in gone:  # its copies went with the topic: START_FROM (or its own offset)
             del saved[tp]
         starts = dict(saved)
         counts: Counter[str] = Counter(saved=len(saved), target_missing=len(gone))
+        confirmed_by_target = 0
         if self.kind is TakeOver.MIRRORMAKER2 and self.preserve_partitions and targets:
             # MirrorMaker 2 keeps partition numbers: its copies say how far it got.
-            for tp, confirmed in (await self._confirm(partitions, saved, targets)).items():
+            found_by_target = await self._confirm(target_reader, partitions, saved, targets)
+            for tp, confirmed in found_by_target.items():
                 starts[tp] = confirmed.position
+                confirmed_by_target += confirmed.confirmed
                 counts["copied_past_its_saved_position"] += confirmed.ahead
                 counts["found_by_the_target_only"] += tp not in saved and confirmed.confirmed
                 counts["unconfirmed"] += not confirmed.confirmed
                 if not confirmed.confirmed and tp not in saved:
                     del starts[tp]  # its copies were not found in the source
+        self.outcome = {
+            "from": self.predecessor,
+            "partitions": {
+                "confirmed_by_the_target": confirmed_by_target,
+                "at_its_saved_position": len(starts) - confirmed_by_target,
+                "by_start_from": len(partitions) - len(starts),
+            },
+            **{k: v for k, v in counts.items() if k != "saved"},
+        }
         if not starts:
             self.log.info(
                 f"nothing of {self.predecessor} to take over: START_FROM applies",
@@ -266,6 +303,28 @@ class Takeover:
         if marks:
             # Before the offsets: a mark whose offsets were never committed is taken over again.
             await self.tail.save_marks(marks, self.timeout)
+        if self.preserve_partitions:
+            # Before the offsets too: taken over again, the same handover is kept again.
+            at_ms = int(time.time() * 1000)
+            handovers = []
+            for tp, start in starts.items():
+                target = targets.get(tp)
+                if target is not None and ends[target] > 0:  # MirrorMaker copied some
+                    source_cluster, target_cluster = self.clusters
+                    handovers.append(
+                        Handover(
+                            source=source_cluster,
+                            target=target_cluster,
+                            topic=tp.topic,
+                            partition=tp.partition,
+                            target_topic=target.topic,
+                            source_offset=start,
+                            target_offset=ends[target],
+                            predecessor=self.predecessor,
+                            at_ms=at_ms,
+                        )
+                    )
+            await self.keep_handovers(handovers)
         await self.commit(starts)
         self.log.info(
             f"took over from {self.predecessor}",
@@ -284,31 +343,21 @@ class Takeover:
         return starts
 
     async def _existing_targets(
-        self, partitions: list[TopicPartition]
+        self, target_reader: AIOKafkaConsumer, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, TopicPartition]:
         """The target partition of each of ``partitions`` that exists (same number)."""
         named = {tp: self.target(tp.topic) for tp in partitions}
-        reader = await self.new_reader("target")
-        try:
-            names = {name for name in named.values() if name is not None}
-            existing = set(await partitions_of(reader, *sorted(names)))
-        finally:
-            await reader.stop()
+        names = {name for name in named.values() if name is not None}
+        existing = set(await partitions_of(target_reader, *sorted(names)))
         return {
             tp: TopicPartition(name, tp.partition)
             for tp, name in named.items()
             if name is not None and TopicPartition(name, tp.partition) in existing
         }
 
-    async def _connect_positions(self) -> dict[TopicPartition, int]:
-        reader = await self.new_reader("target")
-        try:
-            return await read_connect_positions(reader, self.topic, self.source, self.timeout)
-        finally:
-            await reader.stop()
-
     async def _confirm(
         self,
+        target_reader: AIOKafkaConsumer,
         partitions: list[TopicPartition],
         saved: dict[TopicPartition, int],
         targets: dict[TopicPartition, TopicPartition],
@@ -316,18 +365,14 @@ class Takeover:
         """Where each partition whose target holds records starts, after the source record
         the target holds last: looked for around the saved position, else (none saved: killed
         before it saved one) around the target's last timestamp, which MirrorMaker keeps."""
-        target_reader = await self.new_reader("target")
-        try:
-            wanted = [targets[tp] for tp in partitions if tp in targets]
-            starts = await target_reader.beginning_offsets(wanted)
-            ends = await target_reader.end_offsets(wanted)
-            tails = await read_ranges(
-                target_reader,
-                {tp: (max(starts[tp], ends[tp] - _RUN), ends[tp]) for tp in wanted},
-                self.timeout,
-            )
-        finally:
-            await target_reader.stop()
+        wanted = [targets[tp] for tp in partitions if tp in targets]
+        starts = await target_reader.beginning_offsets(wanted)
+        ends = await target_reader.end_offsets(wanted)
+        tails = await read_ranges(
+            target_reader,
+            {tp: (max(starts[tp], ends[tp] - _RUN), ends[tp]) for tp in wanted},
+            self.timeout,
+        )
         held = {tp: tails[targets[tp]] for tp in partitions if tp in targets and tails[targets[tp]]}
         if not held:
             return {}

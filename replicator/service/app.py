@@ -25,13 +25,14 @@ from typing import Any
 
 import structlog
 
-from replicator.config.settings import OversizePolicy, Settings
+from replicator.config.settings import OversizePolicy, Settings, TakeOver
 from replicator.config.topology import colliding_flow_names, feeds_for
 from replicator.errors import Stopped
 from replicator.failover.group_sync import GroupSync
 from replicator.kafka.clients import ClusterClient
 from replicator.kafka.retry import Backoff
 from replicator.lifecycle import StopDeadline, sleep_unless_stopped, unless_stopped
+from replicator.model.handover import Handover
 from replicator.replication.dead_letters import DeadLetters
 from replicator.replication.feed import SourceFeed
 from replicator.replication.health import PartitionQuery
@@ -88,7 +89,7 @@ class ReplicatorService:
             if plan.rules.heartbeat_topic is not None
         }
         self.group_sync = (
-            GroupSync(settings, self.metrics, self.clusters) if settings.sync_groups else None
+            GroupSync(settings, self.metrics, self.clusters, self) if settings.sync_groups else None
         )
         self.http = HttpServer(self, settings.http_host, settings.http_port)
         # Set at the first stop request; every wait of the stop takes what is left of it.
@@ -309,6 +310,30 @@ class ReplicatorService:
             "partition_detail": detail.shown() if detail is not None else None,
             "checkpoints": self.group_sync.status() if self.group_sync is not None else None,
         }
+
+    def handovers(self) -> list[Handover]:
+        """Where this process's flows took partitions over from a MirrorMaker."""
+        return [h for feed in self.feeds for leg in feed.legs for h in leg.handovers]
+
+    def taking_over(self, source: str, target: str) -> bool:
+        """Whether a leg from ``source`` into ``target`` has yet to take its partitions over
+        (or its feed has yet to start)."""
+        taking = [
+            p
+            for p in self.plans
+            if p.source == source
+            and p.take_over is not TakeOver.NONE
+            and any(leg.destination == target for leg in p.legs)
+        ]
+        if not taking:
+            return False
+        mine = [
+            runner
+            for feed in self.feeds
+            for runner in feed.legs
+            if (runner.leg.source, runner.leg.destination) == (source, target)
+        ]
+        return not mine or any(runner.taking_over for runner in mine)
 
     @property
     def replica_feed(self) -> SourceFeed | None:

@@ -84,6 +84,15 @@ class Metrics:
             "Source positions found outside the log (below_log_start, beyond_log_end).",
             ["leg", "topic", "reason"],
         )
+        self.partitions_taken_over = self._declare(
+            Counter,
+            "replicator_partitions_taken_over_total",
+            "Partitions a flow started for the first time with TAKE_OVER, by where: "
+            "confirmed_by_the_target (after the last record the MirrorMaker copied, found in the "
+            "source), at_its_saved_position (the offset it saved), by_start_from (nothing of it "
+            "found: START_FROM applied).",
+            ["leg", "outcome"],
+        )
         self.records_lost = self._declare(
             Counter,
             "replicator_records_lost_total",

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from replicator.devtools.mirror_makers import (
@@ -34,14 +35,18 @@ from tests.integration.harness import (
     Start,
     Stream,
     admin_client,
+    commit_offsets,
     count,
     create_topics,
+    holds,
+    produce,
     read,
     replicator_cli,
     run,
     start_clusters,
     wait_until,
 )
+from tests.integration.test_mm2_contract import committed, remote_consumer_offsets
 
 pytestmark = pytest.mark.skipif(
     not APACHE_KAFKA, reason="MirrorMaker runs against Apache Kafka only"
@@ -113,8 +118,22 @@ def group_assigned(broker: Broker, group: str) -> bool:
     return state == "Stable" and members > 0
 
 
-def mm2_file(tmp_path: Path, primary: Broker, backup: Broker) -> Path:
-    """One way, primary -> backup, ``orders`` only, with Kafka's MM2 test settings."""
+def taken_over(node: ReplicatorProcess, predecessor: str) -> dict[str, int]:
+    """The partitions the node's one leg took over, by where they started, as ``/status`` shows
+    them; the same counts in ``replicator_partitions_taken_over_total``."""
+    _, status = node.get("/status")
+    (takeover,) = [leg["takeover"] for leg in status["legs"] if leg["takeover"]]
+    assert takeover["from"].startswith(predecessor), takeover
+    where: dict[str, int] = takeover["partitions"]
+    for outcome, partitions in where.items():
+        metric = node.metric("replicator_partitions_taken_over_total", outcome=outcome)
+        assert metric == partitions, (outcome, metric, where)
+    return where
+
+
+def mm2_file(tmp_path: Path, primary: Broker, backup: Broker, groups: str | None = None) -> Path:
+    """One way, primary -> backup, ``orders`` only, with Kafka's MM2 test settings; with
+    ``groups``, their checkpoints and synced offsets too (every second)."""
     properties = mm2_test_properties(
         {"primary": primary.bootstrap_servers, "backup": backup.bootstrap_servers}
     )
@@ -123,10 +142,12 @@ def mm2_file(tmp_path: Path, primary: Broker, backup: Broker) -> Path:
             "primary->backup.enabled": "true",
             "primary->backup.topics": "orders",
             "backup->primary.enabled": "false",
-            "emit.checkpoints.enabled": "false",
-            "sync.group.offsets.enabled": "false",
+            "emit.checkpoints.enabled": str(groups is not None).lower(),
+            "sync.group.offsets.enabled": str(groups is not None).lower(),
         }
     )
+    if groups is not None:
+        properties["groups"] = groups
     config = tmp_path / "connect-mirror-maker.properties"
     config.write_text(properties_text(properties))
     return config
@@ -168,6 +189,11 @@ def test_mirrormaker_2_to_the_replicator_and_back_and_again_under_a_stream(
             node: ReplicatorProcess = replicators("backup", ENV, ("mm2", str(config)))
             copying_on(backup, remote, 200, node.log)
             assert "took over from MirrorMaker 2" in node.log()
+            where = taken_over(node, "MirrorMaker 2")
+            # Stopped cleanly: every partition of orders at the position MM2 saved, which its
+            # last copy confirms (heartbeats too, if MM2 had copied one by then).
+            assert where["by_start_from"] == 0, where
+            assert where["confirmed_by_the_target"] >= PARTITIONS, where
             assert node.stop() == 0
             # The way back: the flow's positions into MM2's offsets topic, then MM2 again.
             dry, out, err = replicator_cli({}, "hand-back", "--mm2", str(config), "--json")
@@ -212,6 +238,9 @@ def test_replicator_takes_over_from_a_killed_mirrormaker_2_that_saved_no_positio
         assert not stream.errors, stream.errors
         all_copied(primary, backup, "primary.orders", node.log)
         assert "found_by_the_target_only" in node.log()
+        where = taken_over(node, "MirrorMaker 2")
+        assert where["at_its_saved_position"] == 0, where  # it saved none
+        assert where["confirmed_by_the_target"] >= PARTITIONS, where
         assert node.stop() == 0
 
 
@@ -243,6 +272,13 @@ def test_mirrormaker_1_to_the_replicator_and_back_and_again_under_a_stream(
             node = replicators("backup", ENV, ("mirror-maker", *line))
             copying_on(backup, "orders", 200, node.log)
             assert "took over from MirrorMaker 1" in node.log()
+            where = taken_over(node, "MirrorMaker 1")
+            # MM1 keeps no partition numbers to confirm: the offsets its group committed.
+            assert where == {
+                "confirmed_by_the_target": 0,
+                "at_its_saved_position": PARTITIONS,
+                "by_start_from": 0,
+            }, where
             assert node.stop() == 0
             quoted = " ".join(line)
             status, _, err = replicator_cli({}, "hand-back", "--mirror-maker", quoted, "--execute")
@@ -256,3 +292,70 @@ def test_mirrormaker_1_to_the_replicator_and_back_and_again_under_a_stream(
         assert not stream.errors, stream.errors
         all_copied(primary, backup, "orders", node.log)
         assert node.stop() == 0
+
+
+def test_mirrormaker_2s_checkpoints_and_synced_offsets_stay_valid_across_the_switch(
+    replicators: Start, tmp_path: Path
+) -> None:
+    """A group of primary is checkpointed and its offsets synced to backup by MM2, then by
+    ``replicator mm2`` on the same file. MM2's copies carry no provenance: a group still among
+    them keeps MM2's checkpoint and synced offsets (valid: at most its position); once past the
+    handover, the replicator's checkpoints put it exactly at its next record, MM2's copies
+    counted as read, and sync its offsets there."""
+    per_partition = 100
+    keys = {("primary.orders", p) for p in range(PARTITIONS)}
+
+    def group_at(position: int) -> None:
+        offsets = {TopicPartition("orders", p): position for p in range(PARTITIONS)}
+        commit_offsets(primary, "app", offsets)
+
+    def checkpointed() -> dict[tuple[str, int], int]:
+        return remote_consumer_offsets(backup, "primary", "app", monotonic=False)
+
+    with start_clusters("primary", "backup") as brokers:
+        primary, backup = brokers["primary"], brokers["backup"]
+        create_topics(primary, orders=PARTITIONS)
+        produce(primary, "orders", per_partition * PARTITIONS, PARTITIONS, tag="-mm2")
+        group_at(40)
+        config = mm2_file(tmp_path, primary, backup, groups="app")
+        mm2 = start_mm2(config, tmp_path / "mm2")
+        copied = per_partition * PARTITIONS
+        wait_until(holds(backup, "primary.orders", copied), 120, "MM2 copied", mm2.log)
+        wait_until(lambda: checkpointed().keys() == keys, 60, "MM2's checkpoints", mm2.log)
+        wait_until(lambda: synced(backup).keys() == keys, 60, "MM2 synced", mm2.log)
+        # MM2 started at offset 0 and copied every record once: the exact position on backup
+        # is the position on primary. MM2 translates from sparse offset syncs: at most that.
+        assert mm2.stop() in (0, 130, 143), mm2.log()
+        theirs, theirs_synced = checkpointed(), synced(backup)
+        assert all(theirs[key] <= 40 for key in keys), theirs
+
+        produce(primary, "orders", per_partition * PARTITIONS, PARTITIONS, tag="-replicator")
+        node = replicators("backup", ENV, ("mm2", str(config)))
+        wait_until(holds(backup, "primary.orders", 2 * copied), 120, "copied on", node.log)
+        group_at(70)  # among MM2's copies: the replicator leaves MM2's translation standing
+        wait_until(
+            lambda: behind_takeover(node) == PARTITIONS, 60, "the group seen behind", node.log
+        )
+        assert checkpointed() == theirs and synced(backup) == theirs_synced
+        group_at(150)  # among the replicator's copies: exact, MM2's counted as read
+        exact = dict.fromkeys(keys, 150)
+        wait_until(lambda: checkpointed() == exact, 60, "checkpointed at 150", node.log)
+        wait_until(lambda: synced(backup) == exact, 60, "synced at 150", node.log)
+        assert node.stop() == 0
+
+
+def behind_takeover(node: ReplicatorProcess) -> int | None:
+    """The partitions where group ``app`` stands behind the takeover, as ``/status`` says."""
+    _, status = node.get("/status")
+    groups = (status.get("checkpoints") or {}).get("groups", {})
+    found: int | None = groups.get("app", {}).get("primary->backup", {}).get("behind_takeover")
+    return found
+
+
+def synced(backup: Broker) -> dict[tuple[str, int], int]:
+    """The offsets group ``app`` holds on backup, synced there from primary."""
+    return {
+        ("primary.orders", p): offset
+        for p, offset in committed(backup, "app", "primary.orders").items()
+        if offset is not None
+    }

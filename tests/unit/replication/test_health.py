@@ -66,6 +66,7 @@ class FakeLeg:
     grown_topics: dict[str, int] = field(default_factory=dict)
     topic_config_sync: dict[str, object] = field(default_factory=dict)
     resets: FakeResets = field(default_factory=FakeResets)
+    takeover: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.destination.ready.set()
