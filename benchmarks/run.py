@@ -1031,7 +1031,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--records-100b", type=int, default=600_000)
     parser.add_argument("--records-1kb", type=int, default=150_000)
     parser.add_argument(
-        "--records-mirror", type=int, default=300_000, help="100 B records, one-way identity flow"
+        "--records-mirror",
+        type=int,
+        default=1_000_000,
+        help="100 B records, one-way identity flow (a million: runs of a few seconds are "
+        "dominated by the ramp up)",
     )
     parser.add_argument("--latency-rate", type=int, default=20_000)
     # 30 s: the embedded test broker slows down past about 700,000 records in one topic.
@@ -1055,7 +1059,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--records-wan",
         type=int,
-        default=300_000,
+        default=1_000_000,
         help="100 B records, one-way identity flow across a simulated WAN (Apache Kafka; 0: skip)",
     )
     parser.add_argument(
