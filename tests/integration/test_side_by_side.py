@@ -623,7 +623,8 @@ def key_partition(key: bytes, partitions: int) -> int:
 def test_mirror_maker_1_command_line_against_mirror_maker_1(
     replicators: Start, tmp_path: Path
 ) -> None:
-    """MirrorMaker 1's command line (``--include``, ``--num.streams 2``) and files on two
+    """MirrorMaker 1's command line (``--whitelist``, the name older deployments use for
+    ``--include``; ``--num.streams 2``) and files on two
     identical pairs (the target topics created beforehand: MirrorMaker 1 creates none). Each
     pair has its own source: the product's flow joins the consumer group the file names (it
     commits under a name of its own), and a MirrorMaker 1 in that group beside it fails to join
@@ -644,7 +645,7 @@ def test_mirror_maker_1_command_line_against_mirror_maker_1(
             )
             producers[side] = tmp_path / f"{side}-producer.properties"
             producers[side].write_text(f"bootstrap.servers={targets[side].bootstrap_servers}\n")
-        args = ["--include", "app_log|metrics", "--num.streams", "2"]
+        args = ["--whitelist", "app_log|metrics", "--num.streams", "2"]
         args += ["--offset.commit.interval.ms", "1000"]
 
         # Different: MirrorMaker 1 (3.9.1) takes one --consumer.config only (its option parser
