@@ -1088,10 +1088,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="runs per contender (median)")
     parser.add_argument("--quick", action="store_true", help="small sizes, 10 s of latency")
     add_setting_option(parser)
+    parser.add_argument(
+        "--mm2-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a MirrorMaker 2 property for every run instead of the recommended one, e.g. "
+        "tasks.max=1 (its default) to see what the recommendation is worth",
+    )
     add_broker_option(parser)
     args = parser.parse_args(argv)
     choose(args)
     SETTINGS.update(item.split("=", 1) for item in args.setting)
+    MM2_SETTINGS.update(item.split("=", 1) for item in args.mm2_setting)
     if args.quick:
         args.records_100b, args.records_1kb, args.records_mirror = 100_000, 30_000, 100_000
         args.records_mirror_1kb, args.records_two_way, args.records_wan = 30_000, 100_000, 100_000
