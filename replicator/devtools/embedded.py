@@ -75,13 +75,25 @@ def wait_for_port(
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise EmbeddedBrokerError(
-                f"the broker for {host}:{port} exited with code {process.returncode} "
+                f"the process for {host}:{port} exited with code {process.returncode} "
                 "before listening"
             )
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
             return
         time.sleep(0.05)
     raise EmbeddedBrokerError(f"nothing listens on {host}:{port} after {timeout}s")
+
+
+def terminate(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM a local helper process and wait; SIGKILL if it has not exited by ``timeout``."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @dataclass
@@ -145,13 +157,8 @@ class EmbeddedBroker:
         self.process = None
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            terminate(self.process)
         self.process = None
 
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import uvloop
+
+from replicator.devtools.embedded import terminate, wait_for_port
 
 _CHUNK = 1 << 16
 
@@ -113,28 +113,10 @@ class Link:
         self.process = subprocess.Popen(
             [sys.executable, "-m", __name__, *args], stdin=subprocess.DEVNULL
         )
-        self._wait_listening()
-
-    def _wait_listening(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the WAN relay on {self.listen_port} exited")
-            try:
-                with socket.create_connection(("127.0.0.1", self.listen_port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"the WAN relay on {self.listen_port} did not listen")
+        wait_for_port("127.0.0.1", listen_port, 30, self.process)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)
 
     def __enter__(self) -> Link:
         return self
