@@ -240,7 +240,9 @@ def test_replicator_takes_over_from_a_killed_mirrormaker_2_that_saved_no_positio
         assert "found_by_the_target_only" in node.log()
         where = taken_over(node, "MirrorMaker 2")
         assert where["at_its_saved_position"] == 0, where  # it saved none
-        assert where["confirmed_by_the_target"] >= PARTITIONS, where
+        # Killed early, MM2 may not have copied into every partition: those start by START_FROM
+        # (the stream's oracle above proves nothing was lost or copied twice either way).
+        assert where["confirmed_by_the_target"] >= 1, where
         assert node.stop() == 0
 
 

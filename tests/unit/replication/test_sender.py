@@ -329,8 +329,10 @@ async def test_a_replaced_destination_partition_is_replayed_from_the_source_log_
     await until(lambda: rig.partition.mode is Mode.REPLAYING)
     assert rig.partition.position == 0
     # Everything acknowledged is replayed, the 10 records that reached the new log before the
-    # loss was seen included: they are written twice, and counted so.
+    # loss was seen included: they are written twice, and counted so, once the replay has read
+    # the new log's tail (after it turned to REPLAYING: waited for, not raced).
     assert sample(rig.metrics, "replicator_records_replayed_total", topic="orders") == 50
+    await until(lambda: rig.duplicates["written_destination_replaced"] > 0)
     assert rig.duplicates["written_destination_replaced"] == 10
     written = "replicator_duplicates_written_total"
     assert sample(rig.metrics, written, topic="orders", reason="destination_replaced") == 10
