@@ -390,6 +390,8 @@ async def test_a_lost_log_holding_only_records_past_the_mark_is_replayed_from_th
     await rig.start()
     await until(lambda: rig.partition.mode is Mode.REPLAYING)
     assert rig.partition.position == 0
+    # Counted once the replay has read the log's tail, a step after REPLAYING: waited for.
+    await until(lambda: rig.duplicates["written_destination_replaced"] > 0)
     assert rig.duplicates["written_destination_replaced"] == 5
 
 
