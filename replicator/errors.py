@@ -23,6 +23,10 @@ may succeed later without anyone changing anything::
       OutcomeUnknown          a batch was sent but whether the destination wrote it is unknown
                               (or it was queued behind such a batch); no: the partition resumes
                               from the destination's tail instead of retrying
+        TopicGone             the destination partition does not exist (any more): nothing was
+                              written; the topic is prepared again, then the partition resumes
+        ProducerStateLost     the destination lost the idempotent producer's state (restored
+                              without its data): nothing was written; the partition resumes
       KafkaFailure            any other client error; per instance, the client's own flag
       Unanswered              a coalesced request's answer left out a key it was asked (a bug in
                               the batch function); no
@@ -110,7 +114,26 @@ class RecordRefused(ReplicatorError):
 
 class OutcomeUnknown(ReplicatorError):
     """A batch was sent but whether the destination wrote it is unknown (or a batch queued
-    behind one that was): the partition resumes from the destination's tail."""
+    behind one that was): the partition resumes from the destination's tail.
+
+    ``kind`` names the answer for counting (``replicator_send_errors_total{error}``): the
+    cluster's error name where the cluster said something, else the class's name."""
+
+    def __init__(self, message: str, *, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind or type(self).__name__
+
+
+class TopicGone(OutcomeUnknown):
+    """The destination partition does not exist (any more): nothing was written. The topic is
+    prepared again and the partition resumes from the destination, which may have lost the
+    records it held (a topic deleted, a cluster rebuilt)."""
+
+
+class ProducerStateLost(OutcomeUnknown):
+    """The destination no longer knows the idempotent producer (``UnknownProducerId``,
+    ``OutOfOrderSequenceNumber``: a broker restored without its data): nothing was written; the
+    producer takes a new id and the partition resumes from the destination."""
 
 
 class KafkaFailure(ReplicatorError):

@@ -23,8 +23,9 @@ landed. Two answers, chosen per destination when the producer starts:
 Either way a destination that lost the producer's state (``UnknownProducerId``,
 ``OutOfOrderSequenceNumber``: a broker restored without its data) or the partition itself
 (``UnknownTopicOrPartition``, never retried blindly) sends the partition back to its sender to
-read the destination and resume (:func:`unknown_outcome`); an idempotent producer then takes a
-new producer id, once, and numbers every partition from 0 again.
+read the destination and resume (:func:`outcome_error` says which, in the product's terms:
+:class:`OutcomeUnknown`, :class:`TopicGone`, :class:`ProducerStateLost`); an idempotent
+producer then takes a new producer id, once, and numbers every partition from 0 again.
 
 Either way a partition whose batch failed for good (refused) is fenced too: the batch queued
 behind the refused one is never sent, so a later resume cannot skip the refused record.
@@ -38,12 +39,21 @@ the mechanics in aiokafka's sender are :mod:`replicator.kafka.internals`'s.
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import aiokafka.errors as kerr
 from aiokafka import AIOKafkaProducer
 
 from replicator.config.settings import ClusterSettings, Compression, Settings
-from replicator.errors import OutcomeUnknown
-from replicator.kafka.clients import client_options
+from replicator.errors import (
+    ClusterUnavailable,
+    OutcomeUnknown,
+    ProducerStateLost,
+    ReplicatorError,
+    TopicGone,
+)
+from replicator.kafka.clients import client_options, track_topics, translate
 from replicator.kafka.internals import (
     BatchFactory,
     FencingPolicy,
@@ -55,16 +65,17 @@ from replicator.kafka.internals import (
 )
 
 __all__ = [
-    "PRODUCER_STATE_LOST",
-    "TOPIC_GONE",
     "BatchFactory",
     "batch_factory",
     "batch_records",
     "idempotence_refused",
     "idempotent",
+    "knows_topic",
+    "learn_partitions",
     "make_producer",
+    "outcome_error",
+    "send_batch",
     "unfence",
-    "unknown_outcome",
 ]
 
 
@@ -88,29 +99,118 @@ _MAYBE_WRITTEN = (
 # Errors of an idempotent producer whose state the destination lost (a broker restored without
 # its data, a cluster rebuilt): nothing was written; the producer takes a new id and the
 # partition resumes from the destination, which may have lost records too.
-PRODUCER_STATE_LOST = (kerr.UnknownProducerId, kerr.OutOfOrderSequenceNumber)
+_PRODUCER_STATE_LOST = (kerr.UnknownProducerId, kerr.OutOfOrderSequenceNumber)
 # The destination partition does not exist (any more): nothing was written. Not retried blindly
 # (aiokafka would retry for ever): the partition prepares its topic again and resumes from the
 # destination, which may have lost the records it held (a topic deleted, a cluster rebuilt).
-TOPIC_GONE = (kerr.UnknownTopicOrPartitionError,)
+_TOPIC_GONE = (kerr.UnknownTopicOrPartitionError,)
 
 
-def unknown_outcome(exc: BaseException) -> bool:
-    """Whether a batch failed because its outcome (or the one before it) is unknown, or the
-    destination lost the producer's state or the topic: the partition resumes from the
-    destination's tail."""
-    return isinstance(exc, (OutcomeUnknown, *_MAYBE_WRITTEN, *PRODUCER_STATE_LOST, *TOPIC_GONE))
+def outcome_error(exc: BaseException) -> ReplicatorError:
+    """A failed send or batch in the product's terms: :class:`OutcomeUnknown` (its outcome, or
+    that of the batch before it, is unknown), :class:`TopicGone` and
+    :class:`ProducerStateLost` (nothing written, the destination's state changed under the
+    producer), each of which makes the partition resume from the destination's tail; anything
+    else as :func:`translate` says (refused, denied, unavailable ...)."""
+    if isinstance(exc, ReplicatorError):
+        return exc
+    name = type(exc).__name__
+    if isinstance(exc, _TOPIC_GONE):
+        return TopicGone("the destination partition does not exist (any more)", kind=name)
+    if isinstance(exc, _PRODUCER_STATE_LOST):
+        return ProducerStateLost(
+            "the destination lost the producer's state (restored or rebuilt)", kind=name
+        )
+    if isinstance(exc, _MAYBE_WRITTEN):
+        return OutcomeUnknown(f"a batch's outcome is unknown ({name})")
+    return translate(exc)
+
+
+async def send_batch(
+    producer: AIOKafkaProducer, builder: Any, topic: str, partition: int
+) -> asyncio.Future[int]:
+    """Hand a closed batch to ``producer``; its future resolves to the offset the destination
+    wrote it at (-1: written, at an offset it does not say) or fails with :func:`outcome_error`.
+
+    Raises :class:`TopicGone` when the producer waited in vain for a topic its metadata no
+    longer lists (deleted, a cluster rebuilt), :class:`ClusterUnavailable` when it waited in
+    vain for a destination that is not draining; anything else as :func:`outcome_error` says.
+    """
+    try:
+        sent = await producer.send_batch(builder, topic, partition=partition)
+    except kerr.KafkaTimeoutError as exc:
+        if not knows_topic(producer, topic):
+            raise TopicGone(
+                f"{topic} is not in the destination's metadata (any more)",
+                kind=kerr.UnknownTopicOrPartitionError.__name__,
+            ) from exc
+        raise ClusterUnavailable("destination not acknowledging") from exc
+    except Exception as exc:
+        raise outcome_error(exc) from exc
+    answered: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def settle(done: asyncio.Future[Any]) -> None:
+        if answered.done():
+            return
+        if done.cancelled():
+            answered.cancel()
+            return
+        error = done.exception()
+        if error is None:
+            answered.set_result(done.result().offset)
+            return
+        if getattr(error, "invalid_metadata", False):
+            # The partition is led elsewhere now, its broker or topic is gone. aiokafka
+            # refreshes the metadata before a retry; a batch that may be written is never
+            # retried by a producer that is not idempotent (NOT_LEADER_OR_FOLLOWER among them),
+            # so the refresh is asked for here: the next batch goes to the new leader, not to
+            # the old one until the periodic refresh minutes later.
+            producer.client.force_metadata_update()
+        answered.set_exception(outcome_error(error))
+
+    sent.add_done_callback(settle)
+    return answered
+
+
+def knows_topic(producer: AIOKafkaProducer, topic: str) -> bool:
+    """Whether the producer's metadata lists ``topic``."""
+    return bool(producer.client.cluster.partitions_for_topic(topic))
+
+
+async def learn_partitions(
+    producer: AIOKafkaProducer, wanted: list[tuple[str, int]]
+) -> set[tuple[str, int]]:
+    """Make the producer's metadata cover each topic with at least its count of partitions (a
+    send to a partition it does not know would fail for good), in one metadata request; the
+    ``(topic, count)`` pairs it still does not cover are returned.
+
+    Every topic asked for is tracked, not only those short now: once the client tracks topics,
+    each metadata answer covers those alone, so a topic known only from the first answer (all
+    topics) would drop out of it when another is added."""
+    client = producer.client
+
+    def short() -> set[tuple[str, int]]:
+        return {
+            (topic, count)
+            for topic, count in wanted
+            if len(client.cluster.partitions_for_topic(topic) or ()) < count
+        }
+
+    await track_topics(client, [topic for topic, _ in wanted])
+    if short():
+        await client.force_metadata_update()
+    return short()
 
 
 def _never_retry(error: BaseException, idempotent: bool) -> bool:
     """A batch that may have been written is never retried without idempotence (the broker would
     not drop the copy); one whose partition is gone is never retried blindly."""
-    return (not idempotent and isinstance(error, _MAYBE_WRITTEN)) or isinstance(error, TOPIC_GONE)
+    return (not idempotent and isinstance(error, _MAYBE_WRITTEN)) or isinstance(error, _TOPIC_GONE)
 
 
 _POLICY = FencingPolicy(
     never_retry=_never_retry,
-    state_lost=lambda error: isinstance(error, PRODUCER_STATE_LOST),
+    state_lost=lambda error: isinstance(error, _PRODUCER_STATE_LOST),
     queued_error=lambda tp: OutcomeUnknown(f"queued behind a batch of unknown outcome ({tp})"),
 )
 

@@ -9,9 +9,19 @@
 ``partition``
     One source partition on one leg, its single owner of state: mode, queue, acknowledgements,
     with named transitions (:class:`~replicator.replication.partition.LegPartition`).
+``in_flight``
+    What one partition has handed to its destination and not yet had answered (ranges, batches,
+    destination log ends), owned by the partition.
 ``sender``
-    The ordered sender: one partition's queue to its destination, with epochs, fencing, replay
-    after an unknown outcome and the oversize policy.
+    The ordered sender: one partition's queue to its destination, with epochs, fencing, and a
+    resume from the destination after an unknown outcome or a denied write.
+``preparing``
+    Before the first batch (and a replay's): the destination topic made ready and where the
+    partition resumes, read as a value, then applied to the partition.
+``replay``
+    A destination partition that lost what the leg delivered, replayed from the source.
+``oversize``
+    ``REPLICATOR_RECORD_TOO_LARGE_POLICY``: halt, or park the record in the dead-letter topic.
 ``destination``
     What a sender needs from its destination (the :class:`~replicator.replication.destination.
     Destination` Protocol: send a batch and learn its outcome, read a tail, prepare a topic) and

@@ -2,13 +2,14 @@
 
 :class:`Destination` is the Protocol :class:`~replicator.replication.sender.PartitionSender`
 works through: wait until the cluster is up, send a closed batch and learn its outcome (a future
-of where it was written), build batches as the producer would, lift a partition's fence, know
-whether the producer's metadata lists a topic, and read a destination partition's tail (where to
-resume: :class:`TailReader`). With it come :class:`TopicPreparer` (prepare a destination topic,
-forget one deleted) and :class:`DeadLetterSink` (park a record too large). :class:`KafkaDestination`
-is the implementation on aiokafka; the unit tests drive the sender through an in-memory one
-(``tests/unit/replication/destinations.py``), as :mod:`replicator.failover.positions` is driven
-through ``MemoryLog``.
+of the offset it was written at, or an error of :mod:`replicator.errors`: the seam speaks the
+product's language, never the client's), build batches as the producer would, lift a
+partition's fence, make the producer know a topic's partitions, and read a destination
+partition's tail (where to resume: :class:`TailReader`). With it come :class:`TopicPreparer`
+(prepare a destination topic, forget one deleted) and :class:`DeadLetterSink` (park a record too
+large). :class:`KafkaDestination` is the implementation on aiokafka; the unit tests drive the
+sender through an in-memory one (``tests/unit/replication/destinations.py``), as
+:mod:`replicator.failover.positions` is driven through ``MemoryLog``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from replicator.errors import TopicMissing
-from replicator.kafka.clients import track_topics
 from replicator.kafka.coalesce import Coalescer
-from replicator.kafka.producer import batch_factory, idempotent, unfence
+from replicator.kafka.producer import (
+    batch_factory,
+    idempotent,
+    knows_topic,
+    learn_partitions,
+    send_batch,
+    unfence,
+)
 from replicator.model.batching import BatchMaker
 from replicator.model.provenance import Tagger
 from replicator.replication.resume import DestinationTail, SavedMark, Tail
@@ -61,13 +68,19 @@ class Destination(Protocol):
     @property
     def tail(self) -> TailReader: ...
 
-    async def send(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]: ...
+    async def send(self, builder: Any, topic: str, partition: int) -> asyncio.Future[int]:
+        """Hand a closed batch over; the future resolves to the offset it was written at (-1:
+        written, the destination does not say where). Failures, raised or in the future, are
+        :class:`~replicator.errors.ReplicatorError`: :class:`~replicator.errors.OutcomeUnknown`
+        (and its :class:`~replicator.errors.TopicGone`,
+        :class:`~replicator.errors.ProducerStateLost`) make the partition resume from the
+        destination; :class:`~replicator.errors.ClusterUnavailable` is retried; anything else
+        refuses the batch."""
+        ...
 
     def new_batches(self, limit: int | None) -> BatchMaker: ...
 
     def unfence(self, tp: TopicPartition) -> None: ...
-
-    def knows(self, topic: str) -> bool: ...
 
     async def learn_partitions(self, topic: str, count: int) -> None: ...
 
@@ -124,22 +137,7 @@ class KafkaDestination:
         await self._learning.get((topic, count))
 
     async def _learn(self, wanted: list[_Known]) -> dict[_Known, Exception | None]:
-        client = self.producer.client
-
-        def short() -> list[_Known]:
-            return [
-                (topic, count)
-                for topic, count in wanted
-                if len(client.cluster.partitions_for_topic(topic) or ()) < count
-            ]
-
-        # Every topic asked for is tracked, not only those short now: once the client tracks
-        # topics, each metadata answer covers those alone, so a topic known only from the
-        # first answer (all topics) would drop out of it when another is added.
-        await track_topics(client, [topic for topic, _ in wanted])
-        if short():
-            await client.force_metadata_update()
-        missing = set(short())
+        missing = await learn_partitions(self.producer, wanted)
         return {
             key: TopicMissing(f"{key[0]}: {key[1]} partitions, not all in the metadata yet")
             if key in missing
@@ -147,27 +145,10 @@ class KafkaDestination:
             for key in wanted
         }
 
-    async def send(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]:
-        """Hand a closed batch to the producer; its future resolves to the batch's metadata
-        (``offset``: where the destination wrote it, -1 if it does not say)."""
-        future: asyncio.Future[Any] = await self.producer.send_batch(
-            builder, topic, partition=partition
-        )
-        future.add_done_callback(self._stale_leader)
-        return future
-
-    def _stale_leader(self, future: asyncio.Future[Any]) -> None:
-        """A batch failed with an error saying the producer's metadata is stale (the partition
-        is led elsewhere now, its broker or topic is gone). aiokafka refreshes the metadata
-        before a retry; a batch that may be written is never retried by a producer that is not
-        idempotent (``NOT_LEADER_OR_FOLLOWER`` among them, :mod:`replicator.kafka.producer`), so
-        the refresh is asked for here: the next batch goes to the new leader, not to the old one
-        until the periodic refresh minutes later (each send there would fail the same way)."""
-        if future.cancelled():
-            return
-        error = future.exception()
-        if error is not None and getattr(error, "invalid_metadata", False):
-            self.producer.client.force_metadata_update()
+    async def send(self, builder: Any, topic: str, partition: int) -> asyncio.Future[int]:
+        """Hand a closed batch to the producer (:func:`~replicator.kafka.producer.send_batch`:
+        outcomes in the product's terms)."""
+        return await send_batch(self.producer, builder, topic, partition)
 
     def new_batches(self, limit: int | None) -> BatchMaker:
         """New batches as the producer builds them, no larger than ``limit`` bytes if given."""
@@ -179,7 +160,7 @@ class KafkaDestination:
 
     def knows(self, topic: str) -> bool:
         """Whether the producer's metadata lists ``topic``."""
-        return bool(self.producer.client.cluster.partitions_for_topic(topic))
+        return knows_topic(self.producer, topic)
 
     def connected(self) -> None:
         """The producer and the reader started: senders may read and send."""

@@ -16,9 +16,12 @@ from replicator.errors import (
     ClusterUnavailable,
     ConfigError,
     KafkaFailure,
+    OutcomeUnknown,
+    ProducerStateLost,
     RecordRefused,
     ReplicatorError,
     TopicError,
+    TopicGone,
     TopicMismatch,
     TopicMissing,
     TopicRefused,
@@ -96,6 +99,10 @@ def test_retriable_flags_of_the_tree() -> None:
         TopicRefused("invalid config"),
         RecordRefused("too large"),
         ConfigError("REPLICATOR_X", "bad"),
+        # The partition resumes from the destination instead of retrying the batch.
+        OutcomeUnknown("no answer"),
+        TopicGone("gone", kind="UnknownTopicOrPartitionError"),
+        ProducerStateLost("restored", kind="UnknownProducerId"),
     ):
         assert not error.retriable, type(error).__name__
     assert TopicRefused("controller moved", retriable=True).retriable
@@ -118,7 +125,7 @@ def test_every_class_is_drawn_in_the_module_docstring() -> None:
         for value in vars(errors_module).values()
         if isinstance(value, type) and issubclass(value, BaseException)
     ]
-    assert len(classes) == 21
+    assert len(classes) == 23
     for cls in classes:
         assert f" {cls.__name__} " in doc, cls.__name__
     assert not issubclass(errors_module.Stopped, ReplicatorError)  # no failure handler takes it

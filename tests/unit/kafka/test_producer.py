@@ -8,9 +8,20 @@ from aiokafka import TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageBatch
 from aiokafka.producer.transaction_manager import TransactionManager
 
-from replicator.errors import OutcomeUnknown
+from replicator.errors import (
+    OutcomeUnknown,
+    ProducerStateLost,
+    RecordRefused,
+    ReplicatorError,
+    TopicGone,
+)
 from replicator.kafka.internals import InitProducerId, _new_producer_id
-from replicator.kafka.producer import _never_retry, idempotence_refused, unknown_outcome
+from replicator.kafka.producer import _never_retry, idempotence_refused, outcome_error
+
+
+def unknown_outcome(exc: BaseException) -> bool:
+    """Whether the partition resumes from the destination's tail after ``exc``."""
+    return isinstance(outcome_error(exc), OutcomeUnknown)
 
 
 def test_init_producer_id_uses_the_highest_version_both_sides_know() -> None:
@@ -75,6 +86,25 @@ def test_a_destination_that_lost_the_producer_or_the_topic_makes_the_partition_r
         kerr.UnknownTopicOrPartitionError(),
     ):
         assert unknown_outcome(lost), lost
+
+
+def test_every_outcome_is_said_in_the_products_terms_with_the_clusters_name_for_it() -> None:
+    """The sender sees errors of the product's tree only; the cluster's own name for the answer
+    is kept as the kind counted in ``replicator_send_errors_total{error}``."""
+    said: list[tuple[BaseException, type[ReplicatorError], str]] = [
+        (kerr.UnknownTopicOrPartitionError(), TopicGone, "UnknownTopicOrPartitionError"),
+        (kerr.UnknownProducerId(), ProducerStateLost, "UnknownProducerId"),
+        (kerr.OutOfOrderSequenceNumber(), ProducerStateLost, "OutOfOrderSequenceNumber"),
+        (kerr.RequestTimedOutError(), OutcomeUnknown, "OutcomeUnknown"),
+    ]
+    for exc, kind, name in said:
+        error = outcome_error(exc)
+        assert type(error) is kind, (exc, error)
+        assert isinstance(error, OutcomeUnknown), error
+        assert error.kind == name, (exc, error.kind)
+    assert isinstance(outcome_error(kerr.MessageSizeTooLargeError()), RecordRefused)
+    queued = OutcomeUnknown("queued behind")
+    assert outcome_error(queued) is queued
 
 
 def _batch(producer_id: int) -> MessageBatch:

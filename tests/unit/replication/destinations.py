@@ -18,7 +18,6 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -46,7 +45,7 @@ class Outcome:
     ``error`` (``None``: acknowledged at the offset it was written at)."""
 
     writes: bool = True
-    error: BaseException | None = None
+    error: ReplicatorError | None = None  # as the destination says it (the product's terms)
 
 
 WRITTEN = Outcome()
@@ -77,10 +76,10 @@ class MemoryDestination:
     def tail(self) -> MemoryDestination:
         return self
 
-    async def send(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]:
+    async def send(self, builder: Any, topic: str, partition: int) -> asyncio.Future[int]:
         self.sends += 1
         tp = TopicPartition(topic, partition)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if tp in self.fenced:  # queued behind a failed batch: failed with it
             future.set_exception(OutcomeUnknown(f"queued behind a failed batch ({tp})"))
             return future
@@ -101,7 +100,7 @@ class MemoryDestination:
                 self.fenced.add(tp)
                 future.set_exception(outcome.error)
             else:
-                future.set_result(SimpleNamespace(offset=base))
+                future.set_result(base)
 
         if self._held is not None:
             self._held.append(settle)
@@ -116,9 +115,6 @@ class MemoryDestination:
     def unfence(self, tp: TopicPartition) -> None:
         self.fenced.discard(tp)
         self.unfenced.append(tp)
-
-    def knows(self, topic: str) -> bool:
-        return True
 
     async def learn_partitions(self, topic: str, count: int) -> None:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import aiokafka.errors as kerr
@@ -42,15 +43,25 @@ async def test_a_batch_failed_for_a_stale_leader_refreshes_the_producers_metadat
         None,
         kerr.KafkaStorageError(),
     ]
+    answers = []
     for outcome in outcomes:
         future = await kafka.send(object(), "orders", 0)
         if outcome is None:
-            sent[-1].set_result(object())
+            sent[-1].set_result(SimpleNamespace(offset=7))
         else:
             sent[-1].set_exception(outcome)
-            future.exception()  # retrieved, as the sender's callback does
         await asyncio.sleep(0)
+        assert future.done()
+        answers.append(future.exception() or future.result())
     assert len(refreshes) == 2
+    # Said in the product's terms: each may have been written, so the partition resumes.
+    assert [type(a).__name__ for a in answers] == [
+        "OutcomeUnknown",
+        "OutcomeUnknown",
+        "int",
+        "OutcomeUnknown",
+    ]
+    assert answers[2] == 7
 
 
 class MetadataOfBroker:

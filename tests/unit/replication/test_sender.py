@@ -13,13 +13,12 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import aiokafka.errors as kerr
 import pytest
 from aiokafka import TopicPartition
 
 from replicator.config.settings import OffsetResetPolicy
 from replicator.config.topology import Leg
-from replicator.errors import TopicMismatch
+from replicator.errors import AuthorizationFailed, OutcomeUnknown, RecordRefused, TopicMismatch
 from replicator.model.records import SourceRecord
 from replicator.replication.committer import Committer
 from replicator.replication.health import Duplicates
@@ -40,6 +39,7 @@ from tests.unit.sample import Record
 SOURCE = TopicPartition("orders_REPLICA", 0)
 TARGET = TopicPartition("orders", 0)
 LEG = Leg("dc1", "dc2")
+DENIED = AuthorizationFailed("TopicAuthorizationFailedError: denied by the cluster's ACLs")
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:
@@ -183,14 +183,15 @@ async def test_a_start_resumes_after_what_the_destination_holds(rig: Rig) -> Non
 @pytest.mark.parametrize(
     "answer",
     [
-        kerr.KafkaConnectionError(),
-        kerr.RequestTimedOutError(),
+        # As the destination says them (tests/unit/kafka/test_producer.py: which answers).
+        OutcomeUnknown("a batch's outcome is unknown (KafkaConnectionError)"),
+        OutcomeUnknown("a batch's outcome is unknown (RequestTimedOutError)"),
         # Written, then answered with an error (the partition lost its leader meanwhile).
-        kerr.NotLeaderForPartitionError(),
+        OutcomeUnknown("a batch's outcome is unknown (NotLeaderForPartitionError)"),
     ],
 )
 async def test_an_unknown_outcome_resumes_from_the_tail_without_a_duplicate(
-    rig: Rig, answer: Exception
+    rig: Rig, answer: OutcomeUnknown
 ) -> None:
     """A batch written but never answered, or answered with an error a broker gives after the
     append: the partition restarts, reads the destination, and goes on after what landed; the
@@ -216,7 +217,7 @@ async def test_a_batch_lost_with_its_answer_is_sent_again(rig: Rig) -> None:
     await rig.start()
     rig.feed(0, 30)
     await until(lambda: rig.committable == 30)
-    rig.destination.outcomes = [Outcome(writes=False, error=kerr.KafkaConnectionError())]
+    rig.destination.outcomes = [Outcome(writes=False, error=OutcomeUnknown("no answer"))]
     rig.feed(30, 60)
     await until(lambda: rig.partition.mode is not Mode.STARTING and rig.partition.position == 30)
     rig.feed(30, 60)
@@ -248,7 +249,7 @@ async def test_a_refused_batch_halts_the_partition_and_nothing_after_it_is_sent(
     await rig.start()
     rig.feed(0, 10)
     await until(lambda: rig.committable == 10)
-    rig.destination.outcomes = [Outcome(writes=False, error=kerr.PolicyViolationError())]
+    rig.destination.outcomes = [Outcome(writes=False, error=RecordRefused("PolicyViolationError"))]
     rig.feed(10, 20)
     await until(lambda: rig.partition.halted)
     assert rig.partition.halt_kind is Halt.FAILED
@@ -264,7 +265,7 @@ async def test_a_denied_write_waits_says_why_and_goes_on_once_granted(rig: Rig) 
     await rig.start()
     rig.feed(0, 10)
     await until(lambda: rig.committable == 10)
-    rig.destination.outcomes = [Outcome(writes=False, error=kerr.TopicAuthorizationFailedError())]
+    rig.destination.outcomes = [Outcome(writes=False, error=DENIED)]
     rig.feed(10, 20)
     await until(lambda: "denied the write" in (rig.partition.last_error or ""))
     assert not rig.partition.halted and rig.partition.mode is Mode.STARTING
@@ -417,7 +418,7 @@ async def test_a_halted_partition_is_left_unfenced_for_others_placed_by_key() ->
     halt must not leave them fenced."""
     made = Rig(topics=MemoryTopics(partitions=3), preserve_partitions=False)
     await made.start()
-    made.destination.outcomes = [Outcome(writes=False, error=kerr.PolicyViolationError())]
+    made.destination.outcomes = [Outcome(writes=False, error=RecordRefused("PolicyViolationError"))]
     made.feed(0, 1)
     await until(lambda: made.partition.halted)
     assert {tp.partition for tp in made.destination.unfenced} >= {0, 1, 2}

@@ -1,0 +1,294 @@
+"""Preparing a partition's destination and resuming after what it holds.
+
+Before a partition's first batch, and again after a replay, its sender makes the destination
+topic ready (:class:`TopicPreparer`: created, grown, its ``max.message.bytes`` learnt) and reads
+the destination partition's tail (:mod:`replicator.replication.resume`). :func:`read_destination`
+does both and returns a :class:`Prepared` value; nothing of the partition changes while it runs
+(it is retried as a whole). :class:`Resumption` then decides what the value means for the
+partition and applies it through the partition's named transitions: continue after the last
+record of this origin the destination holds, count what a replay repeats, or say that the
+destination lost records (a :class:`Loss`, which the sender replays, :mod:`replicator.replication.
+replay`).
+
+A flow placing records by key (it does not preserve partition numbers) reads, instead of one
+tail, the source offsets every destination partition already holds (:class:`Placement`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from replicator.config.topology import Leg
+from replicator.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
+    ClusterUnavailable,
+    ReplicatorError,
+)
+from replicator.kafka.clients import translate
+from replicator.model.batching import Placement
+from replicator.replication.destination import Destination, TopicPreparer
+from replicator.replication.health import Duplicates
+from replicator.replication.partition import LegPartition, Mode
+from replicator.replication.resume import Tail, destination_lost, rolled_back_to
+from replicator.telemetry.metrics import Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What the destination said before a partition's first batch (or a replay's)."""
+
+    limit: int | None  # the destination topic's max.message.bytes, if known
+    partitions: int  # the destination topic's partition count
+    tail: Tail | None = None  # where to resume (partition numbers preserved)
+    mark: int | None = None  # the mark the tail was read from (in memory, else saved)
+    covers: int | None = None  # the source offset that mark was reached with
+    placement: Placement | None = None  # placed by key: what every partition holds
+
+
+@dataclass(frozen=True, slots=True)
+class Loss:
+    """The destination partition lost records this leg delivered: replay, from ``begin`` (0:
+    the source log start; later: a log rolled back still holds the origin's records before it)."""
+
+    cause: str
+    begin: int = 0
+
+
+REPLACED = "destination partition replaced (topic deleted and created again)"
+
+
+def tail_error(exc: Exception, destination: str) -> ReplicatorError:
+    """A failed read of where to resume: retried (a read), unless credentials are at fault."""
+    error = translate(exc)
+    if isinstance(error, (AuthenticationFailed, AuthorizationFailed)):
+        return type(error)(f"reading where to resume in {destination}: {error}")
+    return ClusterUnavailable(f"reading where to resume: {error}")
+
+
+async def read_destination(
+    leg: Leg,
+    partition: LegPartition,
+    destination: Destination,
+    topics: TopicPreparer,
+    preserve_partitions: bool,
+    replaying: bool,
+) -> Prepared:
+    """Wait for the destination, ensure its topic, and read where the partition resumes (when
+    it starts, or replays); nothing of the partition changes, so a failure is retried whole."""
+    await destination.ready.wait()
+    topic = await topics.ensure(partition.tp.topic, partition.target_topic, partition.tp.partition)
+    await destination.learn_partitions(partition.target_topic, topic.partitions)
+    limit, count = topic.max_message_bytes, topic.partitions
+    reading = partition.mode is Mode.STARTING or replaying
+    try:
+        if not preserve_partitions:
+            # Placed by key, whatever the counts: as MirrorMaker 1 does without
+            # --preserve.partitions, and one way of resuming for the partition's whole life.
+            placement = Placement(count)
+            if reading:
+                placement.written = await _written(destination, partition, count)
+            return Prepared(limit, count, placement=placement)
+        if not reading:
+            return Prepared(limit, count)
+        return await _tail(destination, partition, replaying, Prepared(limit, count))
+    except Exception as exc:
+        raise tail_error(exc, leg.destination) from exc
+
+
+async def _written(
+    destination: Destination, partition: LegPartition, partitions: int
+) -> frozenset[int]:
+    """Placed by key: the source offsets from the position on that are written."""
+    position = partition.position or 0
+    written: set[int] = set()
+    for number in range(partitions):
+        found, _ = await destination.tail.written_since(
+            TopicPartition(partition.target_topic, number), partition.tagger, position
+        )
+        written |= found
+    return frozenset(written)
+
+
+async def _tail(
+    destination: Destination, partition: LegPartition, replaying: bool, prepared: Prepared
+) -> Prepared:
+    """Where to resume (the last record of this origin the destination holds)."""
+    destination_tp = TopicPartition(partition.target_topic, partition.tp.partition)
+    floor = None if replaying else partition.destination_mark
+    covers = partition.position  # an in-memory mark covers the committable prefix
+    # A partition the leg never committed has no mark of its own to read (a mark is saved after
+    # the offsets it goes with): not asked, so a first start does not wait for the
+    # destination's group coordinator.
+    committed = partition.committed_start is not None or partition.tracker is not None
+    if floor is None and not replaying and committed:
+        saved = await destination.tail.saved_mark(destination_tp, partition.position)
+        if saved is not None:
+            floor, covers = saved
+    tail = await destination.tail.last_written(
+        destination_tp, partition.tagger, floor, partition.position, whole=replaying
+    )
+    return Prepared(prepared.limit, prepared.partitions, tail, floor, covers)
+
+
+class Resumption:
+    """What a :class:`Prepared` value means for one partition on one leg, applied to it."""
+
+    __slots__ = ("_destination", "_duplicates", "_leg", "_log_start", "_metrics", "_partition")
+
+    def __init__(
+        self,
+        leg: Leg,
+        partition: LegPartition,
+        destination: Destination,
+        metrics: Metrics,
+        duplicates: Duplicates,
+        log_start: Callable[[], Awaitable[int]],
+    ) -> None:
+        self._leg = leg
+        self._partition = partition
+        self._destination = destination
+        self._metrics = metrics
+        self._duplicates = duplicates
+        self._log_start = log_start
+
+    async def apply(self, prepared: Prepared, replay_start: int | None, log: Any) -> Loss | None:
+        """Resume the partition after what the destination holds (or, replaying from
+        ``replay_start``, count what it repeats); the :class:`Loss` to replay, if the
+        destination lost records this leg delivered (nothing is applied then)."""
+        partition = self._partition
+        tail, mark = prepared.tail, prepared.mark
+        replaying = replay_start is not None
+        if tail is not None and not replaying:
+            tracker = partition.tracker
+            committed = partition.committed_start if tracker is None else tracker.committed
+            lost = destination_lost(tail, mark, committed)
+            if lost is not None:
+                begin = await self._rolled_back(prepared.covers, log)
+                cause = f"destination partition lost records: {lost}"
+                if begin:
+                    cause += (
+                        f"; it still holds this origin's records before source offset {begin} "
+                        "(its log was rolled back)"
+                    )
+                return Loss(cause, begin)
+        if tail is not None:
+            log_start = None
+            found, position = tail.origin_offset, partition.position
+            below = found is not None and position is not None and found + 1 < position
+            if not replaying and (tail.foreign or below):
+                # Only a replay from the source log start moves a partition back.
+                with contextlib.suppress(Exception):  # unknown: nothing moves back
+                    log_start = await self._log_start()
+            if replaying:
+                self._replayed(tail, replay_start, log)
+            else:
+                self._resumed(tail, log_start, mark is not None, log)
+        placement = prepared.placement
+        if placement is not None and not replaying:
+            partition.resumed_placed(placement.written)
+            if partition.placement is None:
+                log.info(
+                    "records placed by key (the flow does not preserve partition numbers)",
+                    destination_partitions=placement.partitions,
+                    already_written=len(placement.written),
+                )
+        return None
+
+    async def _rolled_back(self, covers: int | None, log: Any) -> int:
+        """Where a destination partition that lost records still holds every record of this
+        origin before (:func:`rolled_back_to`), read below the mark it fell under; 0 (replay
+        from the source log start) for a replaced log, or when that cannot be read."""
+        partition = self._partition
+        tp = TopicPartition(partition.target_topic, partition.tp.partition)
+        try:
+            tail = await self._destination.tail.last_written(
+                tp, partition.tagger, None, partition.position
+            )
+        except Exception as exc:
+            log.warning("could not read below the lost mark; replaying", error=repr(exc))
+            return 0
+        return rolled_back_to(tail, covers) or 0
+
+    def _replayed(self, tail: Tail, replay_start: int | None, log: Any) -> None:
+        """Replaying from ``replay_start``: count what the replaced log repeats."""
+        partition = self._partition
+        self._metrics.resume_seconds.labels(self._leg.name).observe(tail.seconds)
+        partition.replay_from_mark(tail.log_end)
+        # What it holds of the origin before the replay's start (a rolled-back log) is not
+        # written again; records at or past it are (counted with any before them).
+        last = tail.origin_offset
+        if (
+            tail.origin_records
+            and last is not None
+            and replay_start is not None
+            and last >= replay_start
+        ):
+            self._duplicates.written(
+                partition.target_topic, tail.origin_records, "destination_replaced"
+            )
+            log.error(
+                "the replaced destination partition already held records of this origin "
+                "(written between its deletion and its detection): the replay writes them "
+                "again",
+                duplicates=tail.origin_records,
+            )
+
+    def _resumed(self, tail: Tail, log_start: int | None, mark_saved: bool, log: Any) -> None:
+        """Continue after what the destination holds; ``log_start``: the source log start,
+        asked when the tail holds records of the origin below the position or out of order
+        (see :func:`resume_after`); ``mark_saved``: a mark was saved for this partition (else
+        the first commit saves one)."""
+        partition = self._partition
+        leg, target = self._leg.name, partition.target_topic
+        self._metrics.resume_seconds.labels(leg).observe(tail.seconds)
+        before = partition.position
+        skipped = partition.resumed(tail, log_start, mark_saved)
+        found = tail.origin_offset
+        if (
+            found is not None
+            and before is not None
+            and partition.position == before + skipped
+            and (tail.foreign or found + 1 < before)
+            and (partition.position or 0) >= before
+        ):
+            # Records of this origin the leg did not write in order: not where it stands.
+            self._metrics.resume_ignored.labels(leg, target).inc()
+            log.warning(
+                "the destination holds records carrying this origin's provenance below the "
+                "highest one or below the committed offset, not written by this leg in order "
+                "(an application published copies with their headers): ignored, resuming "
+                "after what the leg wrote",
+                committed=before,
+                resume_at=partition.position,
+                last_found=found,
+                highest_found=tail.highest,
+            )
+        last = tail.highest if tail.highest is not None else found
+        if last is not None and before is not None and skipped == 0 and last >= before:
+            # Records past a gap: repeated, not skipped.
+            self._duplicates.possible(target, last + 1 - before, "past_a_gap")
+            log.warning(
+                "the destination holds records of this origin that do not follow the "
+                "committed offset (a gap before them): resuming at the committed offset; "
+                "those records may be written again",
+                committed=before,
+                first_found=tail.lowest,
+                last_found=tail.origin_offset,
+            )
+        if skipped > 0:
+            self._metrics.resume_skipped.labels(leg, target).inc(skipped)
+        if skipped or tail.seconds > 1.0:
+            log.info(
+                "resumed after the last record the destination holds",
+                committed=before,
+                resume_at=partition.position,
+                already_written=skipped,
+                scanned=tail.scanned,
+                seconds=round(tail.seconds, 3),
+            )

@@ -1,0 +1,127 @@
+"""Replaying a source partition into a destination partition that lost what the leg delivered.
+
+A destination topic deleted (and created again, by the replicator or the broker), or a partition
+that lost records (truncated, a cluster rebuilt empty: :func:`~replicator.replication.resume.
+destination_lost`): what this leg had delivered is gone, so it is delivered again from the
+source log start, counted as replayed; what the source no longer holds is counted as lost. A log
+rolled back to an earlier end still holds the origin's records before the :class:`Loss`'s
+``begin`` (:func:`~replicator.replication.resume.rolled_back_to`): the replay starts there. A
+source position past the source log end means the source was replaced too: an offset reset
+(:mod:`replicator.replication.offset_reset`), not a replay.
+
+:class:`Replay` decides where the replay starts and rewinds the partition (:meth:`Replay.rewind`);
+the sender then prepares the destination again and waits (:func:`saved`) until the rewound
+position is committed before sending, so a restart replays too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from replicator.config.topology import Leg
+from replicator.lifecycle import sleep_unless_stopped
+from replicator.model.offsets import OutOfRange
+from replicator.replication.destination import TopicPreparer
+from replicator.replication.offset_reset import OffsetResets
+from replicator.replication.partition import LegPartition
+from replicator.replication.preparing import Loss
+from replicator.telemetry.metrics import Metrics
+
+_SAVE_POLL_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Rewound:
+    """The partition was rewound: replay from ``start``, said by ``note``."""
+
+    start: int
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class Halted:
+    """The replay cannot be made: halt the partition for ``reason``."""
+
+    reason: str
+
+
+class Replay:
+    """Rewinds one partition on one leg for a replay."""
+
+    __slots__ = ("_leg", "_log_start", "_metrics", "_outside_source", "_resets", "_topics")
+
+    def __init__(
+        self,
+        leg: Leg,
+        topics: TopicPreparer,
+        metrics: Metrics,
+        log_start: Callable[[], Awaitable[int]],
+        outside_source: Callable[[int], Awaitable[OutOfRange | None]] | None,
+        resets: OffsetResets | None,
+    ) -> None:
+        self._leg = leg
+        self._topics = topics
+        self._metrics = metrics
+        self._log_start = log_start
+        # Whether a source position is outside the source log, and the leg's reset policy: a
+        # replay from a position beyond the log end is an offset reset, not a replay.
+        self._outside_source = outside_source
+        self._resets = resets
+
+    async def rewind(self, partition: LegPartition, loss: Loss, log: Any) -> Rewound | Halted:
+        """Count the replay and rewind ``partition`` to where it starts (or apply the offset
+        reset policy, when the source was replaced too)."""
+        cause, begin = loss.cause, loss.begin
+        target = partition.target_topic
+        self._metrics.partitions_replaced.labels(self._leg.name, target).inc()
+        self._topics.forget(target)
+        try:
+            log_start = await self._log_start()
+        except Exception as exc:
+            return Halted(f"{cause}; source log start unknown: {exc!r}")
+        tracker = partition.tracker
+        reached = tracker.committable if tracker is not None else (partition.position or 0)
+        outside = None
+        if self._outside_source is not None and self._resets is not None:
+            with contextlib.suppress(Exception):  # unknown: replayed as below
+                outside = await self._outside_source(reached)
+        if outside is not None and not outside.below_log_start and self._resets is not None:
+            # The source log was replaced too (the position is past its end): an offset reset,
+            # counted and handled by the leg's policy (start again at the log start, or halt).
+            log.error(f"{cause}; the source position is past the source log end")
+            self._resets.apply(partition, outside)
+            return Rewound(begin, f"{cause}; {outside}")
+        # Past the position, records the source no longer holds are the offset reset's. From
+        # ``begin``: the destination still holds every record of the origin before it.
+        start = max(begin, min(log_start, reached))
+        replayed, unreplayable = reached - start, max(0, min(log_start, reached) - begin)
+        self._metrics.records_replayed.labels(self._leg.name, target).inc(replayed)
+        if unreplayable:
+            self._metrics.records_lost.labels(self._leg.name, target).inc(unreplayable)
+        log.error(
+            f"{cause}: replaying",
+            target_topic=target,
+            replay_from=start,
+            records_replayed=replayed,
+            lost_at_most=unreplayable,
+        )
+        note = f"{cause}; replayed from source offset {start} ({replayed} records)"
+        if unreplayable:
+            note += f"; the {unreplayable} records before it are no longer in the source"
+        partition.rewind(start, note)
+        return Rewound(start, note)
+
+
+async def saved(partition: LegPartition, note: str) -> None:
+    """Wait until the rewound position and the replaced log's end (the mark) are saved: a
+    restart then replays too, rather than resuming after records that only reached the new log
+    because they were in flight when the topic was deleted."""
+    partition.report(f"{note}; saving the replay's position before sending")
+    while partition.open and (tracker := partition.tracker) is not None:
+        if not tracker.needs_commit:
+            break
+        await sleep_unless_stopped(partition.closed, _SAVE_POLL_S)
+    partition.report(note)
