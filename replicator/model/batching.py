@@ -141,11 +141,12 @@ def build(
             )
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
     """Where a partition's records go when placed by key: ``partitions`` destination partitions,
     and the source offsets at or after its position that the destination already holds (found
-    by the resume: skipped, never written twice)."""
+    by the resume: skipped, never written twice). Immutable: a resume or a rewind makes a new
+    one, which the partition holds."""
 
     partitions: int
     written: frozenset[int] = frozenset()

@@ -40,6 +40,9 @@
     What a position outside the source log becomes; never silent.
 ``dead_letters``
     Records a destination cannot take, parked on the local cluster.
+``accounting``
+    What a leg counts beyond the records it copies: duplicates it could not prevent, records
+    the loop rule kept back, derived records.
 ``health``
     What a leg tells operators: readiness, ``/status``, gauges, transitions worth a log line.
 ``heartbeats``

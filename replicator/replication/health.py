@@ -36,6 +36,7 @@ import structlog
 from aiokafka import TopicPartition
 
 from replicator.config.topology import Leg
+from replicator.replication.accounting import Duplicates
 from replicator.replication.partition import FED_ALONE, Halt, LegPartition, Mode
 from replicator.telemetry.metrics import Metrics
 
@@ -53,44 +54,6 @@ _REASONS = 3  # reasons (each with one example partition) per readiness line and
 _EXAMPLES = 3  # partitions named per transition log line
 # A starting partition without an error is simply on its way.
 _PREPARING = "preparing the destination topic and reading its tail"
-
-
-class Duplicates:
-    """A leg's duplicates, counted once: the records written twice that could not be prevented
-    (``replicator_duplicates_written_total``) and those that may have been
-    (``replicator_duplicates_possible_total``), with the tally ``/status`` shows by kind."""
-
-    KINDS = (
-        "written_destination_replaced",
-        "possible_unacknowledged_at_release",
-        "possible_past_a_gap",
-    )
-
-    def __init__(self, leg: str, metrics: Metrics) -> None:
-        self._leg = leg
-        self._metrics = metrics
-        self._counts: Counter[str] = Counter()
-
-    def written(self, topic: str, records: int, reason: str) -> None:
-        """``records`` of ``topic`` were written twice (``reason``: destination_replaced)."""
-        self._metrics.duplicates_written.labels(self._leg, topic, reason).inc(records)
-        self._counts[f"written_{reason}"] += records
-
-    def possible(self, topic: str, records: int, reason: str) -> None:
-        """``records`` of ``topic`` may be written twice (``reason``: unacknowledged_at_release,
-        past_a_gap)."""
-        self._metrics.duplicates_possible.labels(self._leg, topic, reason).inc(records)
-        self._counts[f"possible_{reason}"] += records
-
-    def shown(self) -> dict[str, int]:
-        """Each kind's count, for ``/status``."""
-        return {kind: self._counts.get(kind, 0) for kind in self.KINDS}
-
-    def total(self) -> int:
-        return sum(self._counts.values())
-
-    def __getitem__(self, kind: str) -> int:
-        return self._counts.get(kind, 0)
 
 
 # -- what the health view reads of a leg ----------------------------------------------------------

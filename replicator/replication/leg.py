@@ -56,11 +56,12 @@ from replicator.lifecycle import (
 )
 from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
 from replicator.model.offsets import OutOfRange
+from replicator.replication.accounting import Duplicates
 from replicator.replication.catch_up import CatchUpFetch
 from replicator.replication.committer import Committer
 from replicator.replication.dead_letters import DeadLetters
 from replicator.replication.destination import KafkaDestination
-from replicator.replication.health import Duplicates, LegHealth
+from replicator.replication.health import LegHealth
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition, resume_position
 from replicator.replication.resume import marks_group

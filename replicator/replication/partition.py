@@ -48,7 +48,14 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from replicator.lifecycle import PartitionEvent
-from replicator.model.batching import BatchMaker, OutboundBatch, Placement, Target
+from replicator.model.batching import (
+    BatchMaker,
+    OutboundBatch,
+    Placement,
+    Target,
+    build,
+    build_placed,
+)
 from replicator.model.offsets import OffsetTracker
 from replicator.model.provenance import Marking, Tagger
 from replicator.model.records import SourceRecord, payload_size
@@ -97,21 +104,21 @@ def resume_position(committed: int | None, log_start: int | None) -> int | None:
     return committed if committed is not None else log_start
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Work:
-    """A queue entry: batches the shared feed built, or records the catch-up fetch read."""
+    """A queue entry: the batches built for a range of source offsets, as the records entered
+    the queue (by the shared feed for every leg at once, or by :meth:`LegPartition.take_chunk`
+    and :meth:`LegPartition.take_fetched`, one builder); the sender only sends them."""
 
-    records: int
+    records: int  # what the range holds, for the queue's room
     size: int
-    batches: list[OutboundBatch] | None = None
-    marked: Counter[Marking] | None = None
-    fetched: list[SourceRecord] | None = None
-    start: int = 0
-    end: int = 0
-    fetched_ms: int = 0
-    epoch: int = 0
+    batches: list[OutboundBatch]
+    epoch: int
+    marked: Counter[Marking] | None = None  # records that carried provenance, by marking
+    already_written: int = 0  # placed by key: records a resume found written, skipped
     # The record at ``start`` cannot be decoded: the sender halts the partition there, after
     # everything queued before it (:meth:`LegPartition.undecodable`).
+    start: int = 0
     poison: str | None = None
 
 
@@ -421,7 +428,7 @@ class LegPartition:
         self.position = offset
         if self.placement is not None:
             # What a resume found written belongs to the old log, not to records coming again.
-            self.placement.written = frozenset()
+            self.placement = Placement(self.placement.partitions)
         self._track(OffsetTracker(offset, must_commit=True))
         self.last_error = note
         if self.mode is not Mode.STARTING:
@@ -437,7 +444,7 @@ class LegPartition:
             return  # released, or not a skip forward (rewind() moves a position back)
         if self.position is not None and offset > self.position:
             gap = OutboundBatch(None, self.position, offset, 0, 0, 0)
-            self._enqueue(Work(0, 0, batches=[gap], epoch=self.epoch))
+            self._enqueue(Work(0, 0, [gap], self.epoch))
         self.position = offset
         self.last_error = note
         self._changed()
@@ -451,7 +458,7 @@ class LegPartition:
         if not self.open or self.poisoned or self.position != start or offset <= start:
             return
         gap = OutboundBatch(None, start, offset, 0, 0, 0)
-        self._enqueue(Work(0, 0, batches=[gap], epoch=self.epoch))
+        self._enqueue(Work(0, 0, [gap], self.epoch))
         self.position = offset
         self._changed()
 
@@ -475,26 +482,18 @@ class LegPartition:
         """Queue the batches the shared feed built for this partition (after ``fit`` said JOIN)."""
         if self.mode in FED_ALONE:
             self._enter(Mode.ATTACHED)
-        self._enqueue(
-            Work(
-                records=sum(b.count for b in target.batches),
-                size=sum(b.size for b in target.batches),
-                batches=target.batches,
-                marked=target.marked,
-                epoch=self.epoch,
-            )
-        )
+        records = sum(b.count for b in target.batches)
+        size = sum(b.size for b in target.batches)
+        self._enqueue(Work(records, size, target.batches, self.epoch, target.marked))
         self.position = end
 
     def take_chunk(self, records: list[SourceRecord], end: int, fetched_ms: int) -> None:
-        """Queue a chunk of the shared feed as records (after ``fit`` said JOIN): a partition
-        placed by key builds its own batches, unlike every other leg's."""
+        """Queue a chunk of the shared feed (after ``fit`` said JOIN) for a partition placed by
+        key: its batches are its own (one per destination partition), unlike every other leg's."""
         assert self.position is not None
         if self.mode in FED_ALONE:
             self._enter(Mode.ATTACHED)
-        work = Work(len(records), payload_size(records), fetched=records, start=self.position)
-        work.end, work.fetched_ms, work.epoch = end, fetched_ms, self.epoch
-        self._enqueue(work)
+        self._enqueue(self._built(records, end, fetched_ms))
         self.position = end
 
     def take_fetched(
@@ -508,9 +507,7 @@ class LegPartition:
             return False  # a gap: fetch again from the position
         if end <= self.position:
             return self.has_room  # already had all of it
-        work = Work(len(records), payload_size(records), fetched=records, start=self.position)
-        work.end, work.fetched_ms, work.epoch = end, fetched_ms, self.epoch
-        self._enqueue(work)
+        self._enqueue(self._built(records, end, fetched_ms))
         self.position = end
         return self.has_room
 
@@ -521,7 +518,7 @@ class LegPartition:
         if not self.open or self.poisoned or self.position != offset:
             return False
         self.poisoned = True
-        self._enqueue(Work(0, 0, batches=[], start=offset, epoch=self.epoch, poison=reason))
+        self._enqueue(Work(0, 0, [], self.epoch, start=offset, poison=reason))
         self._changed()
         return True
 
@@ -584,6 +581,22 @@ class LegPartition:
         return self.open and self.oldest_unacked_age(now) > after
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _built(self, records: list[SourceRecord], end: int, fetched_ms: int) -> Work:
+        """The records from the position to ``end`` as batches for the destination (placed by
+        key when the partition is: :func:`batching.build_placed`)."""
+        assert self.position is not None and self.new_batch is not None
+        start, tagger, new_batch = self.position, self.tagger, self.new_batch
+        records_in, size = len(records), payload_size(records)
+        if self.placement is not None:
+            placement = self.placement
+            placed = build_placed(records, start, end, tagger, placement, new_batch, fetched_ms)
+            return Work(
+                records_in, size, placed.batches, self.epoch, placed.marked, placed.already_written
+            )
+        target = Target(start, new_batch)
+        build(records, end, tagger, [target], fetched_ms)
+        return Work(records_in, size, target.batches, self.epoch, target.marked)
 
     def _enter(self, mode: Mode) -> None:
         self.mode = mode

@@ -32,8 +32,8 @@ from replicator.errors import (
 )
 from replicator.kafka.clients import translate
 from replicator.model.batching import Placement
+from replicator.replication.accounting import Duplicates
 from replicator.replication.destination import Destination, TopicPreparer
-from replicator.replication.health import Duplicates
 from replicator.replication.partition import LegPartition, Mode
 from replicator.replication.resume import Tail, destination_lost, rolled_back_to
 from replicator.telemetry.metrics import Metrics
@@ -90,10 +90,8 @@ async def read_destination(
         if not preserve_partitions:
             # Placed by key, whatever the counts: as MirrorMaker 1 does without
             # --preserve.partitions, and one way of resuming for the partition's whole life.
-            placement = Placement(count)
-            if reading:
-                placement.written = await _written(destination, partition, count)
-            return Prepared(limit, count, placement=placement)
+            written = await _written(destination, partition, count) if reading else frozenset()
+            return Prepared(limit, count, placement=Placement(count, written))
         if not reading:
             return Prepared(limit, count)
         return await _tail(destination, partition, replaying, Prepared(limit, count))

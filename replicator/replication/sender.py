@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -53,11 +52,10 @@ from replicator.errors import (
 from replicator.kafka.retry import Backoff, retrying
 from replicator.lifecycle import sleep_unless_stopped, unless_stopped
 from replicator.model import batching
-from replicator.model.batching import OutboundBatch, Target
+from replicator.model.batching import OutboundBatch
 from replicator.model.offsets import OffsetTracker, OutOfRange
-from replicator.model.provenance import Marking
+from replicator.replication.accounting import Duplicates, Said, count_marked
 from replicator.replication.destination import DeadLetterSink, Destination, TopicPreparer
-from replicator.replication.health import Duplicates
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.oversize import OversizePolicy
 from replicator.replication.partition import Halt, LegPartition, Mode, Work
@@ -83,10 +81,8 @@ class PartitionSender:
     # What the destination has not answered yet is the partition's (``partition.in_flight``).
     __slots__ = (
         "_bytes",
-        "_copies_seen",
         "_dead_letters",
         "_denied",
-        "_derived_seen",
         "_destination",
         "_duplicates",
         "_latency",
@@ -98,6 +94,7 @@ class PartitionSender:
         "_preserve",
         "_replicated",
         "_resets",
+        "_said",
         "_topics",
         "leg",
         "partition",
@@ -132,8 +129,7 @@ class PartitionSender:
         # The leg's duplicates it could not prevent (metrics and /status, counted once).
         self._duplicates = duplicates if duplicates is not None else Duplicates(leg.name, metrics)
         self._limit: int | None = None  # the destination topic's max.message.bytes, if known
-        self._derived_seen = False  # derived records are logged once per partition
-        self._copies_seen = False  # a flow's skipped copies are logged once per partition
+        self._said = Said.NOTHING  # what this partition logs once (derived records, copies)
         self._loss: Loss | None = None  # the destination lost what was delivered: replay
         # A write the destination denied (ACLs, credentials): tried again after a delay that
         # grows to a minute while it keeps being denied (None: nothing denied since the last
@@ -272,35 +268,17 @@ class PartitionSender:
     # -- sending --------------------------------------------------------------------------------
 
     async def _send(self, work: Work) -> None:
-        partition = self.partition
-        if work.fetched is not None:
-            assert partition.new_batch is not None
-            placement = partition.placement
-            if placement is not None:
-                placed = batching.build_placed(
-                    work.fetched,
-                    work.start,
-                    work.end,
-                    partition.tagger,
-                    placement,
-                    partition.new_batch,
-                    work.fetched_ms,
-                )
-                work.batches, work.marked = placed.batches, placed.marked
-                if placed.already_written:
-                    self._metrics.resume_skipped.labels(self.leg.name, partition.target_topic).inc(
-                        placed.already_written
-                    )
-            else:
-                target = Target(work.start, partition.new_batch)
-                batching.build(work.fetched, work.end, partition.tagger, [target], work.fetched_ms)
-                work.batches, work.marked = target.batches, target.marked
-        assert work.batches is not None
+        if work.already_written:
+            target = self.partition.target_topic
+            self._metrics.resume_skipped.labels(self.leg.name, target).inc(work.already_written)
         for group in batching.ranges(work.batches):
             if not await self._hand_over(work.epoch, group):
                 return
         if work.marked:
-            self._count_marked(work.marked, work.batches)
+            target = self.partition.target_topic
+            self._said = count_marked(
+                self.leg, target, self._metrics, work.marked, work.batches, self._said, self._log
+            )
 
     async def _hand_over(self, epoch: int, group: list[OutboundBatch]) -> bool:
         """Give the batches covering source offsets ``[first, end)`` to the producer (one, or,
@@ -541,40 +519,6 @@ class PartitionSender:
         await saved(partition, outcome.note)
 
     # -- reporting ------------------------------------------------------------------------------
-
-    def _count_marked(self, marked: Counter[Marking], batches: list[OutboundBatch]) -> None:
-        """Count the records that carried provenance; log skips per batch, derived data once."""
-        target = self.partition.target_topic
-        skipped = {mark: n for mark, n in marked.items() if not mark.replicated}
-        for mark, n in skipped.items():
-            self._metrics.records_skipped.labels(self.leg.name, target, mark).inc(n)
-        derived = marked.get(Marking.DERIVED, 0)
-        if derived:
-            self._metrics.records_derived.labels(self.leg.name, target).inc(derived)
-        if skipped and self.leg.flow is not None and set(skipped) == {Marking.LOOP}:
-            # A flow reads the copies other replicators wrote into its source all the time
-            # (same-name active-active): normal, counted, said once per partition.
-            if not self._copies_seen:
-                self._copies_seen = True
-                self._log.info(
-                    "copies from other clusters are not copied again (loop rule); counted in "
-                    'replicator_records_skipped_total{reason="loop"}',
-                    loop=skipped[Marking.LOOP],
-                )
-        elif skipped:
-            self._log.warning(
-                "records not replicated (loop rule)",
-                **{str(mark): n for mark, n in skipped.items()},
-                first_offset=batches[0].first if batches else None,
-                end_offset=batches[-1].end if batches else None,
-            )
-        if derived and not self._derived_seen:
-            self._derived_seen = True  # derived data is normal for this topic: say it once
-            self._log.info(
-                "derived records replicated: they carried another topic's provenance, kept as "
-                "replicator-upstream",
-                derived=derived,
-            )
 
     def _undecodable(self, work: Work) -> None:
         """Every record before it was handed over: halt at the record the client cannot decode,

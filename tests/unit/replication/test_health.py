@@ -20,6 +20,7 @@ from aiokafka import TopicPartition
 from structlog.testing import capture_logs
 
 from replicator.config.topology import Leg
+from replicator.replication.accounting import Duplicates
 from replicator.replication.health import (
     DEFAULT_LIMIT,
     HALTED,
@@ -27,7 +28,6 @@ from replicator.replication.health import (
     STALLED,
     STARTING,
     STATES,
-    Duplicates,
     LegHealth,
     PartitionQuery,
 )

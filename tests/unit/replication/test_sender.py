@@ -20,8 +20,8 @@ from replicator.config.settings import OffsetResetPolicy
 from replicator.config.topology import Leg
 from replicator.errors import AuthorizationFailed, OutcomeUnknown, RecordRefused, TopicMismatch
 from replicator.model.records import SourceRecord
+from replicator.replication.accounting import Duplicates
 from replicator.replication.committer import Committer
-from replicator.replication.health import Duplicates
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import Halt, LegPartition, Mode
 from replicator.replication.sender import PartitionSender

@@ -1,0 +1,109 @@
+"""What a leg counts about the records it handles, beyond those it copies.
+
+- :class:`Duplicates`: the records written twice that could not be prevented, and those that may
+  have been, counted once per leg (metrics and ``/status``);
+- :func:`count_marked`: the records whose provenance kept them from being copied (the loop rule)
+  or marked them derived, counted and said (a flow's copies and derived data once per partition,
+  anything else skipped at every batch).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from enum import Flag, auto
+from typing import Any
+
+from replicator.config.topology import Leg
+from replicator.model.batching import OutboundBatch
+from replicator.model.provenance import Marking
+from replicator.telemetry.metrics import Metrics
+
+
+class Duplicates:
+    """A leg's duplicates, counted once: the records written twice that could not be prevented
+    (``replicator_duplicates_written_total``) and those that may have been
+    (``replicator_duplicates_possible_total``), with the tally ``/status`` shows by kind."""
+
+    KINDS = (
+        "written_destination_replaced",
+        "possible_unacknowledged_at_release",
+        "possible_past_a_gap",
+    )
+
+    def __init__(self, leg: str, metrics: Metrics) -> None:
+        self._leg = leg
+        self._metrics = metrics
+        self._counts: Counter[str] = Counter()
+
+    def written(self, topic: str, records: int, reason: str) -> None:
+        """``records`` of ``topic`` were written twice (``reason``: destination_replaced)."""
+        self._metrics.duplicates_written.labels(self._leg, topic, reason).inc(records)
+        self._counts[f"written_{reason}"] += records
+
+    def possible(self, topic: str, records: int, reason: str) -> None:
+        """``records`` of ``topic`` may be written twice (``reason``: unacknowledged_at_release,
+        past_a_gap)."""
+        self._metrics.duplicates_possible.labels(self._leg, topic, reason).inc(records)
+        self._counts[f"possible_{reason}"] += records
+
+    def shown(self) -> dict[str, int]:
+        """Each kind's count, for ``/status``."""
+        return {kind: self._counts.get(kind, 0) for kind in self.KINDS}
+
+    def total(self) -> int:
+        return sum(self._counts.values())
+
+    def __getitem__(self, kind: str) -> int:
+        return self._counts.get(kind, 0)
+
+
+class Said(Flag):
+    """What a partition has said once already (a flag word: one per partition and leg)."""
+
+    NOTHING = 0
+    COPIES = auto()  # a flow's skipped copies
+    DERIVED = auto()  # derived records
+
+
+def count_marked(
+    leg: Leg,
+    target: str,
+    metrics: Metrics,
+    marked: Counter[Marking],
+    batches: list[OutboundBatch],
+    said: Said,
+    log: Any,
+) -> Said:
+    """Count the records of ``batches`` that carried provenance; log skips per batch, derived
+    data and a flow's copies once (``said``: what was said before; returned with what is now)."""
+    skipped = {mark: n for mark, n in marked.items() if not mark.replicated}
+    for mark, n in skipped.items():
+        metrics.records_skipped.labels(leg.name, target, mark).inc(n)
+    derived = marked.get(Marking.DERIVED, 0)
+    if derived:
+        metrics.records_derived.labels(leg.name, target).inc(derived)
+    if skipped and leg.flow is not None and set(skipped) == {Marking.LOOP}:
+        # A flow reads the copies other replicators wrote into its source all the time
+        # (same-name active-active): normal, counted, said once per partition.
+        if Said.COPIES not in said:
+            said |= Said.COPIES
+            log.info(
+                "copies from other clusters are not copied again (loop rule); counted in "
+                'replicator_records_skipped_total{reason="loop"}',
+                loop=skipped[Marking.LOOP],
+            )
+    elif skipped:
+        log.warning(
+            "records not replicated (loop rule)",
+            **{str(mark): n for mark, n in skipped.items()},
+            first_offset=batches[0].first if batches else None,
+            end_offset=batches[-1].end if batches else None,
+        )
+    if derived and Said.DERIVED not in said:
+        said |= Said.DERIVED  # derived data is normal for this topic: say it once
+        log.info(
+            "derived records replicated: they carried another topic's provenance, kept as "
+            "replicator-upstream",
+            derived=derived,
+        )
+    return said
