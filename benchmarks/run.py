@@ -34,7 +34,7 @@ import tempfile
 import time
 from array import array
 from collections import Counter
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -418,6 +418,17 @@ def replicator_beside_dc1(
         process.stop()
 
 
+@dataclass
+class _LatencyRun:
+    """What a :func:`latency` run's offer and its tails share: the samples read on each
+    cluster, the records the source acknowledged (then, once ``held_known`` is set, those it
+    holds: what must arrive)."""
+
+    samples: dict[str, array[float]]
+    produced: int = 0
+    held_known: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 async def latency(
     rate: int, seconds: float, replicated: bool = True, partitions: int = 8
 ) -> LatencyResult:
@@ -433,97 +444,22 @@ async def latency(
             if process is not None:
                 await wait_until_ready(port, process.process, process.log_path)
             readers = brokers if replicated else {"dc1": brokers["dc1"]}
-            samples = {alias: array("d") for alias in readers}
-            produced = 0
-            done, held_known = asyncio.Event(), asyncio.Event()
-
-            async def tail(alias: str, broker: LocalBroker) -> None:
-                consumer = AIOKafkaConsumer(
-                    bootstrap_servers=broker.bootstrap_servers,
-                    enable_auto_commit=False,
-                    fetch_max_wait_ms=5,
-                )
-                await consumer.start()
-                tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
-                consumer.assign(tps)
-                for tp in tps:
-                    # The topic is new and empty: offset 0 is its beginning.
-                    consumer.seek(tp, 0)
-                try:
-                    while True:
-                        fetched = await consumer.getmany(timeout_ms=50)
-                        now_ms = time.time() * 1000
-                        for records in fetched.values():
-                            samples[alias].extend(now_ms - r.timestamp for r in records)
-                        if held_known.is_set() and await caught_up(consumer, tps, produced):
-                            return
-                finally:
-                    await consumer.stop()
-
-            async def offer() -> None:
-                nonlocal produced
-                producer = AIOKafkaProducer(
-                    bootstrap_servers=brokers["dc1"].bootstrap_servers, acks="all", linger_ms=0
-                )
-                await producer.start()
-                tick, start, reported = 0.005, time.monotonic(), 0.0
-                offered = 0
-                refused: Counter[str] = Counter()
-
-                def acknowledged(n: int, future: asyncio.Future[Any]) -> None:
-                    nonlocal produced
-                    if future.exception() is None:
-                        produced += n
-                    else:
-                        refused[repr(future.exception())] += n
-
-                value = b"x" * 100
-                topic = SOURCE if replicated else TOPIC
-                try:
-                    while (elapsed := time.monotonic() - start) < seconds:
-                        due = int(rate * elapsed) - offered
-                        now_ms = int(time.time() * 1000)
-                        for p in range(partitions):
-                            n = due // partitions + (1 if p < due % partitions else 0)
-                            if n <= 0:
-                                continue
-                            # A batch holds what fits (16 KiB): a tick behind offers more.
-                            batch, held = producer.create_batch(), 0
-                            for i in range(n):
-                                key = b"k%d" % i
-                                if batch.append(timestamp=now_ms, key=key, value=value) is None:
-                                    sent = await producer.send_batch(batch, topic, partition=p)
-                                    sent.add_done_callback(partial(acknowledged, held))
-                                    batch, held = producer.create_batch(), 0
-                                    batch.append(timestamp=now_ms, key=key, value=value)
-                                held += 1
-                            sent = await producer.send_batch(batch, topic, partition=p)
-                            sent.add_done_callback(partial(acknowledged, held))
-                            offered += n
-                        if process is not None:
-                            process.sample_rss()
-                        if elapsed >= reported + 10:
-                            reported += 10
-                            got = {a: len(s) for a, s in samples.items()}
-                            console.print(f"  {elapsed:.0f}s: offered {offered:,}, read {got}")
-                        await asyncio.sleep(tick)
-                    await asyncio.wait_for(producer.flush(), timeout=60)
-                    if refused:
-                        console.print(f"  the source refused {dict(refused)} (not counted)")
-                finally:
-                    done.set()
-                    await asyncio.wait_for(producer.stop(), timeout=30)
-
-            tails = [asyncio.create_task(tail(a, b)) for a, b in readers.items()]
-            await offer()
+            run = _LatencyRun({alias: array("d") for alias in readers})
+            samples = run.samples
+            tails = [
+                asyncio.create_task(_latency_tail(run, a, b, partitions))
+                for a, b in readers.items()
+            ]
+            await _latency_offer(run, brokers, process, rate, seconds, replicated, partitions)
             # What the source holds is what must arrive: the test broker can lose acknowledged
             # records under concurrent fetch load (measured; see docs/performance/index.md), never
             # replicated.
             source = SOURCE if replicated else TOPIC
             async with Watermarks({"dc1": brokers["dc1"]}, partitions, source) as marks:
                 held = (await marks.totals())["dc1"]
-            lost_by_broker, produced = produced - held, held
-            held_known.set()
+            lost_by_broker, run.produced = run.produced - held, held
+            produced = held
+            run.held_known.set()
             try:
                 await asyncio.wait_for(asyncio.gather(*tails), timeout=120)
             except TimeoutError:
@@ -542,6 +478,107 @@ async def latency(
     return result
 
 
+async def _latency_tail(run: _LatencyRun, alias: str, broker: LocalBroker, partitions: int) -> None:
+    """Read ``bench`` of one cluster from its beginning, sampling each record's latency, until
+    it holds what the source held."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=broker.bootstrap_servers,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=5,
+    )
+    await consumer.start()
+    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    consumer.assign(tps)
+    for tp in tps:
+        # The topic is new and empty: offset 0 is its beginning.
+        consumer.seek(tp, 0)
+    try:
+        while True:
+            fetched = await consumer.getmany(timeout_ms=50)
+            now_ms = time.time() * 1000
+            for records in fetched.values():
+                run.samples[alias].extend(now_ms - r.timestamp for r in records)
+            if run.held_known.is_set() and await caught_up(consumer, tps, run.produced):
+                return
+    finally:
+        await consumer.stop()
+
+
+async def _latency_offer(
+    run: _LatencyRun,
+    brokers: dict[str, LocalBroker],
+    process: Monitored | None,
+    rate: int,
+    seconds: float,
+    replicated: bool,
+    partitions: int,
+) -> None:
+    """Offer ``rate`` records/s to dc1 for ``seconds``, in a batch per partition every tick;
+    ``run.produced`` counts those acknowledged."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=brokers["dc1"].bootstrap_servers, acks="all", linger_ms=0
+    )
+    await producer.start()
+    tick, start, reported = 0.005, time.monotonic(), 0.0
+    offered = 0
+    refused: Counter[str] = Counter()
+
+    def acknowledged(n: int, future: asyncio.Future[Any]) -> None:
+        if future.exception() is None:
+            run.produced += n
+        else:
+            refused[repr(future.exception())] += n
+
+    value = b"x" * 100
+    topic = SOURCE if replicated else TOPIC
+    try:
+        while (elapsed := time.monotonic() - start) < seconds:
+            due = int(rate * elapsed) - offered
+            now_ms = int(time.time() * 1000)
+            for p in range(partitions):
+                n = due // partitions + (1 if p < due % partitions else 0)
+                if n <= 0:
+                    continue
+                await _send_due(producer, topic, p, n, now_ms, value, acknowledged)
+                offered += n
+            if process is not None:
+                process.sample_rss()
+            if elapsed >= reported + 10:
+                reported += 10
+                got = {a: len(s) for a, s in run.samples.items()}
+                console.print(f"  {elapsed:.0f}s: offered {offered:,}, read {got}")
+            await asyncio.sleep(tick)
+        await asyncio.wait_for(producer.flush(), timeout=60)
+        if refused:
+            console.print(f"  the source refused {dict(refused)} (not counted)")
+    finally:
+        await asyncio.wait_for(producer.stop(), timeout=30)
+
+
+async def _send_due(
+    producer: AIOKafkaProducer,
+    topic: str,
+    partition: int,
+    n: int,
+    now_ms: int,
+    value: bytes,
+    acknowledged: Callable[[int, asyncio.Future[Any]], None],
+) -> None:
+    """Send ``n`` records to ``partition``: a batch holds what fits (16 KiB), so a tick behind
+    offers more; ``acknowledged`` is called with each batch's count once it is answered."""
+    batch, held = producer.create_batch(), 0
+    for i in range(n):
+        key = b"k%d" % i
+        if batch.append(timestamp=now_ms, key=key, value=value) is None:
+            sent = await producer.send_batch(batch, topic, partition=partition)
+            sent.add_done_callback(partial(acknowledged, held))
+            batch, held = producer.create_batch(), 0
+            batch.append(timestamp=now_ms, key=key, value=value)
+        held += 1
+    sent = await producer.send_batch(batch, topic, partition=partition)
+    sent.add_done_callback(partial(acknowledged, held))
+
+
 TWO_WAY = ("replicator", "identity flows", "mm2")
 """The two-way contenders: the ``_REPLICA`` mode (a replicator beside each cluster), identity
 flows both ways (one each), MirrorMaker 2's default policy both ways (one process)."""
@@ -558,62 +595,15 @@ async def two_way(contender: str, records: int, partitions: int = 8) -> RunResul
             await preload(
                 broker, Workload("two-way", 100, records, partitions, contender != "replicator")
             )
-        processes: list[Monitored] = []
-        if contender == "mm2":
-            workdir = Path(tempfile.mkdtemp(prefix="bench-mm2-two-way-"))
-            config = workdir / "mm2.properties"
-            config.write_text(mm2_two_way_properties(brokers, TOPIC, partitions))
-            peer = start_mm2(config, workdir, heap_mb=1024)
-            processes.append(Monitored.adopt(peer.process, str(peer.log_path)))
-            # Default policy: dc1's records reach dc2 as dc1.bench, dc2's reach dc1 as dc2.bench.
-            wanted = {("dc2", "dc1.bench"): records, ("dc1", "dc2.bench"): records}
-        else:
-            for local, remote in (("dc1", "dc2"), ("dc2", "dc1")):
-                env = replicator_environment(
-                    local, brokers, free_port(), log_format="json", **SETTINGS
-                )
-                if contender == "identity flows":  # the remote cluster's bench into the local one
-                    env |= {
-                        "REPLICATOR_REPLICA_MODE": "false",
-                        f"REPLICATOR_FLOWS__{remote.upper()}_IN__SOURCE": remote,
-                        f"REPLICATOR_FLOWS__{remote.upper()}_IN__TARGET": local,
-                    }
-                args = [sys.executable, "-m", "replicator", "run"]
-                processes.append(Monitored(args, child_env(env), f"two-way-{local}"))
-            # Each bench ends with both clusters' records: its own (preloaded there, or copied
-            # from bench_REPLICA by the _REPLICA mode) and the other's.
-            wanted = {("dc1", TOPIC): 2 * records, ("dc2", TOPIC): 2 * records}
+        processes, wanted = _start_two_way(contender, brokers, records, partitions)
         try:
-            first = cpu_first = 0.0
             # Identity flows copy into topics preloaded already: the clock starts at the first
             # record copied, as for the others.
             preloaded = records if contender == "identity flows" else 0
             before = dict.fromkeys(wanted, preloaded)
-            deadline = time.monotonic() + 900
-            marks = {
-                key: Watermarks({key[0]: brokers[key[0]]}, partitions, key[1]) for key in wanted
-            }
-            for watch in marks.values():
-                await watch.__aenter__()
-            try:
-                while time.monotonic() < deadline:
-                    for process in processes:
-                        if process.process.poll() is not None:
-                            raise RuntimeError(f"{contender} exited; see {process.log_path}")
-                        process.sample_rss()
-                    held = {key: sum((await marks[key].totals()).values()) for key in wanted}
-                    now = time.monotonic()
-                    if not first and any(held[key] > before[key] for key in wanted):
-                        first = now
-                        cpu_first = sum(p.cpu_seconds() for p in processes)
-                    if all(held[key] >= n for key, n in wanted.items()):
-                        break
-                    await asyncio.sleep(0.1)
-                else:
-                    raise TimeoutError(f"{contender} two-way did not finish")
-            finally:
-                for watch in marks.values():
-                    await watch.__aexit__()
+            first, cpu_first, now = await _watch_two_way(
+                contender, brokers, processes, wanted, before, partitions
+            )
             seconds = max(now - first, 1e-3)
             cpu = sum(p.cpu_seconds() for p in processes) - cpu_first
         finally:
@@ -626,6 +616,73 @@ async def two_way(contender: str, records: int, partitions: int = 8) -> RunResul
         round(sum(p.peak_rss_mb for p in processes), 1),
         round(cpu / crossed * 1e6, 2),
     )  # fmt: skip
+
+
+def _start_two_way(
+    contender: str, brokers: dict[str, LocalBroker], records: int, partitions: int
+) -> tuple[list[Monitored], dict[tuple[str, str], int]]:
+    """The two-way contender's processes, and the records each (cluster, topic) must end with."""
+    processes: list[Monitored] = []
+    if contender == "mm2":
+        workdir = Path(tempfile.mkdtemp(prefix="bench-mm2-two-way-"))
+        config = workdir / "mm2.properties"
+        config.write_text(mm2_two_way_properties(brokers, TOPIC, partitions))
+        peer = start_mm2(config, workdir, heap_mb=1024)
+        processes.append(Monitored.adopt(peer.process, str(peer.log_path)))
+        # Default policy: dc1's records reach dc2 as dc1.bench, dc2's reach dc1 as dc2.bench.
+        wanted = {("dc2", "dc1.bench"): records, ("dc1", "dc2.bench"): records}
+    else:
+        for local, remote in (("dc1", "dc2"), ("dc2", "dc1")):
+            env = replicator_environment(local, brokers, free_port(), log_format="json", **SETTINGS)
+            if contender == "identity flows":  # the remote cluster's bench into the local one
+                env |= {
+                    "REPLICATOR_REPLICA_MODE": "false",
+                    f"REPLICATOR_FLOWS__{remote.upper()}_IN__SOURCE": remote,
+                    f"REPLICATOR_FLOWS__{remote.upper()}_IN__TARGET": local,
+                }
+            args = [sys.executable, "-m", "replicator", "run"]
+            processes.append(Monitored(args, child_env(env), f"two-way-{local}"))
+        # Each bench ends with both clusters' records: its own (preloaded there, or copied
+        # from bench_REPLICA by the _REPLICA mode) and the other's.
+        wanted = {("dc1", TOPIC): 2 * records, ("dc2", TOPIC): 2 * records}
+    return processes, wanted
+
+
+async def _watch_two_way(
+    contender: str,
+    brokers: dict[str, LocalBroker],
+    processes: list[Monitored],
+    wanted: dict[tuple[str, str], int],
+    before: dict[tuple[str, str], int],
+    partitions: int,
+) -> tuple[float, float, float]:
+    """Watch until every (cluster, topic) holds what it must: when the first record was copied,
+    the processes' CPU seconds then, and when the last was."""
+    first = cpu_first = 0.0
+    deadline = time.monotonic() + 900
+    marks = {key: Watermarks({key[0]: brokers[key[0]]}, partitions, key[1]) for key in wanted}
+    for watch in marks.values():
+        await watch.__aenter__()
+    try:
+        while time.monotonic() < deadline:
+            for process in processes:
+                if process.process.poll() is not None:
+                    raise RuntimeError(f"{contender} exited; see {process.log_path}")
+                process.sample_rss()
+            held = {key: sum((await marks[key].totals()).values()) for key in wanted}
+            now = time.monotonic()
+            if not first and any(held[key] > before[key] for key in wanted):
+                first = now
+                cpu_first = sum(p.cpu_seconds() for p in processes)
+            if all(held[key] >= n for key, n in wanted.items()):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise TimeoutError(f"{contender} two-way did not finish")
+    finally:
+        for watch in marks.values():
+            await watch.__aexit__()
+    return first, cpu_first, now
 
 
 @dataclass
@@ -667,15 +724,7 @@ async def one_way_latency(
         for tp in tps:
             consumer.seek(tp, 0)  # new and empty: offset 0 is its beginning
         try:
-            warm: set[TopicPartition] = set()
-            deadline = time.monotonic() + 240
-            while len(warm) < partitions:  # the contender is up and copying every partition
-                if time.monotonic() > deadline or process.process.poll() is not None:
-                    raise RuntimeError(f"{contender} never copied; see {process.log_path}")
-                for p in range(partitions):
-                    await producer.send(TOPIC, b"warm-up", partition=p)
-                fetched = await consumer.getmany(timeout_ms=1000)
-                warm |= {tp for tp, batch in fetched.items() if batch}
+            await _warm_up(contender, process, producer, consumer, partitions)
             samples, cpu_start = array("d"), process.cpu_seconds()
             arrived, expected = asyncio.Event(), [-1]  # set once every offered record is read
 
@@ -689,23 +738,7 @@ async def one_way_latency(
                         arrived.set()
 
             reading = asyncio.create_task(tail())
-            offered, started, value = 0, time.monotonic(), b"x" * 100
-            while (elapsed := time.monotonic() - started) < seconds:
-                due = int(rate * elapsed) - offered
-                now_ms = int(time.time() * 1000)
-                for p in range(partitions):
-                    n = due // partitions + (1 if p < due % partitions else 0)
-                    batch = producer.create_batch()
-                    for i in range(max(n, 0)):
-                        if batch.append(timestamp=now_ms, key=b"k%d" % i, value=value) is None:
-                            await producer.send_batch(batch, TOPIC, partition=p)
-                            batch = producer.create_batch()
-                            batch.append(timestamp=now_ms, key=b"k%d" % i, value=value)
-                    if n > 0:
-                        await producer.send_batch(batch, TOPIC, partition=p)
-                offered += max(due, 0)
-                process.sample_rss()
-                await asyncio.sleep(0.005)
+            offered = await _offer_one_way(producer, process, rate, seconds, partitions)
             await producer.flush()
             expected[0] = offered
             with contextlib.suppress(TimeoutError):
@@ -727,6 +760,51 @@ async def one_way_latency(
         contender, rate, seconds, len(ordered), at(0.5), at(0.99), round(ordered[-1], 1),
         round(process.peak_rss_mb, 1), round(cpu, 2),
     )  # fmt: skip
+
+
+async def _warm_up(
+    contender: str,
+    process: Monitored,
+    producer: AIOKafkaProducer,
+    consumer: AIOKafkaConsumer,
+    partitions: int,
+) -> None:
+    """Until the contender is up and copying every partition: a warm-up record to each, until
+    each has one read on dc2."""
+    warm: set[TopicPartition] = set()
+    deadline = time.monotonic() + 240
+    while len(warm) < partitions:  # the contender is up and copying every partition
+        if time.monotonic() > deadline or process.process.poll() is not None:
+            raise RuntimeError(f"{contender} never copied; see {process.log_path}")
+        for p in range(partitions):
+            await producer.send(TOPIC, b"warm-up", partition=p)
+        fetched = await consumer.getmany(timeout_ms=1000)
+        warm |= {tp for tp, batch in fetched.items() if batch}
+
+
+async def _offer_one_way(
+    producer: AIOKafkaProducer, process: Monitored, rate: int, seconds: float, partitions: int
+) -> int:
+    """Offer ``rate`` records/s to ``bench`` for ``seconds``, a batch per partition every tick;
+    how many were offered."""
+    offered, started, value = 0, time.monotonic(), b"x" * 100
+    while (elapsed := time.monotonic() - started) < seconds:
+        due = int(rate * elapsed) - offered
+        now_ms = int(time.time() * 1000)
+        for p in range(partitions):
+            n = due // partitions + (1 if p < due % partitions else 0)
+            batch = producer.create_batch()
+            for i in range(max(n, 0)):
+                if batch.append(timestamp=now_ms, key=b"k%d" % i, value=value) is None:
+                    await producer.send_batch(batch, TOPIC, partition=p)
+                    batch = producer.create_batch()
+                    batch.append(timestamp=now_ms, key=b"k%d" % i, value=value)
+            if n > 0:
+                await producer.send_batch(batch, TOPIC, partition=p)
+        offered += max(due, 0)
+        process.sample_rss()
+        await asyncio.sleep(0.005)
+    return offered
 
 
 async def caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition], expected: int) -> bool:
@@ -886,6 +964,42 @@ def ratios(runs: list[RunResult]) -> dict[str, float]:
 
 
 async def main(args: argparse.Namespace) -> None:
+    failures: dict[str, str] = {}
+    runs = await _throughput_runs(args)
+    runs += await _two_way_runs(args, failures)
+    lat, floor = await _latencies(args, failures)
+    one_way = await _one_way_latencies(args, failures)
+    resume = await _resume_phase(args, failures)
+    failover = await _failover_phase(args, failures)
+    outage = None
+    if args.outage_records > 0:
+        console.print("[bold]remote cut mid-run[/] ...")
+        workload = Workload("1KiB", 1024, args.outage_records)
+        outage = await phase("remote_outage", unreachable_destination(workload), failures)
+    scale = await _scale_phase(args, failures)
+    report(runs, lat, floor, outage)
+    console.print(f"broker: {broker_name()}")
+    print(
+        json.dumps(
+            {
+                "broker": broker_name(),
+                "throughput": [asdict(r) for r in runs],
+                "ratios": ratios(runs),
+                "latency": asdict(lat) if lat else None,
+                "latency_floor": asdict(floor) if floor else None,
+                "one_way_latency": [asdict(r) for r in one_way],
+                "remote_outage": outage,
+                "resume": resume,
+                "failover": failover,
+                "scale": scale,
+                "failed_phases": failures,
+            }
+        )
+    )
+
+
+async def _throughput_runs(args: argparse.Namespace) -> list[RunResult]:
+    """Every throughput workload's contenders, ``--rounds`` times each: the median runs."""
     workloads = [
         Workload("100B", 100, args.records_100b),
         Workload("1KiB", 1024, args.records_1kb),
@@ -912,13 +1026,22 @@ async def main(args: argparse.Namespace) -> None:
                 result = await throughput(contender, workload)
                 console.print(f"  {result.records_per_second:,} records/s, {result.verified}")
                 rounds[contender].append(result)
-        for results in rounds.values():
-            median = sorted(results, key=lambda r: r.records_per_second)[len(results) // 2]
-            median.peak_rss_mb = max(r.peak_rss_mb for r in results)
-            if any(r.verified != median.verified for r in results):
-                median.verified = "; ".join(sorted({r.verified for r in results}))
-            runs.append(median)
-    failures: dict[str, str] = {}
+        runs.extend(_median(results) for results in rounds.values())
+    return runs
+
+
+def _median(results: list[RunResult]) -> RunResult:
+    """The median run by records/s, with the peak RSS of them all and every verdict given."""
+    median = sorted(results, key=lambda r: r.records_per_second)[len(results) // 2]
+    median.peak_rss_mb = max(r.peak_rss_mb for r in results)
+    if any(r.verified != median.verified for r in results):
+        median.verified = "; ".join(sorted({r.verified for r in results}))
+    return median
+
+
+async def _two_way_runs(args: argparse.Namespace, failures: dict[str, str]) -> list[RunResult]:
+    """The two-way contenders' runs (none with ``--records-two-way 0``)."""
+    runs: list[RunResult] = []
     if args.records_two_way > 0:
         contenders = [c for c in TWO_WAY if c != "mm2" or "mm2" in args.contenders]
         for contender in contenders:
@@ -929,6 +1052,13 @@ async def main(args: argparse.Namespace) -> None:
             if found:
                 runs.append(found)
                 console.print(f"  {found.records_per_second:,} records/s crossed")
+    return runs
+
+
+async def _latencies(
+    args: argparse.Namespace, failures: dict[str, str]
+) -> tuple[LatencyResult | None, LatencyResult | None]:
+    """The latency through the replicator, and its floor (no replicator)."""
     lat = floor = None
     if args.latency_seconds > 0:
         rate, seconds = args.latency_rate, args.latency_seconds
@@ -936,6 +1066,13 @@ async def main(args: argparse.Namespace) -> None:
         floor = await phase("latency_floor", latency(rate, seconds, replicated=False), failures)
         console.print(f"[bold]latency[/] through the replicator at {rate:,}/s for {seconds}s ...")
         lat = await phase("latency", latency(rate, seconds), failures)
+    return lat, floor
+
+
+async def _one_way_latencies(
+    args: argparse.Namespace, failures: dict[str, str]
+) -> list[OneWayLatency]:
+    """The one-way latency of the replicator and of each MirrorMaker asked for."""
     one_way: list[OneWayLatency] = []
     peers = [c for c in args.contenders if c in PEERS]
     if args.latency_seconds > 0 and peers:
@@ -948,6 +1085,13 @@ async def main(args: argparse.Namespace) -> None:
             if timed:
                 one_way.append(timed)
                 console.print(f"  p50 {timed.p50_ms} ms, p99 {timed.p99_ms} ms, max {timed.max_ms}")
+    return one_way
+
+
+async def _resume_phase(
+    args: argparse.Namespace, failures: dict[str, str]
+) -> dict[str, Any] | None:
+    """The cost of resuming from the destination (:mod:`benchmarks.resume`)."""
     resume = None
     if args.resume_records > 0:
         console.print(f"[bold]resume[/] tail reads on a {args.resume_records:,}-record partition")
@@ -955,6 +1099,13 @@ async def main(args: argparse.Namespace) -> None:
         if resume:
             for case in ("active_origin", "idle_origin_marked", "origin_never_written_no_mark"):
                 console.print(f"  {case}: {resume[case]}")
+    return resume
+
+
+async def _failover_phase(
+    args: argparse.Namespace, failures: dict[str, str]
+) -> dict[str, Any] | None:
+    """The time to translate a group's positions (:mod:`benchmarks.failover`)."""
     failover = None
     if args.failover_records > 0:
         records = args.failover_records
@@ -968,11 +1119,11 @@ async def main(args: argparse.Namespace) -> None:
                 "from a checkpoint a round ago",
             ):
                 console.print(f"  {case}: {failover[case]}")
-    outage = None
-    if args.outage_records > 0:
-        console.print("[bold]remote cut mid-run[/] ...")
-        workload = Workload("1KiB", 1024, args.outage_records)
-        outage = await phase("remote_outage", unreachable_destination(workload), failures)
+    return failover
+
+
+async def _scale_phase(args: argparse.Namespace, failures: dict[str, str]) -> dict[str, Any] | None:
+    """The scale comparison (:mod:`benchmarks.scale`); its failures join ``failures``."""
     scale = None
     if args.scale_records > 0:
         # Imported here: benchmarks.scale builds on this module.
@@ -984,25 +1135,7 @@ async def main(args: argparse.Namespace) -> None:
         scale = await phase("scale", comparison, failures)
         if scale and scale["failures"]:
             failures["scale"] = "; ".join(f"{k}: {v}" for k, v in scale["failures"].items())
-    report(runs, lat, floor, outage)
-    console.print(f"broker: {broker_name()}")
-    print(
-        json.dumps(
-            {
-                "broker": broker_name(),
-                "throughput": [asdict(r) for r in runs],
-                "ratios": ratios(runs),
-                "latency": asdict(lat) if lat else None,
-                "latency_floor": asdict(floor) if floor else None,
-                "one_way_latency": [asdict(r) for r in one_way],
-                "remote_outage": outage,
-                "resume": resume,
-                "failover": failover,
-                "scale": scale,
-                "failed_phases": failures,
-            }
-        )
-    )
+    return scale
 
 
 async def phase(name: str, work: Coroutine[Any, Any, T], failures: dict[str, str]) -> T | None:

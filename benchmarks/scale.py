@@ -413,25 +413,10 @@ async def watch(
         next_states = next_topics = next_marks = done_at = start
         while True:
             now = time.monotonic()
-            for process, _ in processes:
-                process.sample_rss()
-                if process.process.poll() is not None:
-                    result.failure = (
-                        f"a replicator exited with status {process.process.returncode} after "
-                        f"{since(start)} s; see {process.log_path}"
-                    )
-                    return
+            if _exited(processes, result, start):
+                return
             if None in (result.ready_seconds, result.started_seconds) and now >= next_states:
-                if result.ready_seconds is None and all(
-                    await asyncio.gather(*(o.ready() for o in observers))
-                ):
-                    result.ready_seconds = since(start)
-                if result.started_seconds is None:
-                    views = await asyncio.gather(*(o.states() for o in observers))
-                    result.started_from = observers[0].source or "unknown"
-                    started = started_per_leg([v for v in views if v is not None])
-                    if all(n >= layout.partitions and not s for n, s in started.values()):
-                        result.started_seconds = since(start)
+                started = await _poll_states(observers, layout, result, start, started)
                 # Each poll costs the replicator a /metrics or /status answer: at most about
                 # a twentieth of its time, however large the answer grows (and at least one
                 # poll every 2 s: a slow first answer must not hide the moment all started).
@@ -442,21 +427,11 @@ async def watch(
                 except RuntimeError as exc:
                     result.failure = str(exc)
                     return
-                if not any(missing.values()):
-                    destinations = PausedWatermarks(brokers, layout.partitions_of(real))
-                    marks = await stack.enter_async_context(destinations)
+                marks = await _watch_destinations(stack, brokers, layout, real, missing)
                 next_topics = time.monotonic() + 1.0
             if marks is not None and result.drain_seconds is None and now >= next_marks:
                 polled = time.monotonic()
-                totals = await marks.totals()
-                if result.first_record_seconds is None and all(totals.values()):
-                    result.first_record_seconds = since(start)
-                if all(total >= expected for total in totals.values()):
-                    result.drain_seconds = since(start)
-                    result.records_per_second = round(expected / result.drain_seconds)
-                    cpu = sum(process.cpu_seconds() for process, _ in processes)
-                    result.cpu_seconds = round(cpu, 2)
-                    result.cpu_seconds_per_million = round(cpu / expected * 1e6, 2)
+                totals = await _poll_marks(marks, expected, processes, result, start)
                 # Watching costs this process and the brokers: at most a tenth of the time, and
                 # a poll every 2 s at least (the first, on topics just created, may wait for
                 # their leaders for many seconds: it must not push the next one minutes away).
@@ -471,19 +446,107 @@ async def watch(
             else:
                 done_at = now
             if time.monotonic() > deadline:
-                held = ", ".join(f"{total:,} on {alias}" for alias, total in totals.items())
-                legs = ", ".join(
-                    f"{leg} {n:,}/{layout.partitions:,}" for leg, (n, _) in started.items()
+                result.failure = _timed_out(
+                    timeout,
+                    expected,
+                    layout,
+                    totals,
+                    started,
+                    None if marks is not None else missing,
                 )
-                result.failure = (
-                    f"timed out after {timeout:g} s at {min(totals.values()):,} of {expected:,} "
-                    f"records ({held}); partitions started: {legs}"
-                )
-                if marks is None:
-                    absent = ", ".join(f"{len(t):,} on {a}" for a, t in missing.items() if t)
-                    result.failure += f"; real topics not created yet: {absent}"
                 return
             await asyncio.sleep(0.1)
+
+
+def _exited(processes: list[tuple[Monitored, int]], result: ScaleResult, start: float) -> bool:
+    """Sample each replicator's memory; whether one exited (``result.failure`` says so)."""
+    for process, _ in processes:
+        process.sample_rss()
+        if process.process.poll() is not None:
+            result.failure = (
+                f"a replicator exited with status {process.process.returncode} after "
+                f"{since(start)} s; see {process.log_path}"
+            )
+            return True
+    return False
+
+
+async def _poll_states(
+    observers: list[Observer],
+    layout: Layout,
+    result: ScaleResult,
+    start: float,
+    started: dict[str, tuple[int, int]],
+) -> dict[str, tuple[int, int]]:
+    """Ask the replicators whether they are ready and how many partitions each leg started
+    (``result``'s times set when they all are); the partitions started, per leg."""
+    if result.ready_seconds is None and all(await asyncio.gather(*(o.ready() for o in observers))):
+        result.ready_seconds = since(start)
+    if result.started_seconds is None:
+        views = await asyncio.gather(*(o.states() for o in observers))
+        result.started_from = observers[0].source or "unknown"
+        started = started_per_leg([v for v in views if v is not None])
+        if all(n >= layout.partitions and not s for n, s in started.values()):
+            result.started_seconds = since(start)
+    return started
+
+
+async def _watch_destinations(
+    stack: contextlib.AsyncExitStack,
+    brokers: dict[str, LocalBroker],
+    layout: Layout,
+    real: list[str],
+    missing: dict[str, list[str]],
+) -> PausedWatermarks | None:
+    """Once no real topic is ``missing``: the destinations' watermarks, watched until ``stack``
+    closes (``None`` before)."""
+    if any(missing.values()):
+        return None
+    destinations = PausedWatermarks(brokers, layout.partitions_of(real))
+    return await stack.enter_async_context(destinations)
+
+
+async def _poll_marks(
+    marks: PausedWatermarks,
+    expected: int,
+    processes: list[tuple[Monitored, int]],
+    result: ScaleResult,
+    start: float,
+) -> dict[str, int]:
+    """The records each cluster holds (``result``'s first-record and drain figures set when
+    they are reached)."""
+    totals = await marks.totals()
+    if result.first_record_seconds is None and all(totals.values()):
+        result.first_record_seconds = since(start)
+    if all(total >= expected for total in totals.values()):
+        result.drain_seconds = since(start)
+        result.records_per_second = round(expected / result.drain_seconds)
+        cpu = sum(process.cpu_seconds() for process, _ in processes)
+        result.cpu_seconds = round(cpu, 2)
+        result.cpu_seconds_per_million = round(cpu / expected * 1e6, 2)
+    return totals
+
+
+def _timed_out(
+    timeout: float,
+    expected: int,
+    layout: Layout,
+    totals: dict[str, int],
+    started: dict[str, tuple[int, int]],
+    missing: dict[str, list[str]] | None,
+) -> str:
+    """Why the watch gave up: the records held, the partitions started and, when the
+    destinations were not watched yet (``missing`` given), the real topics not created."""
+    held = ", ".join(f"{total:,} on {alias}" for alias, total in totals.items())
+    legs = ", ".join(f"{leg} {n:,}/{layout.partitions:,}" for leg, (n, _) in started.items())
+    failure = (
+        f"timed out after {timeout:g} s at {min(totals.values()):,} of {expected:,} "
+        f"records ({held}); partitions started: {legs}"
+    )
+    if missing is not None:
+        absent = ", ".join(f"{len(t):,} on {a}" for a, t in missing.items() if t)
+        failure += f"; real topics not created yet: {absent}"
+    return failure
 
 
 async def idle_and_verify(

@@ -38,7 +38,7 @@ from replicator.config.topology import (
     colliding_flow_names,
     feeds_for,
 )
-from replicator.errors import HandBackRefused
+from replicator.errors import ConfigError, HandBackRefused
 from replicator.failover.group_positions import active_members
 from replicator.kafka.clients import ClusterClient, GroupOffsets, client_options, translate
 from replicator.kafka.readers import partitions_of
@@ -151,6 +151,32 @@ def check_config(settings: Settings, as_json: bool) -> int:
     address = f"{settings.http_host}:{settings.http_port}"
     http_error = listen_problem(settings.http_host, settings.http_port)
     reachable = asyncio.run(_probe_all(settings))
+    selections = _reachable_selections(settings, reachable)
+    effective = settings.model_dump(mode="json")  # SecretStr values dump as '**********'
+    if as_json:
+        document = _check_document(settings, effective, address, http_error, reachable, selections)
+        print(json.dumps(document, indent=2))
+    else:
+        Console().print_json(json.dumps(effective))
+        listening = "can listen" if http_error is None else "CANNOT LISTEN: " + http_error.message
+        print(f"http {address}: {listening}")
+        for alias, error in reachable.items():
+            print(f"cluster {alias}: {'reachable' if error is None else 'UNREACHABLE: ' + error}")
+        for plan, selection in selections.values():
+            _print_selection(plan, selection)
+    _check_warnings(settings, selections)
+    if http_error is not None:
+        # The same line, and status, as ``run`` gives for this address.
+        print(f"configuration error: {http_error.variable}: {http_error.message}", file=sys.stderr)
+        return 2
+    return 0 if all(e is None for e in reachable.values()) else 2
+
+
+def _reachable_selections(
+    settings: Settings, reachable: dict[str, str | None]
+) -> dict[str, tuple[FeedPlan, TopicSelection]]:
+    """Each feed's topic selection, by feed name, for the feeds whose source answered (a
+    listing that fails is warned about and left out)."""
     selections: dict[str, tuple[FeedPlan, TopicSelection]] = {}
     for plan in feeds_for(settings):
         if reachable[plan.source] is not None:
@@ -159,13 +185,24 @@ def check_config(settings: Settings, as_json: bool) -> int:
             selections[plan.name] = (plan, asyncio.run(_selection(settings, plan)))
         except Exception as exc:
             warn(f"could not list the topics of {plan.source}: {translate(exc)}")
-    effective = settings.model_dump(mode="json")  # SecretStr values dump as '**********'
+    return selections
+
+
+def _check_document(
+    settings: Settings,
+    effective: dict[str, Any],
+    address: str,
+    http_error: ConfigError | None,
+    reachable: dict[str, str | None],
+    selections: dict[str, tuple[FeedPlan, TopicSelection]],
+) -> dict[str, Any]:
+    """``check-config --json``'s document."""
 
     def shown(selection: TopicSelection) -> dict[str, Any]:
         return {"replicated": list(selection.replicated), "rejected": selection.by_reason()}
 
     replica = selections.get("replica") if settings.replica_mode else None
-    document = {
+    return {
         "configuration": effective,
         "http": {
             "address": address,
@@ -179,16 +216,13 @@ def check_config(settings: Settings, as_json: bool) -> int:
             name: shown(selection) for name, (plan, selection) in selections.items() if plan.is_flow
         },
     }
-    if as_json:
-        print(json.dumps(document, indent=2))
-    else:
-        Console().print_json(json.dumps(effective))
-        listening = "can listen" if http_error is None else "CANNOT LISTEN: " + http_error.message
-        print(f"http {address}: {listening}")
-        for alias, error in reachable.items():
-            print(f"cluster {alias}: {'reachable' if error is None else 'UNREACHABLE: ' + error}")
-        for plan, selection in selections.values():
-            _print_selection(plan, selection)
+
+
+def _check_warnings(
+    settings: Settings, selections: dict[str, tuple[FeedPlan, TopicSelection]]
+) -> None:
+    """The warnings of ``check-config``: feeds that select no topic, flow names that collide,
+    passwords sent in clear."""
     for plan, selection in selections.values():
         if not selection.replicated:
             _warn_nothing_selected(plan, selection)
@@ -200,11 +234,6 @@ def check_config(settings: Settings, as_json: bool) -> int:
                 f"cluster {alias}: SASL PLAIN without TLS sends the password unencrypted "
                 f"(accepted by REPLICATOR_CLUSTERS__{alias.upper()}__ALLOW_INSECURE_PLAIN)"
             )
-    if http_error is not None:
-        # The same line, and status, as ``run`` gives for this address.
-        print(f"configuration error: {http_error.variable}: {http_error.message}", file=sys.stderr)
-        return 2
-    return 0 if all(e is None for e in reachable.values()) else 2
 
 
 @dataclass

@@ -342,25 +342,58 @@ class ApacheKafkaCluster:
 
     # -- configuration ------------------------------------------------------------------------
 
-    def properties(self, node: Node) -> dict[str, str]:
-        many = self.nodes_count > 1
-        replicas = "3" if many else "1"
-        min_isr = "2" if many else "1"
-        listeners = {"PLAINTEXT": node.port}
-        if node.ssl_port:
-            listeners["SSL"] = node.ssl_port
-        if node.sasl_ssl_port:
-            listeners["SASL_SSL"] = node.sasl_ssl_port
-        if node.sasl_plaintext_port:
-            listeners["SASL_PLAINTEXT"] = node.sasl_plaintext_port
-        if node.wan_port:
-            listeners["WAN"] = node.wan_port
+    def _listeners(self, node: Node) -> tuple[str, str]:
+        """A node's listeners as bound (its own ports) and as advertised (the proxy's port for
+        PLAINTEXT, the relay's for WAN)."""
+        given = {
+            "PLAINTEXT": node.port,
+            "SSL": node.ssl_port,
+            "SASL_SSL": node.sasl_ssl_port,
+            "SASL_PLAINTEXT": node.sasl_plaintext_port,
+            "WAN": node.wan_port,
+        }
+        listeners = {name: port for name, port in given.items() if port}
         bound = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
-        if self.advertised_port and not many:
+        if self.advertised_port and self.nodes_count <= 1:
             listeners["PLAINTEXT"] = self.advertised_port
         if self.wan_port:
             listeners["WAN"] = self.wan_port
         advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items())
+        return bound, advertised
+
+    def _security_properties(self) -> dict[str, str]:
+        """The brokers' TLS, SCRAM and ACL properties, as :attr:`security` asks."""
+        security = self.security
+        properties: dict[str, str] = {}
+        if security.pki:
+            properties |= {
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(security.pki / "broker.pem"),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(security.pki / "ca.pem"),
+            }
+            if security.mutual_tls:
+                properties["listener.name.ssl.ssl.client.auth"] = "required"
+        if security.users:
+            properties["sasl.enabled.mechanisms"] = "SCRAM-SHA-256,SCRAM-SHA-512"
+            for listener in ("sasl_ssl", "sasl_plaintext"):
+                for mechanism in ("scram-sha-256", "scram-sha-512"):
+                    properties[f"listener.name.{listener}.{mechanism}.sasl.jaas.config"] = (
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                    )
+        if security.acls:
+            properties |= {
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": ";".join(security.super_users),
+                "allow.everyone.if.no.acl.found": "false",
+            }
+        return properties
+
+    def properties(self, node: Node) -> dict[str, str]:
+        many = self.nodes_count > 1
+        replicas = "3" if many else "1"
+        min_isr = "2" if many else "1"
+        bound, advertised = self._listeners(node)
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         properties = {
             "process.roles": "broker,controller",
@@ -400,29 +433,7 @@ class ApacheKafkaCluster:
                 "broker.heartbeat.interval.ms": "1000",
                 "replica.lag.time.max.ms": "5000",
             }
-        security = self.security
-        if security.pki:
-            properties |= {
-                "ssl.keystore.type": "PEM",
-                "ssl.keystore.location": str(security.pki / "broker.pem"),
-                "ssl.truststore.type": "PEM",
-                "ssl.truststore.location": str(security.pki / "ca.pem"),
-            }
-            if security.mutual_tls:
-                properties["listener.name.ssl.ssl.client.auth"] = "required"
-        if security.users:
-            properties["sasl.enabled.mechanisms"] = "SCRAM-SHA-256,SCRAM-SHA-512"
-            for listener in ("sasl_ssl", "sasl_plaintext"):
-                for mechanism in ("scram-sha-256", "scram-sha-512"):
-                    properties[f"listener.name.{listener}.{mechanism}.sasl.jaas.config"] = (
-                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-                    )
-        if security.acls:
-            properties |= {
-                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                "super.users": ";".join(security.super_users),
-                "allow.everyone.if.no.acl.found": "false",
-            }
+        properties |= self._security_properties()
         return properties | self.overrides
 
     def format_storage(self, node: Node, libs: Path) -> None:

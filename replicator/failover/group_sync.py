@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from replicator.config.settings import Settings
 from replicator.config.topology import feeds_for
@@ -183,25 +183,10 @@ class GroupSync:
         groups that failed, with why (the others are done)."""
         source, target = pair
         settings = self._settings
-        timeout = settings.request_timeout_ms / 1000
-        if target not in self._topic_ready:
-            await self._ensure_topic(target, settings.checkpoints_topic)
-            self._topic_ready.add(target)
-        if settings.mm2_checkpoints and pair not in self._mm2_topics:
-            mm2_topic = checkpoints.mm2_topic(settings, source, target)
-            await self._ensure_topic(target, mm2_topic)
-            self._mm2_topics[pair] = mm2_topic
-        if pair not in self._kept:
-            # What earlier runs kept (sync points): read once; this object keeps it since.
-            self._kept[pair] = await checkpoints.read_latest(settings, source, target, timeout * 3)
-        kept = self._kept[pair]
-        if self._takeovers is not None:
-            if self._takeovers.taking_over(source, target):
-                log.info("checkpoints wait for the takeover", source=source, cluster=target)
-                return {}
-            for handover in self._takeovers.handovers():
-                if (handover.source, handover.target) == pair:
-                    kept.handovers[(handover.topic, handover.partition)] = handover
+        await self._ensure_topics(pair)
+        kept = await self._kept_for(pair)
+        if kept is None:
+            return {}
         # One partition at a time: these reads share the event loop with replication.
         translator = GroupTranslator(settings, source, target, workers=1)
         # No idempotence needed: a checkpoint written twice is the same key, the newest wins.
@@ -217,27 +202,72 @@ class GroupSync:
             await producer.start()
             await reader.start()
             for group in groups:
-                previous = kept.checkpoints.setdefault(group, {})
-                try:
-                    jobs, _ = await translator.jobs(reader, group, None, previous, kept.handovers)
-                    moves = await translator.translate(jobs, live=True)
-                    latest = await self._record(pair, group, moves, previous, producer)
-                except Exception as exc:
-                    failures[group] = said(exc)
-                    continue
-                problems = [
-                    f"{m.topic}/{m.partition}: {m.problem}"
-                    for m in moves
-                    if m.problem and not m.behind_takeover
-                ]
-                if problems:
-                    failures[group] = "; ".join(problems)
-                # The newest translation is the next round's sync point, written or not.
-                previous.update(((c.topic, c.partition), c) for c in latest)
+                problem = await self._sync_group(pair, group, kept, translator, reader, producer)
+                if problem is not None:
+                    failures[group] = problem
         finally:
             await close_quietly(reader.stop())
             await close_quietly(producer.stop())
         return failures
+
+    async def _ensure_topics(self, pair: Pair) -> None:
+        """The pair's checkpoints topics in its target (MirrorMaker 2's too, if asked), created
+        once."""
+        source, target = pair
+        settings = self._settings
+        if target not in self._topic_ready:
+            await self._ensure_topic(target, settings.checkpoints_topic)
+            self._topic_ready.add(target)
+        if settings.mm2_checkpoints and pair not in self._mm2_topics:
+            mm2_topic = checkpoints.mm2_topic(settings, source, target)
+            await self._ensure_topic(target, mm2_topic)
+            self._mm2_topics[pair] = mm2_topic
+
+    async def _kept_for(self, pair: Pair) -> checkpoints.Kept | None:
+        """What is kept for the pair (sync points and handovers), the handovers of this
+        process's flows added; ``None`` while a flow of the pair has yet to take over."""
+        source, target = pair
+        if pair not in self._kept:
+            # What earlier runs kept (sync points): read once; this object keeps it since.
+            timeout = self._settings.request_timeout_ms / 1000
+            self._kept[pair] = await checkpoints.read_latest(
+                self._settings, source, target, timeout * 3
+            )
+        kept = self._kept[pair]
+        if self._takeovers is not None:
+            if self._takeovers.taking_over(source, target):
+                log.info("checkpoints wait for the takeover", source=source, cluster=target)
+                return None
+            for handover in self._takeovers.handovers():
+                if (handover.source, handover.target) == pair:
+                    kept.handovers[(handover.topic, handover.partition)] = handover
+        return kept
+
+    async def _sync_group(
+        self,
+        pair: Pair,
+        group: str,
+        kept: checkpoints.Kept,
+        translator: GroupTranslator,
+        reader: AIOKafkaConsumer,
+        producer: AIOKafkaProducer,
+    ) -> str | None:
+        """Translate and checkpoint one group; why it failed, or ``None``."""
+        previous = kept.checkpoints.setdefault(group, {})
+        try:
+            jobs, _ = await translator.jobs(reader, group, None, previous, kept.handovers)
+            moves = await translator.translate(jobs, live=True)
+            latest = await self._record(pair, group, moves, previous, producer)
+        except Exception as exc:
+            return said(exc)
+        problems = [
+            f"{m.topic}/{m.partition}: {m.problem}"
+            for m in moves
+            if m.problem and not m.behind_takeover
+        ]
+        # The newest translation is the next round's sync point, written or not.
+        previous.update(((c.topic, c.partition), c) for c in latest)
+        return "; ".join(problems) if problems else None
 
     async def _record(
         self,

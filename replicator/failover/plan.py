@@ -25,7 +25,7 @@ from rich.table import Table
 
 from replicator.config.settings import Settings
 from replicator.errors import ClusterUnavailable, FailoverRefused, ReplicatorError, first_error
-from replicator.failover.checkpoints import read_latest
+from replicator.failover.checkpoints import Checkpoint, CheckpointKey, read_latest
 from replicator.failover.group_positions import (
     GroupTranslator,
     PartitionJob,
@@ -35,6 +35,7 @@ from replicator.failover.group_positions import (
 from replicator.kafka.clients import ClusterClient, GroupOffsets, said, translate
 from replicator.kafka.readers import cluster_partitions
 from replicator.lifecycle import close_quietly
+from replicator.model.handover import Handover
 from replicator.telemetry.logs import print_table
 
 
@@ -86,7 +87,6 @@ async def plan_failover(settings: Settings, request: FailoverRequest) -> Failove
     """The group's positions in the target, translated from the source (or from the checkpoints
     in the target when the source does not answer); committed when the request says so."""
     group, source, target = request.group, request.source, request.target
-    topics, from_checkpoint, execute = request.topics, request.from_checkpoint, request.execute
     translator = GroupTranslator(settings, source, target)
     timeout = settings.request_timeout_ms / 1000
     try:
@@ -94,42 +94,86 @@ async def plan_failover(settings: Settings, request: FailoverRequest) -> Failove
     except Exception as exc:  # the first contact with the target: say which cluster
         raise _unreachable(exc, settings, target) from exc
     checkpoints = kept.checkpoints.get(group, {})
-    source_error: str | None = "--from-checkpoint" if from_checkpoint else None
+    jobs, unmoved, source_error = await _source_jobs(
+        settings, request, translator, checkpoints, kept.handovers
+    )
+    if source_error is not None:
+        jobs = _checkpoint_jobs(settings, request, checkpoints, source_error)
+    moves = await translator.translate(jobs, live=source_error is None)
+    return await _in_target(settings, request, translator, jobs, moves, unmoved, source_error)
+
+
+async def _source_jobs(
+    settings: Settings,
+    request: FailoverRequest,
+    translator: GroupTranslator,
+    checkpoints: dict[CheckpointKey, Checkpoint],
+    handovers: dict[CheckpointKey, Handover],
+) -> tuple[list[PartitionJob], list[str], str | None]:
+    """The partitions to translate, read from the source; the source's topics nothing here
+    replicates into the target; why the source was not read (``None``: it was)."""
+    group, source = request.group, request.source
+    if request.from_checkpoint:
+        return [], [], "--from-checkpoint"
+    timeout = settings.request_timeout_ms / 1000
     jobs: list[PartitionJob] = []
     unmoved: list[str] = []
-    if not from_checkpoint:
-        reader = translator.reader(source, "positions")
-        try:
-            await asyncio.wait_for(reader.start(), timeout)
-            jobs, unmoved = await asyncio.wait_for(
-                translator.jobs(reader, group, topics, checkpoints, kept.handovers), timeout
-            )
-        except TimeoutError:
-            source_error = f"no answer from {source} in {timeout:.0f}s"
-        except Exception as exc:
-            error = translate(exc)
-            if not isinstance(error, ClusterUnavailable):
-                raise error from exc
-            source_error = f"{error}: could not reach {source}"
-        finally:
-            await close_quietly(reader.stop())
-    if source_error is not None:
-        wanted = set(topics) if topics is not None else None
-        jobs = [
-            PartitionJob(
-                cp.topic, cp.partition, cp.target_topic, cp.source_offset, cp.sync_point, cp
-            )
-            for (topic, _), cp in sorted(checkpoints.items())
-            if wanted is None or topic in wanted
-        ]
-        if not jobs:
-            raise FailoverRefused(
-                f"{source} cannot be read ({source_error}) and {target} holds no checkpoint of "
-                f"group {group} from {source} in {settings.checkpoints_topic}: set "
-                "REPLICATOR_SYNC_GROUPS on the replicator beside "
-                f"{source} so checkpoints are kept"
-            )
-    moves = await translator.translate(jobs, live=source_error is None)
+    source_error: str | None = None
+    reader = translator.reader(source, "positions")
+    try:
+        await asyncio.wait_for(reader.start(), timeout)
+        jobs, unmoved = await asyncio.wait_for(
+            translator.jobs(reader, group, request.topics, checkpoints, handovers), timeout
+        )
+    except TimeoutError:
+        source_error = f"no answer from {source} in {timeout:.0f}s"
+    except Exception as exc:
+        error = translate(exc)
+        if not isinstance(error, ClusterUnavailable):
+            raise error from exc
+        source_error = f"{error}: could not reach {source}"
+    finally:
+        await close_quietly(reader.stop())
+    return jobs, unmoved, source_error
+
+
+def _checkpoint_jobs(
+    settings: Settings,
+    request: FailoverRequest,
+    checkpoints: dict[CheckpointKey, Checkpoint],
+    source_error: str,
+) -> list[PartitionJob]:
+    """The partitions to translate from the checkpoints kept in the target, the source not
+    read (refused when there are none)."""
+    group, source, target, topics = request.group, request.source, request.target, request.topics
+    wanted = set(topics) if topics is not None else None
+    jobs = [
+        PartitionJob(cp.topic, cp.partition, cp.target_topic, cp.source_offset, cp.sync_point, cp)
+        for (topic, _), cp in sorted(checkpoints.items())
+        if wanted is None or topic in wanted
+    ]
+    if not jobs:
+        raise FailoverRefused(
+            f"{source} cannot be read ({source_error}) and {target} holds no checkpoint of "
+            f"group {group} from {source} in {settings.checkpoints_topic}: set "
+            "REPLICATOR_SYNC_GROUPS on the replicator beside "
+            f"{source} so checkpoints are kept"
+        )
+    return jobs
+
+
+async def _in_target(
+    settings: Settings,
+    request: FailoverRequest,
+    translator: GroupTranslator,
+    jobs: list[PartitionJob],
+    moves: list[PartitionMove],
+    unmoved: list[str],
+    source_error: str | None,
+) -> FailoverPlan:
+    """The plan, completed in the target (its partitions without checkpoint, the group's
+    members and committed offsets) and executed if asked."""
+    group, source, target = request.group, request.source, request.target
     client = ClusterClient(target, settings.clusters[target], settings)
     reader = translator.reader(target, "group")
     try:
@@ -153,7 +197,7 @@ async def plan_failover(settings: Settings, request: FailoverRequest) -> Failove
                 f"nothing in this configuration replicates into {target}: not moved (run the "
                 "command with the environment of the replicator that runs those flows)"
             )
-        if execute:
+        if request.execute:
             await _execute(plan, offsets)
         return plan
     except FailoverRefused:

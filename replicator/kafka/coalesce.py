@@ -138,16 +138,20 @@ class Coalescer(Generic[K, V]):
                     future.set_exception(exc)
             return
         for key, future in batch.items():
-            if future.done():
-                continue
-            if key not in answers:
-                future.set_exception(Unanswered(f"no answer for {key!r}"))
-                continue
-            answer = answers[key]
-            if isinstance(answer, BaseException):
-                future.set_exception(answer)
-            else:
-                future.set_result(answer)
+            if not future.done():
+                _settle(future, key, answers)
+
+
+def _settle(future: asyncio.Future[V], key: K, answers: Answers[K, V]) -> None:
+    """Give ``future`` the answer for ``key``: its value, its error, or :class:`Unanswered`."""
+    if key not in answers:
+        future.set_exception(Unanswered(f"no answer for {key!r}"))
+        return
+    answer = answers[key]
+    if isinstance(answer, BaseException):
+        future.set_exception(answer)
+    else:
+        future.set_result(answer)
 
 
 def _copy(exc: BaseException) -> BaseException:

@@ -12,6 +12,7 @@ first file giving them; a different later value is noted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from replicator.config.settings import DEFAULT_TOPICS_EXCLUDE
@@ -203,7 +204,6 @@ class Client:
 
 def client_property(b: Builder, client: Client, key: str, value: str, origin: str) -> None:
     """Translate one Kafka client property: a variable, a note, or a ConfigError."""
-    role = client.role
     if key in ("zookeeper.connect", "zk.connect") or key.startswith(("zookeeper.", "zk.")):
         raise ConfigError(
             origin,
@@ -215,22 +215,9 @@ def client_property(b: Builder, client: Client, key: str, value: str, origin: st
             cluster.offer(key, value, origin, client.priority)
         return
     if key.startswith(("sasl.", "ssl.")):
-        if key in _TLS_KEYS:
-            b.note(origin, _TLS_NOTE)
-        elif key.startswith("sasl.kerberos.") or key.startswith("sasl.oauthbearer."):
-            for cluster in client.clusters:
-                cluster.offer(key, value, origin, client.priority)  # refused if used
-        else:
-            b.note(origin, f"ignored: {key} has no meaning here")
+        _security_property(b, client, key, value, origin)
         return
-    if role == "producer" and key in _CONSUMER_ONLY:
-        b.note(origin, f"ignored: {key} is a consumer setting, with no meaning for a producer")
-        return
-    if role == "consumer" and key in _PRODUCER_ONLY:
-        b.note(origin, f"ignored: {key} is a producer setting, with no meaning for a consumer")
-        return
-    if role == "admin" and (key in _PRODUCER_ONLY or key in _CONSUMER_ONLY):
-        b.note(origin, f"ignored: {key} has no meaning for an admin client")
+    if _other_role(b, client.role, key, origin):
         return
     if _consumer_property(b, client, key, value, origin):
         return
@@ -243,6 +230,32 @@ def client_property(b: Builder, client: Client, key: str, value: str, origin: st
         (text for prefix, text in _COMMON_PREFIX_NOTES.items() if key.startswith(prefix)), None
     )
     b.note(origin, note or f"ignored: {key} has no meaning here")
+
+
+def _security_property(b: Builder, client: Client, key: str, value: str, origin: str) -> None:
+    """A ``sasl.``/``ssl.`` property that is not a connection one: noted, or offered to the
+    clusters when it is of a SASL mechanism the replicator refuses once it is used."""
+    if key in _TLS_KEYS:
+        b.note(origin, _TLS_NOTE)
+    elif key.startswith("sasl.kerberos.") or key.startswith("sasl.oauthbearer."):
+        for cluster in client.clusters:
+            cluster.offer(key, value, origin, client.priority)  # refused if used
+    else:
+        b.note(origin, f"ignored: {key} has no meaning here")
+
+
+def _other_role(b: Builder, role: str, key: str, origin: str) -> bool:
+    """Whether ``key`` belongs to another client than ``role`` (noted as ignored)."""
+    if role == "producer" and key in _CONSUMER_ONLY:
+        b.note(origin, f"ignored: {key} is a consumer setting, with no meaning for a producer")
+        return True
+    if role == "consumer" and key in _PRODUCER_ONLY:
+        b.note(origin, f"ignored: {key} is a producer setting, with no meaning for a consumer")
+        return True
+    if role == "admin" and (key in _PRODUCER_ONLY or key in _CONSUMER_ONLY):
+        b.note(origin, f"ignored: {key} has no meaning for an admin client")
+        return True
+    return False
 
 
 def _consumer_property(b: Builder, client: Client, key: str, value: str, origin: str) -> bool:
@@ -280,44 +293,64 @@ def _consumer_property(b: Builder, client: Client, key: str, value: str, origin:
     return False
 
 
+def _acks(b: Builder, value: str, origin: str) -> None:
+    if value.strip().lower() in ("all", "-1"):
+        b.note(origin, "acks=all is what the replicator always uses")
+    else:
+        b.note(
+            origin,
+            f"raised to all (from {value.strip()}): the replicator always waits for every "
+            "in-sync replica, which is what lets it promise no loss",
+        )
+
+
+def _batch_size(b: Builder, value: str, origin: str) -> None:
+    size = parse_int(value, origin)
+    if size < 1024:
+        b.note(origin, f"raised to 1024 (from {size}): the smallest batch the replicator builds")
+        size = 1024
+    b.set_global("BATCH_MAX_BYTES", str(size), origin)
+
+
+def _linger(b: Builder, value: str, origin: str) -> None:
+    b.set_global("LINGER_MS", value.strip(), origin)
+
+
+def _compression(b: Builder, value: str, origin: str) -> None:
+    codec = _COMPRESSION.get(value.strip().lower())
+    if codec is None:
+        raise ConfigError(
+            origin,
+            f"{value.strip()!r} is not a producer compression: give none, gzip, snappy, lz4 "
+            "or zstd ('producer' is a topic or broker setting)",
+        )
+    b.set_global("COMPRESSION", codec, origin)
+
+
+def _idempotence(b: Builder, value: str, origin: str) -> None:
+    flag = parse_bool(value)
+    if flag is None:
+        raise ConfigError(origin, f"expected true or false, got {value.strip()!r}")
+    b.set_global("IDEMPOTENCE", str(flag).lower(), origin)
+
+
+# The producer properties translated into a setting (or a note), each by its handler.
+_PRODUCER_SETTINGS: dict[str, Callable[[Builder, str, str], None]] = {
+    "acks": _acks,
+    "request.required.acks": _acks,
+    "batch.size": _batch_size,
+    "linger.ms": _linger,
+    "queue.buffering.max.ms": _linger,
+    "compression.type": _compression,
+    "compression.codec": _compression,
+    "enable.idempotence": _idempotence,
+}
+
+
 def _producer_property(b: Builder, key: str, value: str, origin: str) -> bool:
-    if key in ("acks", "request.required.acks"):
-        if value.strip().lower() in ("all", "-1"):
-            b.note(origin, "acks=all is what the replicator always uses")
-        else:
-            b.note(
-                origin,
-                f"raised to all (from {value.strip()}): the replicator always waits for every "
-                "in-sync replica, which is what lets it promise no loss",
-            )
-        return True
-    if key == "batch.size":
-        size = parse_int(value, origin)
-        if size < 1024:
-            b.note(
-                origin, f"raised to 1024 (from {size}): the smallest batch the replicator builds"
-            )
-            size = 1024
-        b.set_global("BATCH_MAX_BYTES", str(size), origin)
-        return True
-    if key in ("linger.ms", "queue.buffering.max.ms"):
-        b.set_global("LINGER_MS", value.strip(), origin)
-        return True
-    if key in ("compression.type", "compression.codec"):
-        codec = _COMPRESSION.get(value.strip().lower())
-        if codec is None:
-            raise ConfigError(
-                origin,
-                f"{value.strip()!r} is not a producer compression: give none, gzip, snappy, lz4 "
-                "or zstd ('producer' is a topic or broker setting)",
-            )
-        b.set_global("COMPRESSION", codec, origin)
-        return True
-    if key == "enable.idempotence":
-        flag = parse_bool(value)
-        if flag is None:
-            raise ConfigError(origin, f"expected true or false, got {value.strip()!r}")
-        b.set_global("IDEMPOTENCE", str(flag).lower(), origin)
+    handler = _PRODUCER_SETTINGS.get(key)
+    if handler is not None:
+        handler(b, value, origin)
         return True
     note = _PRODUCER_NOTES.get(key)
     if note is not None:

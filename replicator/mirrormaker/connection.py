@@ -158,41 +158,11 @@ def cluster_env(b: Builder, cluster: Cluster) -> list[str]:
     def var(field_name: str) -> str:
         return cluster_var(cluster.alias, field_name)
 
-    servers = cluster.get("bootstrap.servers", "metadata.broker.list")
-    if servers is None:
-        raise ConfigError(
-            cluster.origin("bootstrap.servers"), "required: host:port[,host:port...] of the brokers"
-        )
-    listed = [s.strip() for s in servers.value.split(",") if s.strip()]
-    shown = shown_servers(listed)
-    bad = [text for server, text in zip(listed, shown, strict=True) if not is_host_port(server)]
-    if not listed or bad:
-        got = ", ".join(bad) or "nothing"
-        if any("@" in s for s in listed):
-            hint = (
-                " (credentials never go into the address: give them in sasl.jaas.config or "
-                "sasl.username and sasl.password)"
-            )
-        elif any(":" not in s for s in listed if not is_host_port(s)):
-            hint = " (a ':' missing before the port?)"
-        else:
-            hint = ""
-        raise ConfigError(
-            servers.origin, f"expected host:port[,host:port...]; {got} is not host:port{hint}"
-        )
-    b.set(var("BOOTSTRAP_SERVERS"), ",".join(listed), servers.origin)
+    listed, servers_origin = _servers(cluster)
+    b.set(var("BOOTSTRAP_SERVERS"), ",".join(listed), servers_origin)
     if cluster.topic_alias is not None:
         b.set(var("TOPIC_ALIAS"), cluster.topic_alias, cluster.alias_origin)
-
-    protocol_offer = cluster.get("security.protocol")
-    protocol = protocol_offer.value.strip().upper() if protocol_offer else "PLAINTEXT"
-    if protocol_offer is not None:
-        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-            raise ConfigError(
-                protocol_offer.origin,
-                f"expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, got {protocol!r}",
-            )
-        b.set(var("SECURITY_PROTOCOL"), protocol, protocol_offer.origin)
+    protocol = _protocol(b, cluster, var)
     if protocol.startswith("SASL_"):
         _sasl_env(b, cluster, var)
     else:
@@ -203,6 +173,51 @@ def cluster_env(b: Builder, cluster: Cluster) -> list[str]:
         for _key, offer in cluster.given("ssl.") + cluster.given("enable.ssl."):
             b.note(offer.origin, f"ignored: security.protocol is {protocol}, without TLS")
     return listed
+
+
+def _servers(cluster: Cluster) -> tuple[list[str], str]:
+    """A cluster's bootstrap servers, each a ``host:port``, and their origin."""
+    servers = cluster.get("bootstrap.servers", "metadata.broker.list")
+    if servers is None:
+        raise ConfigError(
+            cluster.origin("bootstrap.servers"), "required: host:port[,host:port...] of the brokers"
+        )
+    listed = [s.strip() for s in servers.value.split(",") if s.strip()]
+    shown = shown_servers(listed)
+    bad = [text for server, text in zip(listed, shown, strict=True) if not is_host_port(server)]
+    if not listed or bad:
+        got = ", ".join(bad) or "nothing"
+        raise ConfigError(
+            servers.origin,
+            f"expected host:port[,host:port...]; {got} is not host:port{_servers_hint(listed)}",
+        )
+    return listed, servers.origin
+
+
+def _servers_hint(listed: list[str]) -> str:
+    """What is likely wrong with bootstrap servers that are not all ``host:port``."""
+    if any("@" in s for s in listed):
+        return (
+            " (credentials never go into the address: give them in sasl.jaas.config or "
+            "sasl.username and sasl.password)"
+        )
+    if any(":" not in s for s in listed if not is_host_port(s)):
+        return " (a ':' missing before the port?)"
+    return ""
+
+
+def _protocol(b: Builder, cluster: Cluster, var: _VarFn) -> str:
+    """The cluster's security.protocol (PLAINTEXT when absent), its variable set when given."""
+    protocol_offer = cluster.get("security.protocol")
+    protocol = protocol_offer.value.strip().upper() if protocol_offer else "PLAINTEXT"
+    if protocol_offer is not None:
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ConfigError(
+                protocol_offer.origin,
+                f"expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, got {protocol!r}",
+            )
+        b.set(var("SECURITY_PROTOCOL"), protocol, protocol_offer.origin)
+    return protocol
 
 
 def _sasl_unused(b: Builder, cluster: Cluster, protocol: str) -> None:
@@ -225,36 +240,44 @@ def _sasl_unused(b: Builder, cluster: Cluster, protocol: str) -> None:
 def _sasl_env(b: Builder, cluster: Cluster, var: _VarFn) -> None:
     mechanism_offer = cluster.get("sasl.mechanism", "sasl.mechanisms")
     jaas_offer = cluster.get("sasl.jaas.config")
-    module, options = parse_jaas(jaas_offer.value, jaas_offer.origin) if jaas_offer else ("", {})
+    module, options = _login_module(jaas_offer)
+    mechanism, origin = _mechanism(b, cluster, mechanism_offer, module, jaas_offer)
+    b.set(var("SASL_MECHANISM"), mechanism, origin)
+    _credentials(b, cluster, var, jaas_offer, options)
+    for _key, offer in cluster.given("sasl.kerberos.") + cluster.given("sasl.oauthbearer."):
+        b.note(offer.origin, f"ignored: {mechanism} does not use it")
+
+
+def _login_module(jaas_offer: Offer | None) -> tuple[str, dict[str, str]]:
+    """The login module of ``sasl.jaas.config`` (PLAIN's or SCRAM's; ``""`` when absent) and
+    its options."""
+    if jaas_offer is None:
+        return "", {}
+    module, options = parse_jaas(jaas_offer.value, jaas_offer.origin)
     if module == _OAUTH_MODULE or module.endswith("Krb5LoginModule"):
-        assert jaas_offer is not None
         raise ConfigError(
             jaas_offer.origin,
             f"{module.rsplit('.', 1)[-1]} is not supported: the replicator authenticates with "
             "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
         )
     if module and module not in (_PLAIN_MODULE, _SCRAM_MODULE):
-        assert jaas_offer is not None
         raise ConfigError(
             jaas_offer.origin,
             f"login module {module} is not supported: use {_PLAIN_MODULE} or {_SCRAM_MODULE}",
         )
-    if mechanism_offer is None:
-        if module == _PLAIN_MODULE:
-            assert jaas_offer is not None
-            mechanism, origin = "PLAIN", jaas_offer.origin
-            b.note(
-                cluster.origin("sasl.mechanism"),
-                "absent (Kafka's default is GSSAPI): PLAIN, as the PlainLoginModule in "
-                "sasl.jaas.config says",
-            )
-        else:
-            raise ConfigError(
-                cluster.origin("sasl.mechanism"),
-                "absent, so Kafka's default GSSAPI (Kerberos) would be used, which is not "
-                "supported here; give PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
-            )
-    else:
+    return module, options
+
+
+def _mechanism(
+    b: Builder,
+    cluster: Cluster,
+    mechanism_offer: Offer | None,
+    module: str,
+    jaas_offer: Offer | None,
+) -> tuple[str, str]:
+    """The SASL mechanism and its origin: ``sasl.mechanism``, else PLAIN when the login module
+    is PLAIN's (Kafka's GSSAPI default is refused)."""
+    if mechanism_offer is not None:
         mechanism, origin = mechanism_offer.value.strip().upper(), mechanism_offer.origin
         if mechanism not in _SUPPORTED_MECHANISMS:
             raise ConfigError(
@@ -262,7 +285,27 @@ def _sasl_env(b: Builder, cluster: Cluster, var: _VarFn) -> None:
                 f"{mechanism} is not supported: the replicator authenticates with PLAIN, "
                 "SCRAM-SHA-256 or SCRAM-SHA-512",
             )
-    b.set(var("SASL_MECHANISM"), mechanism, origin)
+        return mechanism, origin
+    if module != _PLAIN_MODULE:
+        raise ConfigError(
+            cluster.origin("sasl.mechanism"),
+            "absent, so Kafka's default GSSAPI (Kerberos) would be used, which is not "
+            "supported here; give PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+        )
+    assert jaas_offer is not None
+    b.note(
+        cluster.origin("sasl.mechanism"),
+        "absent (Kafka's default is GSSAPI): PLAIN, as the PlainLoginModule in "
+        "sasl.jaas.config says",
+    )
+    return "PLAIN", jaas_offer.origin
+
+
+def _credentials(
+    b: Builder, cluster: Cluster, var: _VarFn, jaas_offer: Offer | None, options: dict[str, str]
+) -> None:
+    """The SASL username and password: the login module's, else ``sasl.username`` and
+    ``sasl.password``."""
     username_offer = cluster.get("sasl.username")
     password_offer = cluster.get("sasl.password")
     if "username" in options and "password" in options:
@@ -285,11 +328,17 @@ def _sasl_env(b: Builder, cluster: Cluster, var: _VarFn) -> None:
             f'{_PLAIN_MODULE} required username="..." password="..."; '
             "(or ScramLoginModule), or sasl.username and sasl.password",
         )
-    for _key, offer in cluster.given("sasl.kerberos.") + cluster.given("sasl.oauthbearer."):
-        b.note(offer.origin, f"ignored: {mechanism} does not use it")
 
 
 def _ssl_env(b: Builder, cluster: Cluster, var: _VarFn) -> None:
+    _refuse_inline_and_encrypted(cluster)
+    _ca_file(b, cluster, var)
+    _client_certificate(b, cluster, var)
+    _ssl_notes(b, cluster)
+
+
+def _refuse_inline_and_encrypted(cluster: Cluster) -> None:
+    """Inline PEM and an encrypted private key are refused."""
     for inline in (
         "ssl.truststore.certificates",
         "ssl.keystore.certificate.chain",
@@ -309,11 +358,20 @@ def _ssl_env(b: Builder, cluster: Cluster, var: _VarFn) -> None:
             "an encrypted private key cannot be used here: decrypt it "
             "(openssl pkey -in key.pem -out plain-key.pem) and drop ssl.key.password",
         )
+
+
+def _store_type(cluster: Cluster, key: str) -> str:
+    """A store's type, upper case (Kafka's default JKS when absent)."""
+    kind = cluster.get(key)
+    return kind.value.strip().upper() if kind else "JKS"
+
+
+def _ca_file(b: Builder, cluster: Cluster, var: _VarFn) -> None:
+    """SSL_CAFILE: a PEM truststore, else ``ssl.ca.location``."""
     truststore = cluster.get("ssl.truststore.location")
     ca = cluster.get("ssl.ca.location")
     if truststore is not None:
-        kind = cluster.get("ssl.truststore.type")
-        kind_name = kind.value.strip().upper() if kind else "JKS"
+        kind_name = _store_type(cluster, "ssl.truststore.type")
         if kind_name != "PEM":
             raise ConfigError(
                 truststore.origin,
@@ -326,12 +384,16 @@ def _ssl_env(b: Builder, cluster: Cluster, var: _VarFn) -> None:
             b.note(ca.origin, "ignored: ssl.truststore.location gives the CA certificates")
     elif ca is not None:
         b.set(var("SSL_CAFILE"), ca.value.strip(), ca.origin)
+
+
+def _client_certificate(b: Builder, cluster: Cluster, var: _VarFn) -> None:
+    """SSL_CERTFILE and SSL_KEYFILE (mutual TLS): a PEM keystore, else
+    ``ssl.certificate.location`` with ``ssl.key.location``."""
     keystore = cluster.get("ssl.keystore.location")
     certificate = cluster.get("ssl.certificate.location")
     key = cluster.get("ssl.key.location")
     if keystore is not None:
-        kind = cluster.get("ssl.keystore.type")
-        kind_name = kind.value.strip().upper() if kind else "JKS"
+        kind_name = _store_type(cluster, "ssl.keystore.type")
         if kind_name != "PEM":
             raise ConfigError(
                 keystore.origin,
@@ -349,6 +411,10 @@ def _ssl_env(b: Builder, cluster: Cluster, var: _VarFn) -> None:
             raise ConfigError(given.origin, f"needs {missing} too (mutual TLS needs both)")
         b.set(var("SSL_CERTFILE"), certificate.value.strip(), certificate.origin)
         b.set(var("SSL_KEYFILE"), key.value.strip(), key.origin)
+
+
+def _ssl_notes(b: Builder, cluster: Cluster) -> None:
+    """The TLS properties accepted with a note: store passwords, verification turned off."""
     for name in ("ssl.truststore.password", "ssl.keystore.password"):
         offer = cluster.get(name)
         if offer is not None:

@@ -71,41 +71,67 @@ def _parse(argv: list[str]) -> list[_Option]:
     options: list[_Option] = []
     i = 0
     while i < len(argv):
-        token = argv[i]
-        i += 1
-        if not token.startswith("-") or token in ("-", "--"):
-            raise ConfigError(
-                token, "unexpected argument: MirrorMaker options start with -- (see --help)"
-            )
-        dashes = "--" if token.startswith("--") else "-"
-        name, has_value, inline = token[len(dashes) :].partition("=")
-        shown = dashes + name
-        kind = _OPTIONS.get(name)
-        if kind is None:
-            raise ConfigError(shown, "unknown MirrorMaker option (replicator mirror-maker --help)")
-        if kind == _HELP:
-            raise ConfigError(shown, "asks for help: run replicator mirror-maker --help")
-        if kind == _FLAG:
-            if has_value:
-                value = inline
-            elif i < len(argv) and argv[i].lower() in _BOOL_WORDS:
-                value = argv[i]
-                i += 1
-            else:
-                value = "true"
-            if parse_bool(value) is None:
-                raise ConfigError(shown, f"expected true or false, got {value!r}")
-        elif has_value:
-            value = inline
-        elif i < len(argv):
-            value = argv[i]
-            i += 1
-        else:
-            raise ConfigError(shown, "needs a value")
+        name, shown, kind, inline = _option(argv[i])
+        value, i = _value(argv, i + 1, kind, shown, inline)
         if kind != _REPEATED and any(o.name == name for o in options):
             raise ConfigError(shown, "given twice")
         options.append(_Option(name, shown, value))
     return options
+
+
+def _option(token: str) -> tuple[str, str, str, str | None]:
+    """An option's name, its spelling, its kind and its ``=value`` (``None``: not given so)."""
+    if not token.startswith("-") or token in ("-", "--"):
+        raise ConfigError(
+            token, "unexpected argument: MirrorMaker options start with -- (see --help)"
+        )
+    dashes = "--" if token.startswith("--") else "-"
+    name, has_value, inline = token[len(dashes) :].partition("=")
+    shown = dashes + name
+    kind = _OPTIONS.get(name)
+    if kind is None:
+        raise ConfigError(shown, "unknown MirrorMaker option (replicator mirror-maker --help)")
+    if kind == _HELP:
+        raise ConfigError(shown, "asks for help: run replicator mirror-maker --help")
+    return name, shown, kind, inline if has_value else None
+
+
+def _value(argv: list[str], i: int, kind: str, shown: str, inline: str | None) -> tuple[str, int]:
+    """An option's value (inline, else ``argv[i]``; a flag's is optional) and the index of the
+    next token."""
+    if kind == _FLAG:
+        if inline is not None:
+            value = inline
+        elif i < len(argv) and argv[i].lower() in _BOOL_WORDS:
+            value = argv[i]
+            i += 1
+        else:
+            value = "true"
+        if parse_bool(value) is None:
+            raise ConfigError(shown, f"expected true or false, got {value!r}")
+        return value, i
+    if inline is not None:
+        return inline, i
+    if i < len(argv):
+        return argv[i], i + 1
+    raise ConfigError(shown, "needs a value")
+
+
+_NO_HANDLERS = (
+    "message handlers are not supported: records are copied unchanged (with a "
+    "provenance header); there is no pluggable code"
+)
+_NO_LISTENERS = (
+    "rebalance listeners are not supported: the replicator's own listener commits "
+    "acknowledged offsets and resumes each partition from the target"
+)
+# Options refused, with the reason.
+_REFUSED: dict[str, str] = {
+    "message.handler": _NO_HANDLERS,
+    "message.handler.args": _NO_HANDLERS,
+    "consumer.rebalance.listener": _NO_LISTENERS,
+    "rebalance.listener.args": _NO_LISTENERS,
+}
 
 
 def mirror_maker_translation(argv: list[str]) -> Translation:
@@ -119,20 +145,21 @@ def mirror_maker_translation(argv: list[str]) -> Translation:
         raise ConfigError("--consumer.config", "required: one consumer config per source cluster")
     if producer is None:
         raise ConfigError("--producer.config", "required: the target cluster's producer config")
-    for refused in ("message.handler", "message.handler.args"):
+    for refused, reason in _REFUSED.items():
         if refused in by_name:
-            raise ConfigError(
-                by_name[refused].shown,
-                "message handlers are not supported: records are copied unchanged (with a "
-                "provenance header); there is no pluggable code",
-            )
-    for refused in ("consumer.rebalance.listener", "rebalance.listener.args"):
-        if refused in by_name:
-            raise ConfigError(
-                by_name[refused].shown,
-                "rebalance listeners are not supported: the replicator's own listener commits "
-                "acknowledged offsets and resumes each partition from the target",
-            )
+            raise ConfigError(by_name[refused].shown, reason)
+    chosen = _topic_filter(options)
+    target, sources = _clusters(b, producer, consumers)
+    b.topology(target.alias, producer.shown, "mirror-maker")
+    servers = {source.alias: cluster_env(b, source) for source in sources}
+    servers[target.alias] = cluster_env(b, target)
+    _flows(b, sources, target, servers, producer, chosen, by_name)
+    _options(b, options, by_key=_by_key(by_name))
+    return b.translation()
+
+
+def _topic_filter(options: list[_Option]) -> _Option:
+    """The one topic filter given: ``--whitelist`` (``--include``) or ``--blacklist``."""
     filters = [o for o in options if o.name in ("whitelist", "include", "blacklist")]
     if not filters:
         raise ConfigError(
@@ -144,7 +171,14 @@ def mirror_maker_translation(argv: list[str]) -> Translation:
             f"cannot be given with {filters[0].shown}: exactly one of --whitelist (or --include) "
             "and --blacklist",
         )
+    return filters[0]
 
+
+def _clusters(
+    b: Builder, producer: _Option, consumers: list[_Option]
+) -> tuple[Cluster, list[Cluster]]:
+    """The target cluster (the producer config's) and the sources, their files' client
+    properties read."""
     # Clusters: each named by its file's replicator.cluster.alias, else by its brokers. The
     # names given are reserved first, so a derived name never takes one; then the target's, so
     # it keeps its name when a source's brokers would give the same one.
@@ -161,13 +195,7 @@ def mirror_maker_translation(argv: list[str]) -> Translation:
             client_property(b, Client("consumer", (source,)), key, value, source.origin(key))
     for key, value in producer_props.items():
         client_property(b, Client("producer", (target,)), key, value, target.origin(key))
-
-    b.topology(target.alias, producer.shown, "mirror-maker")
-    servers = {source.alias: cluster_env(b, source) for source in sources}
-    servers[target.alias] = cluster_env(b, target)
-    _flows(b, sources, target, servers, producer, filters[0], by_name)
-    _options(b, options, by_key=_by_key(by_name))
-    return b.translation()
+    return target, sources
 
 
 ALIAS_PROPERTY = "replicator.cluster.alias"
@@ -248,6 +276,22 @@ def _by_key(by_name: dict[str, _Option]) -> bool:
     return preserve is not None and parse_bool(preserve.value) is False
 
 
+@dataclass(frozen=True)
+class _Line:
+    """What every flow of one command line shares."""
+
+    tool: str  # GO or MIRROR_MAKER_1
+    target: Cluster
+    target_servers: set[str]
+    producer: _Option
+    chosen: _Option  # the topic filter
+    include: str | None
+    exclude: str | None
+    prefix: _Option | None
+    preserve: _Option | None
+    by_key: bool
+
+
 def _flows(
     b: Builder,
     sources: list[Cluster],
@@ -259,7 +303,6 @@ def _flows(
 ) -> None:
     """One flow per source into the target, with the topic rules of ``chosen``; ``servers``:
     each cluster's bootstrap servers."""
-    target_servers = set(servers[target.alias])
     tool, said_by = dialect(by_name)
     b.note("command line", f"recognised as {tool}'s (by {said_by}): its defaults apply")
     include = exclude = None
@@ -268,158 +311,170 @@ def _flows(
         b.note(chosen.shown, INTERNAL_NOTE)
     else:
         include = java_regex(b, chosen.value, chosen.shown)
-    prefix = by_name.get("prefix")
-    preserve = by_name.get("preserve.partitions")
-    by_key = _by_key(by_name)
+    line = _Line(
+        tool,
+        target,
+        set(servers[target.alias]),
+        producer,
+        chosen,
+        include,
+        exclude,
+        by_name.get("prefix"),
+        by_name.get("preserve.partitions"),
+        _by_key(by_name),
+    )
     flows: set[str] = set()
     shared: dict[tuple[frozenset[str], str], str] = {}
     for source in sources:
-        flow = flow_name(source.alias, target.alias, flows)
-
-        def fvar(field_name: str, flow: str = flow) -> str:
-            return flow_var(flow, field_name)
-
-        source_servers = servers[source.alias]
-        if source.group_id is not None and source.group_id.value:
-            group, origin = source.group_id.value, source.group_id.origin
-        else:
-            group, origin = DEFAULT_GROUP, source.origin("group.id")
-            b.note(origin, f"absent: the flow's consumer group is {DEFAULT_GROUP}")
-        twin = shared.setdefault((frozenset(source_servers), group), source.label)
-        if twin != source.label:
-            b.note(
-                source.origin("bootstrap.servers"),
-                f"the same brokers and group as {twin}: the two flows share the group, so they "
-                "split the partitions between them and a partition that moves from one to the "
-                "other starts without committed offset; give each consumer config its own "
-                "group.id, or list the cluster once",
-            )
-        if prefix is None and set(source_servers) == target_servers:
-            raise ConfigError(
-                source.origin("bootstrap.servers"),
-                f"names the same brokers as the producer config ({producer.value}): copying "
-                "every topic onto itself under the same name; give another target or --prefix",
-            )
-        b.flow(
-            flow,
-            source.alias,
-            target.alias,
-            f"--consumer.config {source.label}",
-            f"--producer.config {target.label}",
-        )
-        if prefix is not None:
-            b.set(fvar("NAMING"), "prefix", prefix.shown)
-            b.set(fvar("PREFIX"), prefix.value, prefix.shown)
-        else:
-            b.set(fvar("NAMING"), "identity", "MirrorMaker 1 (topic names kept)")
-        if include is not None:
-            b.set(fvar("TOPICS_INCLUDE"), include, chosen.shown)
-        if exclude is not None:
-            b.set(fvar("TOPICS_EXCLUDE"), exclude, chosen.shown)
-        b.set(fvar("GROUP_ID"), group, origin)
-        b.set(fvar("TAKE_OVER"), "mirrormaker1", f"{tool}'s own position (its group {group})")
-        b.note(
-            origin,
-            f"the flow's consumer group is {group}; a partition the flow never committed starts "
-            f"at the offset {tool} committed under {group} (where it stopped: nothing copied "
-            f"twice, nothing skipped), and the flow commits under "
-            f"{group}.{source.alias}.{target.alias}; stop {tool} first (it would share the "
-            "group)",
-        )
-        if source.start_from is not None:
-            b.set(fvar("START_FROM"), source.start_from.value, source.start_from.origin)
-        else:
-            # Each tool's own default: the Go tool hard-coded earliest, MirrorMaker 1's Java
-            # consumer had Kafka's latest.
-            origin = source.origin("auto.offset.reset")
-            start, effect = (
-                (
-                    "earliest",
-                    "it always copied a topic from its earliest record: a partition "
-                    "without a committed offset of this flow is copied from its first record "
-                    "(auto.offset.reset=latest starts with new records)",
-                )
-                if tool == GO
-                else (
-                    "latest",
-                    "its Kafka consumer's: a partition without a committed offset "
-                    "of this flow starts with new records (auto.offset.reset=earliest copies "
-                    "the history)",
-                )
-            )
-            b.set(fvar("START_FROM"), start, f"{origin} ({tool}'s default)")
-            b.note(origin, f"absent: {tool}'s default, {start}, applies ({effect})")
-        if preserve is not None and by_key:
-            b.set(fvar("PRESERVE_PARTITIONS"), "false", preserve.shown)
-        # MirrorMaker 1 only read its sources: heartbeats would need write access there.
-        b.set(fvar("HEARTBEATS"), "false", "MirrorMaker 1 (nothing written to the source)")
+        _flow(b, line, source, servers[source.alias], flows, shared)
     b.note(
         "--consumer.config",
         "heartbeats are off, as MirrorMaker 1 wrote nothing to its sources; with write access "
         "to a source, run the --print-env environment with the flow's HEARTBEATS=true: each "
         "flow then proves its path (age and delay in /status and the metrics)",
     )
-    if len(sources) > 1 and prefix is None:
+    if len(sources) > 1 and line.prefix is None:
         b.note(
             "--consumer.config",
             "the sources are aggregated: topics of the same name land in one target topic, "
             + (
                 "each record placed by key"
-                if by_key
+                if line.by_key
                 else "each record in its source partition number"
             ),
         )
 
 
+def _flow(
+    b: Builder,
+    line: _Line,
+    source: Cluster,
+    source_servers: list[str],
+    flows: set[str],
+    shared: dict[tuple[frozenset[str], str], str],
+) -> None:
+    """The flow of one source; ``flows``: the names taken, ``shared``: the source label of
+    each (brokers, group) taken."""
+    target, tool = line.target, line.tool
+    flow = flow_name(source.alias, target.alias, flows)
+
+    def fvar(field_name: str) -> str:
+        return flow_var(flow, field_name)
+
+    group, origin = _group(b, source, source_servers, shared)
+    if line.prefix is None and set(source_servers) == line.target_servers:
+        raise ConfigError(
+            source.origin("bootstrap.servers"),
+            f"names the same brokers as the producer config ({line.producer.value}): copying "
+            "every topic onto itself under the same name; give another target or --prefix",
+        )
+    b.flow(
+        flow,
+        source.alias,
+        target.alias,
+        f"--consumer.config {source.label}",
+        f"--producer.config {target.label}",
+    )
+    if line.prefix is not None:
+        b.set(fvar("NAMING"), "prefix", line.prefix.shown)
+        b.set(fvar("PREFIX"), line.prefix.value, line.prefix.shown)
+    else:
+        b.set(fvar("NAMING"), "identity", "MirrorMaker 1 (topic names kept)")
+    if line.include is not None:
+        b.set(fvar("TOPICS_INCLUDE"), line.include, line.chosen.shown)
+    if line.exclude is not None:
+        b.set(fvar("TOPICS_EXCLUDE"), line.exclude, line.chosen.shown)
+    b.set(fvar("GROUP_ID"), group, origin)
+    b.set(fvar("TAKE_OVER"), "mirrormaker1", f"{tool}'s own position (its group {group})")
+    b.note(
+        origin,
+        f"the flow's consumer group is {group}; a partition the flow never committed starts "
+        f"at the offset {tool} committed under {group} (where it stopped: nothing copied "
+        f"twice, nothing skipped), and the flow commits under "
+        f"{group}.{source.alias}.{target.alias}; stop {tool} first (it would share the "
+        "group)",
+    )
+    _start(b, flow, source, tool)
+    if line.preserve is not None and line.by_key:
+        b.set(fvar("PRESERVE_PARTITIONS"), "false", line.preserve.shown)
+    # MirrorMaker 1 only read its sources: heartbeats would need write access there.
+    b.set(fvar("HEARTBEATS"), "false", "MirrorMaker 1 (nothing written to the source)")
+
+
+def _group(
+    b: Builder,
+    source: Cluster,
+    source_servers: list[str],
+    shared: dict[tuple[frozenset[str], str], str],
+) -> tuple[str, str]:
+    """A source's consumer group (``group.id``, else :data:`DEFAULT_GROUP`) and its origin;
+    two sources sharing brokers and group are noted."""
+    if source.group_id is not None and source.group_id.value:
+        group, origin = source.group_id.value, source.group_id.origin
+    else:
+        group, origin = DEFAULT_GROUP, source.origin("group.id")
+        b.note(origin, f"absent: the flow's consumer group is {DEFAULT_GROUP}")
+    twin = shared.setdefault((frozenset(source_servers), group), source.label)
+    if twin != source.label:
+        b.note(
+            source.origin("bootstrap.servers"),
+            f"the same brokers and group as {twin}: the two flows share the group, so they "
+            "split the partitions between them and a partition that moves from one to the "
+            "other starts without committed offset; give each consumer config its own "
+            "group.id, or list the cluster once",
+        )
+    return group, origin
+
+
+def _start(b: Builder, flow: str, source: Cluster, tool: str) -> None:
+    """The flow's start position: the source's ``auto.offset.reset``, else the tool's own."""
+    if source.start_from is not None:
+        b.set(flow_var(flow, "START_FROM"), source.start_from.value, source.start_from.origin)
+        return
+    # Each tool's own default: the Go tool hard-coded earliest, MirrorMaker 1's Java
+    # consumer had Kafka's latest.
+    origin = source.origin("auto.offset.reset")
+    start, effect = (
+        (
+            "earliest",
+            "it always copied a topic from its earliest record: a partition "
+            "without a committed offset of this flow is copied from its first record "
+            "(auto.offset.reset=latest starts with new records)",
+        )
+        if tool == GO
+        else (
+            "latest",
+            "its Kafka consumer's: a partition without a committed offset "
+            "of this flow starts with new records (auto.offset.reset=earliest copies "
+            "the history)",
+        )
+    )
+    b.set(flow_var(flow, "START_FROM"), start, f"{origin} ({tool}'s default)")
+    b.note(origin, f"absent: {tool}'s default, {start}, applies ({effect})")
+
+
+_NEVER_DROPPED = (
+    "a record the target refuses for good never is dropped: it halts its partition on that leg "
+    "(or goes to the dead-letter topic, REPLICATOR_RECORD_TOO_LARGE_POLICY), the other "
+    "partitions go on"
+)
+_POSITIVE = ("num.streams", "num.producers", "max.procs")
+# Options accepted with a note alone.
+_OPTION_NOTES: dict[str, str] = {
+    "num.streams": "partitions are the unit of concurrency: every source partition is fetched "
+    "and sent independently, without stream threads",
+    "num.producers": "one producer per target cluster (idempotent where it allows)",
+    "max.procs": "one process with one event loop; partitions are sent concurrently",
+    "abort.on.send.failure": _NEVER_DROPPED,
+    "abortOnSendFail": _NEVER_DROPPED,
+    "new.consumer": "the Kafka consumer protocol (bootstrap.servers) is always used",
+}
+
+
 def _options(b: Builder, options: list[_Option], *, by_key: bool) -> None:
     """The options that tune the whole replicator, or are accepted with a note."""
     for option in options:
-        name, shown, value = option.name, option.shown, option.value
-        if name in ("num.streams", "num.producers", "max.procs") and parse_int(value, shown) < 1:
-            raise ConfigError(shown, f"expected a positive number, got {value!r}")
-        if name == "num.streams":
-            b.note(
-                shown,
-                "partitions are the unit of concurrency: every source partition is fetched and "
-                "sent independently, without stream threads",
-            )
-        elif name == "num.producers":
-            b.note(shown, "one producer per target cluster (idempotent where it allows)")
-        elif name == "max.procs":
-            b.note(shown, "one process with one event loop; partitions are sent concurrently")
-        elif name == "queue.size":
-            b.set("PARTITION_QUEUE_MAX_RECORDS", value.strip(), shown)
-            b.note(
-                shown,
-                "bounds the records queued per source partition and leg "
-                "(REPLICATOR_PARTITION_QUEUE_MAX_RECORDS), not one queue for all",
-            )
-        elif name == "offset.commit.interval.ms":
-            b.set("COMMIT_INTERVAL_MS", value.strip(), shown)
-        elif name == "preserve.partitions" and parse_bool(value) is False:
-            b.note(
-                shown,
-                "records are placed by key as a Kafka producer places them (murmur2; keyless "
-                "records spread by source offset), into any partition count: per-key order "
-                "holds",
-            )
-        elif name == "preserve.order":
-            b.note(
-                shown,
-                "order is always kept: per key where records are placed by key, else per source "
-                "partition, into the same partition"
-                if by_key
-                else "order is always kept per source partition, into the same partition",
-            )
-        elif name in ("abort.on.send.failure", "abortOnSendFail"):
-            b.note(
-                shown,
-                "a record the target refuses for good never is dropped: it halts its partition "
-                "on that leg (or goes to the dead-letter topic, REPLICATOR_RECORD_TOO_LARGE_POLICY"
-                "), the other partitions go on",
-            )
-        elif name == "new.consumer":
-            b.note(shown, "the Kafka consumer protocol (bootstrap.servers) is always used")
+        _tuning(b, option, by_key=by_key)
     if not any(o.name == "preserve.partitions" for o in options):
         b.note(
             "--preserve.partitions (absent)",
@@ -427,4 +482,38 @@ def _options(b: Builder, options: list[_Option], *, by_key: bool) -> None:
             "maker place them by key unless told to preserve partitions), so a target topic "
             "needs at least as many partitions as its source; --preserve.partitions=false "
             "places them by key",
+        )
+
+
+def _tuning(b: Builder, option: _Option, *, by_key: bool) -> None:
+    """One option's setting or note (none for the options the flows read)."""
+    name, shown, value = option.name, option.shown, option.value
+    if name in _POSITIVE and parse_int(value, shown) < 1:
+        raise ConfigError(shown, f"expected a positive number, got {value!r}")
+    note = _OPTION_NOTES.get(name)
+    if note is not None:
+        b.note(shown, note)
+    elif name == "queue.size":
+        b.set("PARTITION_QUEUE_MAX_RECORDS", value.strip(), shown)
+        b.note(
+            shown,
+            "bounds the records queued per source partition and leg "
+            "(REPLICATOR_PARTITION_QUEUE_MAX_RECORDS), not one queue for all",
+        )
+    elif name == "offset.commit.interval.ms":
+        b.set("COMMIT_INTERVAL_MS", value.strip(), shown)
+    elif name == "preserve.partitions" and parse_bool(value) is False:
+        b.note(
+            shown,
+            "records are placed by key as a Kafka producer places them (murmur2; keyless "
+            "records spread by source offset), into any partition count: per-key order "
+            "holds",
+        )
+    elif name == "preserve.order":
+        b.note(
+            shown,
+            "order is always kept: per key where records are placed by key, else per source "
+            "partition, into the same partition"
+            if by_key
+            else "order is always kept per source partition, into the same partition",
         )

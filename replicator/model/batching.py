@@ -65,6 +65,68 @@ class Target:
     marked: Counter[Marking] = field(default_factory=Counter)  # records that carried provenance
 
 
+@dataclass(slots=True)
+class _Open:
+    """The open batch of each target of a :func:`build`, as parallel lists indexed like the
+    targets (the hot loop reads them as locals)."""
+
+    builders: list[Any]
+    appends: list[Any]
+    firsts: list[int]
+    counts: list[int]
+    sizes: list[int]
+    oldest: list[int]
+
+    @classmethod
+    def of(cls, targets: list[Target]) -> _Open:
+        count = len(targets)
+        builders = [t.new_batch() for t in targets]
+        return cls(
+            builders,
+            [b.append for b in builders],
+            [t.start for t in targets],
+            [0] * count,
+            [0] * count,
+            [0] * count,
+        )
+
+    def close(self, i: int, target: Target, at: int) -> None:
+        """Close target ``i``'s batch at offset ``at`` (exclusive) into its ``batches``."""
+        target.batches.append(
+            OutboundBatch(
+                self.builders[i],
+                self.firsts[i],
+                at,
+                self.counts[i],
+                self.sizes[i],
+                self.oldest[i],
+            )
+        )
+
+    def restart(self, i: int, target: Target, offset: int, raw_keys: bool) -> None:
+        """Target ``i``'s batch was full (or refused a header key kept as bytes) at ``offset``:
+        close it there and open a new one (one that takes such keys if ``raw_keys``)."""
+        if self.firsts[i] < offset:
+            self.close(i, target, offset)
+        maker = target.new_batch
+        self.builders[i] = maker.raw_keys() if raw_keys else maker()
+        self.appends[i] = self.builders[i].append
+        self.firsts[i], self.counts[i], self.sizes[i] = offset, 0, 0
+
+    def finish(self, targets: list[Target], end: int) -> None:
+        """Close every target's batch at ``end`` (a batch that would cover nothing is dropped)."""
+        for i, target in enumerate(targets):
+            if self.firsts[i] < end:
+                self.close(i, target, end)
+
+
+def _count_mark(targets: list[Target], starts: list[int], mark: Marking, offset: int) -> None:
+    """Count a record that carried provenance in each target that gets its offset."""
+    for i, target in enumerate(targets):
+        if offset >= starts[i]:
+            target.marked[mark] += 1
+
+
 def build(
     records: Sequence[SourceRecord],
     end: int,
@@ -77,20 +139,16 @@ def build(
     Each batch's ``oldest_ms`` (what replication latency is measured from) is its first record's
     log-append time when the source topic uses ``LogAppendTime``; with ``CreateTime`` (the
     producer's clock, which may be any age) it is ``fetched_ms``, when the replicator read it.
-    The hot loop of the replicator: no avoidable Python work per record.
+    The hot loop of the replicator: no avoidable Python work per record (what happens once per
+    batch, or only to records that carried provenance, is in functions of its own).
     """
-    count = len(targets)
-    builders = [t.new_batch() for t in targets]
-    appends = [b.append for b in builders]
+    open_ = _Open.of(targets)
+    appends, counts, sizes, oldest = open_.appends, open_.counts, open_.sizes, open_.oldest
     starts = [t.start for t in targets]
-    firsts = list(starts)
-    counts = [0] * count
-    sizes = [0] * count
-    oldest = [0] * count
     low = min(starts)
     aligned = all(s == low for s in starts)
     tag, retag, untagged = tagger.tag, tagger.retag, provenance.untagged
-    indices = range(count)
+    indices = range(len(targets))
     for record in records:
         offset = record.offset
         if offset < low:
@@ -99,9 +157,7 @@ def build(
         if headers and not untagged(headers):
             # Rare: the record carries provenance. The loop rule decides (provenance.py).
             mark, retagged = retag(headers, offset)
-            for i in indices:
-                if offset >= starts[i]:
-                    targets[i].marked[mark] += 1
+            _count_mark(targets, starts, mark, offset)
             if retagged is None:
                 continue
             tags = retagged
@@ -119,26 +175,13 @@ def build(
                 added, raw_keys = None, True
             if added is None:
                 # Full (or refusing that key): close it at this record, carry on in a new one.
-                if firsts[i] < offset:
-                    targets[i].batches.append(
-                        OutboundBatch(
-                            builders[i], firsts[i], offset, counts[i], sizes[i], oldest[i]
-                        )
-                    )
-                maker = targets[i].new_batch
-                builders[i] = maker.raw_keys() if raw_keys else maker()
-                appends[i] = builders[i].append
-                firsts[i], counts[i], sizes[i] = offset, 0, 0
+                open_.restart(i, targets[i], offset, raw_keys)
                 appends[i](timestamp=timestamp, key=key, value=value, headers=tags)
             if not counts[i]:
                 oldest[i] = timestamp if record.timestamp_type else fetched_ms
             counts[i] += 1
             sizes[i] += size
-    for i in indices:
-        if firsts[i] < end:
-            targets[i].batches.append(
-                OutboundBatch(builders[i], firsts[i], end, counts[i], sizes[i], oldest[i])
-            )
+    open_.finish(targets, end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +213,57 @@ class Placed:
     already_written: int = 0
 
 
+@dataclass(slots=True)
+class _Chunk:
+    """The open batches of a :func:`build_placed`, one per destination partition, all from the
+    source offset ``first``."""
+
+    result: Placed
+    first: int
+    new_batch: BatchMaker
+    builders: dict[int, Any] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+    oldest: dict[int, int] = field(default_factory=dict)
+
+    def open(self, d: int, oldest_ms: int, raw_keys: bool = False) -> Any:
+        """A new batch for destination partition ``d`` (one that takes header keys kept as
+        bytes if ``raw_keys``)."""
+        builder = self.builders[d] = self.new_batch.raw_keys() if raw_keys else self.new_batch()
+        self.counts[d] = self.sizes[d] = 0
+        self.oldest[d] = oldest_ms
+        return builder
+
+    def close(self, at: int) -> None:
+        """Close every open batch at ``at`` (one empty batch when none is open)."""
+        result, first = self.result, self.first
+        if not self.builders:
+            result.batches.append(OutboundBatch(None, first, at, 0, 0, 0))
+        for d, builder in sorted(self.builders.items()):
+            result.batches.append(
+                OutboundBatch(
+                    builder, first, at, self.counts[d], self.sizes[d], self.oldest[d], partition=d
+                )
+            )
+        self.builders.clear()
+        self.counts.clear()
+        self.sizes.clear()
+        self.oldest.clear()
+
+    def restart(self, d: int, offset: int, oldest_ms: int, raw_keys: bool) -> Any:
+        """Destination ``d``'s batch was full (or refused a header key kept as bytes) at
+        ``offset``: every destination's batch ends there, and ``d`` has a new one."""
+        if self.first < offset:
+            self.close(offset)
+            self.first = offset
+        return self.open(d, oldest_ms, raw_keys)
+
+    def finish(self, end: int) -> None:
+        """Close the chunk at ``end`` (nothing when it would cover nothing)."""
+        if self.first < end:
+            self.close(end)
+
+
 def build_placed(
     records: Sequence[SourceRecord],
     start: int,
@@ -187,24 +281,8 @@ def build_placed(
     """
     result = Placed()
     count, written = placement.partitions, placement.written
-    builders: dict[int, Any] = {}
-    counts: dict[int, int] = {}
-    sizes: dict[int, int] = {}
-    oldest: dict[int, int] = {}
-    first = start
-
-    def close(at: int) -> None:
-        if not builders:
-            result.batches.append(OutboundBatch(None, first, at, 0, 0, 0))
-        for d, builder in sorted(builders.items()):
-            result.batches.append(
-                OutboundBatch(builder, first, at, counts[d], sizes[d], oldest[d], partition=d)
-            )
-        builders.clear()
-        counts.clear()
-        sizes.clear()
-        oldest.clear()
-
+    chunk = _Chunk(result, start, new_batch)
+    builders, counts, sizes = chunk.builders, chunk.counts, chunk.sizes
     for record in records:
         offset = record.offset
         if offset < start:
@@ -225,26 +303,19 @@ def build_placed(
         d = place(key, offset, count)
         builder = builders.get(d)
         if builder is None:
-            builder = builders[d] = new_batch()
-            counts[d] = sizes[d] = 0
-            oldest[d] = timestamp if record.timestamp_type else fetched_ms
+            builder = chunk.open(d, timestamp if record.timestamp_type else fetched_ms)
         try:
             added = builder.append(timestamp=timestamp, key=key, value=value, headers=tags)
             raw_keys = False
         except (TypeError, UnicodeEncodeError):  # a header key kept as bytes (kafka.decoding)
             added, raw_keys = None, True
         if added is None:
-            if first < offset:
-                close(offset)  # full (or refusing that key): every destination's batch ends here
-                first = offset
-            builder = builders[d] = new_batch.raw_keys() if raw_keys else new_batch()
-            counts[d] = sizes[d] = 0
-            oldest[d] = timestamp if record.timestamp_type else fetched_ms
+            oldest_ms = timestamp if record.timestamp_type else fetched_ms
+            builder = chunk.restart(d, offset, oldest_ms, raw_keys)
             builder.append(timestamp=timestamp, key=key, value=value, headers=tags)
         counts[d] += 1
         sizes[d] += (len(key) if key else 0) + (len(value) if value else 0)
-    if first < end:
-        close(end)
+    chunk.finish(end)
     return result
 
 

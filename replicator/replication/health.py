@@ -212,7 +212,7 @@ def take_census(
     """Count ``partitions`` by state, gather the reasons of those not replicating and, with a
     ``log_end``, their lag per destination topic: one pass, no sorting."""
     census = Census()
-    counts, topics, lags, stalled = census.counts, census.topics, census.lag, census.stalled
+    counts, topics, lags = census.counts, census.topics, census.lag
     longest, max_lag, max_tp = 0.0, -1, None
     for partition in partitions:
         age = partition.oldest_unacked_age(now)  # 0 for a partition that is not open
@@ -223,16 +223,8 @@ def take_census(
         counts[state] += 1
         topics.add(topic)
         longest = max(longest, age)
-        if state == STALLED:
-            stalled.add(tp)
-        elif state == STARTING:
-            census.starting.add(partition.last_error or _PREPARING, tp)
-        elif state == HALTED:
-            kind = partition.state
-            census.halted_kinds[kind] += 1
-            census.halted.add(f"{kind}: {partition.last_error}", tp)
-            if partition.halt_kind is Halt.BLOCKED:
-                census.blocked_topics.add(topic)
+        if state != REPLICATING:
+            _why(census, partition, state)
         if partition.mode in FED_ALONE:
             census.detached += 1
         if log_end is None:
@@ -250,6 +242,21 @@ def take_census(
     if max_tp is not None:
         census.max_lag = (max_lag, max_tp)
     return census
+
+
+def _why(census: Census, partition: LegPartition, state: str) -> None:
+    """Gather why a partition that is not replicating is stalled, starting or halted."""
+    tp = partition.tp
+    if state == STALLED:
+        census.stalled.add(tp)
+    elif state == STARTING:
+        census.starting.add(partition.last_error or _PREPARING, tp)
+    elif state == HALTED:
+        kind = partition.state
+        census.halted_kinds[kind] += 1
+        census.halted.add(f"{kind}: {partition.last_error}", tp)
+        if partition.halt_kind is Halt.BLOCKED:
+            census.blocked_topics.add(partition.target_topic)
 
 
 # -- which partitions /status lists ---------------------------------------------------------------

@@ -249,13 +249,7 @@ class Takeover:
         committed: dict[TopicPartition, int | None],
         handed_back: frozenset[TopicPartition],
     ) -> dict[TopicPartition, int]:
-        if self.kind is TakeOver.MIRRORMAKER1:
-            found = await GroupOffsets(consumer, self.group).fetch(list(committed))
-            positions = {tp: offset for tp, offset in found.items() if offset is not None}
-        else:
-            positions = await read_connect_positions(
-                target_reader, self.topic, self.source, self.timeout
-            )
+        positions = await self._positions(consumer, target_reader, list(committed))
 
         def ahead(tp: TopicPartition, position: int) -> bool:
             mine = committed[tp]
@@ -274,15 +268,9 @@ class Takeover:
         confirmed_by_target = 0
         if self.kind is TakeOver.MIRRORMAKER2 and self.preserve_partitions and targets:
             # MirrorMaker 2 keeps partition numbers: its copies say how far it got.
-            found_by_target = await self._confirm(target_reader, partitions, saved, targets)
-            for tp, confirmed in found_by_target.items():
-                starts[tp] = confirmed.position
-                confirmed_by_target += confirmed.confirmed
-                counts["copied_past_its_saved_position"] += confirmed.ahead
-                counts["found_by_the_target_only"] += tp not in saved and confirmed.confirmed
-                counts["unconfirmed"] += not confirmed.confirmed
-                if not confirmed.confirmed and tp not in saved:
-                    del starts[tp]  # its copies were not found in the source
+            confirmed_by_target = await self._by_target(
+                target_reader, partitions, saved, targets, starts, counts
+            )
         self.outcome = {
             "from": self.predecessor,
             "partitions": {
@@ -305,27 +293,82 @@ class Takeover:
             await self.tail.save_marks(marks, self.timeout)
         if self.preserve_partitions:
             # Before the offsets too: taken over again, the same handover is kept again.
-            at_ms = int(time.time() * 1000)
-            handovers = []
-            for tp, start in starts.items():
-                target = targets.get(tp)
-                if target is not None and ends[target] > 0:  # MirrorMaker copied some
-                    source_cluster, target_cluster = self.clusters
-                    handovers.append(
-                        Handover(
-                            source=source_cluster,
-                            target=target_cluster,
-                            topic=tp.topic,
-                            partition=tp.partition,
-                            target_topic=target.topic,
-                            source_offset=start,
-                            target_offset=ends[target],
-                            predecessor=self.predecessor,
-                            at_ms=at_ms,
-                        )
-                    )
-            await self.keep_handovers(handovers)
+            await self.keep_handovers(self._handovers(starts, targets, ends))
         await self.commit(starts)
+        self._log_taken(starts, partitions, counts)
+        return starts
+
+    async def _positions(
+        self,
+        consumer: AIOKafkaConsumer,
+        target_reader: AIOKafkaConsumer,
+        partitions: list[TopicPartition],
+    ) -> dict[TopicPartition, int]:
+        """The positions the predecessor saved: MirrorMaker 1's group offsets of ``partitions``
+        in the source, MirrorMaker 2's Connect offsets in the target."""
+        if self.kind is TakeOver.MIRRORMAKER1:
+            found = await GroupOffsets(consumer, self.group).fetch(partitions)
+            return {tp: offset for tp, offset in found.items() if offset is not None}
+        return await read_connect_positions(target_reader, self.topic, self.source, self.timeout)
+
+    async def _by_target(
+        self,
+        target_reader: AIOKafkaConsumer,
+        partitions: list[TopicPartition],
+        saved: dict[TopicPartition, int],
+        targets: dict[TopicPartition, TopicPartition],
+        starts: dict[TopicPartition, int],
+        counts: Counter[str],
+    ) -> int:
+        """``starts`` moved to where the target's copies say MirrorMaker 2 got (and ``counts``
+        kept); how many partitions the target confirmed."""
+        confirmed_by_target = 0
+        found_by_target = await self._confirm(target_reader, partitions, saved, targets)
+        for tp, confirmed in found_by_target.items():
+            starts[tp] = confirmed.position
+            confirmed_by_target += confirmed.confirmed
+            counts["copied_past_its_saved_position"] += confirmed.ahead
+            counts["found_by_the_target_only"] += tp not in saved and confirmed.confirmed
+            counts["unconfirmed"] += not confirmed.confirmed
+            if not confirmed.confirmed and tp not in saved:
+                del starts[tp]  # its copies were not found in the source
+        return confirmed_by_target
+
+    def _handovers(
+        self,
+        starts: dict[TopicPartition, int],
+        targets: dict[TopicPartition, TopicPartition],
+        ends: dict[TopicPartition, int],
+    ) -> list[Handover]:
+        """Where the predecessor handed each partition over, for those it copied some of."""
+        at_ms = int(time.time() * 1000)
+        handovers = []
+        for tp, start in starts.items():
+            target = targets.get(tp)
+            if target is not None and ends[target] > 0:  # MirrorMaker copied some
+                source_cluster, target_cluster = self.clusters
+                handovers.append(
+                    Handover(
+                        source=source_cluster,
+                        target=target_cluster,
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        target_topic=target.topic,
+                        source_offset=start,
+                        target_offset=ends[target],
+                        predecessor=self.predecessor,
+                        at_ms=at_ms,
+                    )
+                )
+        return handovers
+
+    def _log_taken(
+        self,
+        starts: dict[TopicPartition, int],
+        partitions: list[TopicPartition],
+        counts: Counter[str],
+    ) -> None:
+        """Say what was taken over, and warn of the partitions the target did not confirm."""
         self.log.info(
             f"took over from {self.predecessor}",
             partitions=len(starts),
@@ -340,7 +383,6 @@ class Takeover:
                 "position, or by START_FROM without one (records may be copied again)",
                 partitions=counts["unconfirmed"],
             )
-        return starts
 
     async def _existing_targets(
         self, target_reader: AIOKafkaConsumer, partitions: list[TopicPartition]
