@@ -1,6 +1,7 @@
 """The documentation site builds: ``mkdocs build --strict`` exits 0 (a broken link, a missing
-page or a bad anchor fails), every page under ``docs/`` is in the navigation, and README's links
-into ``docs/`` name pages that exist."""
+page or a bad anchor fails), every page under ``docs/`` is in the navigation, README's links
+into ``docs/`` name pages that exist, and the comparison with MirrorMaker has one copy: README's,
+which the site's home page includes."""
 
 from __future__ import annotations
 
@@ -73,6 +74,48 @@ def test_every_page_is_in_the_nav_once() -> None:
 def test_readme_links_into_docs_name_pages_that_exist() -> None:
     readme = (ROOT / "README.md").read_text()
     links = re.findall(r"\]\((docs/[^)#\s]+)(?:#[^)]*)?\)", readme)
+    links += re.findall(r"^\[[^\]]+\]:\s*(docs/[^#\s]+)", readme, flags=re.MULTILINE)
     assert links, "README links to no docs page"
     missing = sorted(link for link in set(links) if not (ROOT / link).is_file())
     assert not missing, f"README links to missing docs pages: {missing}"
+
+
+COMPARISON_HEADER = "| | Replicator | MirrorMaker 1 | MirrorMaker 2 |"
+SECTION = re.compile(
+    r"<!-- --8<-- \[start:comparison\] -->\n(.*?)<!-- --8<-- \[end:comparison\] -->", re.DOTALL
+)
+
+
+def _reference_definitions(text: str) -> set[str]:
+    return set(re.findall(r"^\[([^\]]+)\]:\s*\S+", text, flags=re.MULTILINE))
+
+
+def test_the_comparison_table_has_one_copy() -> None:
+    """README.md holds the table between snippet markers; docs/index.md includes that section."""
+    readme = (ROOT / "README.md").read_text()
+    section = SECTION.search(readme)
+    assert section, "README.md has no comparison section (snippet markers)"
+    assert COMPARISON_HEADER in section.group(1)
+    copies = [
+        str(path.relative_to(ROOT))
+        for path in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+        if COMPARISON_HEADER in path.read_text()
+    ]
+    assert copies == ["README.md"], f"the comparison table is written out in {copies}"
+    assert '--8<-- "README.md:comparison"' in (DOCS / "index.md").read_text()
+    assert "pymdownx.snippets" in str(_config()["markdown_extensions"])
+
+
+def test_the_comparison_links_resolve_in_both_places() -> None:
+    """A relative link resolves differently from README.md and docs/index.md: the section's links
+    are reference-style, each defined in both files with the path right for that file."""
+    readme = (ROOT / "README.md").read_text()
+    section = SECTION.search(readme)
+    assert section
+    inline = re.findall(r"\]\((?!https?://)[^)]*\)", section.group(1))
+    assert not inline, f"relative inline links in the comparison section: {inline}"
+    references = set(re.findall(r"\]\[([^\]]+)\]", section.group(1)))
+    index = (DOCS / "index.md").read_text()
+    for name, text in (("README.md", readme), ("docs/index.md", index)):
+        missing = references - _reference_definitions(text)
+        assert not missing, f"{name} does not define the comparison's links {sorted(missing)}"
