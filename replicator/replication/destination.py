@@ -8,7 +8,7 @@ resume: :class:`TailReader`). With it come :class:`TopicPreparer` (prepare a des
 forget one deleted) and :class:`DeadLetterSink` (park a record too large). :class:`KafkaDestination`
 is the implementation on aiokafka; the unit tests drive the sender through an in-memory one
 (``tests/unit/replication/destinations.py``), as :mod:`replicator.failover.positions` is driven
-through ``MemoryLog``.
+through ``MemoryLog`` (``tests/unit/failover/test_positions.py``).
 """
 
 from __future__ import annotations

@@ -348,7 +348,8 @@ class LegRunner:
         await self.destination.tail.save_marks(marks, within)
 
     async def _sync_topic_configs(self, stop: asyncio.Event) -> None:
-        """Destination topics' configs follow their source's (topics.py), every interval."""
+        """Destination topics' configs follow their source's (topics/provisioning.py), every
+        interval."""
         every = self._settings.topic_config_sync_interval_ms / 1000
         # A destination that refuses (no AlterConfigs) is asked less and less often.
         backoff = Backoff(base=every, ceiling=max(every, _CONFIG_SYNC_CEILING_S))
