@@ -1,7 +1,7 @@
 """The documentation site builds: ``mkdocs build --strict`` exits 0 (a broken link, a missing
 page or a bad anchor fails), every page under ``docs/`` is in the navigation, README's links
-into ``docs/`` name pages that exist, and the comparison with MirrorMaker has one copy: README's,
-which the site's home page includes."""
+into ``docs/`` name pages that exist, the comparison with MirrorMaker has one copy (README's,
+which the site's home page includes), and the glossary names code that exists."""
 
 from __future__ import annotations
 
@@ -119,3 +119,30 @@ def test_the_comparison_links_resolve_in_both_places() -> None:
     for name, text in (("README.md", readme), ("docs/index.md", index)):
         missing = references - _reference_definitions(text)
         assert not missing, f"{name} does not define the comparison's links {sorted(missing)}"
+
+
+def test_the_glossary_names_code_that_exists() -> None:
+    """Each term is defined as the code uses it, naming the class, function or module that owns
+    it: a rename that leaves the glossary behind fails here."""
+    glossary = (DOCS / "glossary.md").read_text()
+    paths = set(re.findall(r"`(replicator/[\w/]+\.py)`", glossary))
+    assert paths, "the glossary names no module"
+    assert not sorted(p for p in paths if not (ROOT / p).is_file())
+    code = "\n".join(p.read_text() for p in (ROOT / "replicator").rglob("*.py"))
+    names = {
+        name
+        for mention in re.findall(r"`([A-Za-z_][\w.]*)`", glossary)
+        for name in mention.split(".")
+        if re.fullmatch(r"[A-Z][a-z]\w*|[a-z]+_[a-z_]+", name)
+    }
+    assert names, "the glossary names no class or function"
+    # Classes and functions are defined in the code; other names (states, attributes, metrics)
+    # appear in it or in the reference pages generated from it.
+    reference = "\n".join(p.read_text() for p in (DOCS / "reference").glob("*.md"))
+    missing = sorted(
+        n
+        for n in names
+        if not re.search(rf"\b(class|def) {n}\b|\b{n}\b =", code)
+        and (n[0].isupper() or not re.search(rf"\b{n}\b", code + reference))
+    )
+    assert not missing, f"the glossary names what the code does not define: {missing}"
