@@ -1,7 +1,8 @@
 """The documentation site builds: ``mkdocs build --strict`` exits 0 (a broken link, a missing
 page or a bad anchor fails), every page under ``docs/`` is in the navigation, README's links
 into ``docs/`` name pages that exist, the comparison with MirrorMaker has one copy (README's,
-which the site's home page includes), and the glossary names code that exists."""
+which the site's home page includes), the changelog page includes CHANGELOG.md, and the
+glossary names code that exists."""
 
 from __future__ import annotations
 
@@ -146,3 +147,9 @@ def test_the_glossary_names_code_that_exists() -> None:
         and (n[0].isupper() or not re.search(rf"\b{n}\b", code + reference))
     )
     assert not missing, f"the glossary names what the code does not define: {missing}"
+
+
+def test_the_changelog_page_includes_the_changelog() -> None:
+    """CHANGELOG.md is the one copy; the site's page includes it whole."""
+    assert (DOCS / "changelog.md").read_text().strip() == '--8<-- "CHANGELOG.md"'
+    assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changelog\n")
