@@ -56,10 +56,6 @@ class Leg:
         route = f"{self.source}->{self.destination}"
         return route if self.flow is None else f"{self.flow}:{route}"
 
-    @property
-    def is_local(self) -> bool:
-        return self.source == self.destination
-
     def group_id(self, prefix: str) -> str:
         """The consumer group that holds this leg's upstream offsets on the source cluster."""
         return f"{prefix}.{self.source}.{self.destination}"

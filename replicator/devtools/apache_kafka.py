@@ -205,8 +205,8 @@ class Security:
     """What a cluster's listeners beyond PLAINTEXT ask of clients.
 
     ``pki`` is a directory holding ``ca.pem`` and ``broker.pem`` (PKCS#8 key, leaf, CA) made by
-    :func:`replicator.devtools.pki.write_pki`; ``users`` are SCRAM users created at format time;
-    ``acls`` switches on the standard authorizer with ``super_users`` allowed everything (the
+    ``write_pki`` in ``tests/integration/pki.py``; ``users`` are SCRAM users created at format
+    time; ``acls`` switches on the standard authorizer with ``super_users`` allowed everything (the
     broker's own PLAINTEXT listener stays open for the harness, as ``User:ANONYMOUS``).
     """
 

@@ -3,7 +3,7 @@
 ``positions``
     The translation of one position between clusters, through the provenance of the records
     around it (:class:`~replicator.failover.positions.PartitionLog` is its seam,
-    :class:`~replicator.failover.positions.MemoryLog` the in-memory fake its tests use).
+    ``MemoryLog`` in ``tests/unit/failover/test_positions.py`` the in-memory fake its tests use).
 ``group_positions``
     A whole group's positions translated (every partition it has a position in).
 ``checkpoints``

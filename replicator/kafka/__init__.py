@@ -2,8 +2,8 @@
 
 ``clients``
     Client factories from a cluster's settings (security, credentials and timeouts in one place),
-    cluster probes, group offsets, and the translation of every aiokafka error into
-    :mod:`replicator.errors`.
+    cluster probes, what is learnt once per cluster (whether it grants idempotent producers),
+    group offsets, and the translation of every aiokafka error into :mod:`replicator.errors`.
 ``retry``
     The one retry policy: :func:`~replicator.kafka.retry.retrying` and its backoff.
 ``producer``

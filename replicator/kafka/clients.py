@@ -3,6 +3,8 @@
 Every Kafka client the replicator uses is built here from a :class:`ClusterSettings` (so security
 options, per-cluster credentials and timeouts are applied in one place), and every aiokafka
 exception is translated here into :mod:`replicator.errors`, so callers only ask ``retriable``.
+What is learnt about a cluster is kept once for it, in its :class:`ClusterClient`: whether it
+last answered, and whether it grants idempotent producers.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiokafka.errors as kerr
+import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
@@ -37,6 +40,8 @@ from replicator.kafka import internals
 from replicator.kafka.decoding import as_fetched
 from replicator.lifecycle import LISTING_MS_PER_PARTITION, close_quietly, walk_interval
 from replicator.model.offsets import OutOfRange, out_of_range
+
+log = structlog.get_logger(__name__)
 
 _REFUSED = (
     kerr.MessageSizeTooLargeError,
@@ -419,6 +424,17 @@ async def check_position(
     return out_of_range(position, start, end)
 
 
+def idempotence_refused(exc: BaseException) -> bool:
+    """Whether a producer failed to start because the broker refused it a producer id
+    (``InitProducerId``), not because the cluster was unreachable."""
+    unreachable = (kerr.KafkaConnectionError, kerr.NodeNotReadyError, kerr.RequestTimedOutError)
+    return (
+        isinstance(exc, kerr.KafkaError)
+        and not isinstance(exc, unreachable)
+        and not isinstance(exc, (kerr.AuthenticationFailedError, kerr.SaslAuthenticationFailed))
+    )
+
+
 def make_admin(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaAdminClient:
     options = client_options(cluster, settings)
     options.pop("metadata_max_age_ms")
@@ -440,6 +456,10 @@ class ClusterClient:
         self._lock = asyncio.Lock()
         self.error: str | None = "not contacted yet"
         self.retriable = True  # whether the last error may go away by itself
+        # Whether producers made for this cluster ask for idempotence (REPLICATOR_IDEMPOTENCE):
+        # until the cluster refuses one a producer id, learnt once here for every leg and
+        # heartbeat that writes to it (:meth:`producer_failed`).
+        self.idempotence = settings.idempotence
 
     async def admin(self) -> AIOKafkaAdminClient:
         """The connected admin client; raises a translated error if the cluster is unreachable."""
@@ -494,6 +514,20 @@ class ClusterClient:
             return
         self.error = None
         self.retriable = True
+
+    def producer_failed(self, exc: BaseException) -> None:
+        """A producer made for this cluster failed to start with ``exc``: if the cluster refused
+        it a producer id (:func:`idempotence_refused`), its producers go without idempotence from
+        now on. Learnt, and said in one error line, once for the cluster."""
+        if not (self.idempotence and idempotence_refused(exc)):
+            return
+        self.idempotence = False
+        log.error(
+            "the cluster refused an idempotent producer (InitProducerId answered "
+            f"{type(exc).__name__}): its producers go without; a batch whose outcome is unknown "
+            "resumes from the destination's tail instead of being retried",
+            cluster=self.alias,
+        )
 
     @property
     def bootstrap_servers(self) -> str:

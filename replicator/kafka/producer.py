@@ -53,7 +53,12 @@ from replicator.errors import (
     ReplicatorError,
     TopicGone,
 )
-from replicator.kafka.clients import client_options, track_topics, translate
+from replicator.kafka.clients import (
+    client_options,
+    idempotence_refused,
+    track_topics,
+    translate,
+)
 from replicator.kafka.internals import (
     BatchFactory,
     FencingPolicy,
@@ -213,17 +218,6 @@ _POLICY = FencingPolicy(
     state_lost=lambda error: isinstance(error, _PRODUCER_STATE_LOST),
     queued_error=lambda tp: OutcomeUnknown(f"queued behind a batch of unknown outcome ({tp})"),
 )
-
-
-def idempotence_refused(exc: BaseException) -> bool:
-    """Whether a producer failed to start because the broker refused it a producer id
-    (``InitProducerId``), not because the cluster was unreachable."""
-    unreachable = (kerr.KafkaConnectionError, kerr.NodeNotReadyError, kerr.RequestTimedOutError)
-    return (
-        isinstance(exc, kerr.KafkaError)
-        and not isinstance(exc, unreachable)
-        and not isinstance(exc, (kerr.AuthenticationFailedError, kerr.SaslAuthenticationFailed))
-    )
 
 
 def make_producer(

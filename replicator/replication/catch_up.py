@@ -166,7 +166,7 @@ class CatchUpFetch:
                 self._positions[tp] = position
                 partition.pass_over(start, position)
         for poison in take_poisoned(self._source()):
-            # Stopped at a record it cannot decode: the partition halts there (source.py).
+            # Stopped at a record it cannot decode: the partition halts there (kafka/decoding.py).
             self._source().pause(poison.tp)
             self._positions.pop(poison.tp, None)
             partition = self._partitions.get(poison.tp)

@@ -9,7 +9,8 @@ partition's tail (where to resume: :class:`TailReader`). With it come :class:`To
 (prepare a destination topic, forget one deleted) and :class:`DeadLetterSink` (park a record too
 large). :class:`KafkaDestination` is the implementation on aiokafka; the unit tests drive the
 sender through an in-memory one (``tests/unit/replication/destinations.py``), as
-:mod:`replicator.failover.positions` is driven through ``MemoryLog``.
+:mod:`replicator.failover.positions` is driven through ``MemoryLog``
+(``tests/unit/failover/test_positions.py``).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from replicator.config.settings import HeartbeatPlacement, Settings
 from replicator.config.topology import FeedPlan
 from replicator.errors import ProvenanceError, ReplicatorError
 from replicator.kafka.clients import ClusterClient, make_reader
-from replicator.kafka.producer import idempotence_refused, make_producer
+from replicator.kafka.producer import make_producer
 from replicator.kafka.retry import Backoff, retrying
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.model import provenance
@@ -191,7 +191,6 @@ class FlowHeartbeat:
         self.topic = settings.heartbeat_topic
         self.target_topic = plan.rules.target(self.topic)
         self._interval = settings.heartbeat_interval_ms / 1000
-        self._idempotence = settings.idempotence
         self._emitted = metrics.heartbeats_emitted.labels(plan.name)
         self._age = metrics.heartbeat_age.labels(plan.name)
         self._delay = metrics.heartbeat_delay.labels(plan.name)
@@ -304,20 +303,16 @@ class FlowHeartbeat:
         await self._ensure_topic(emission)
         cluster = self._settings.clusters[emission.alias]
         client_id = f"replicator-{self.plan.name}-heartbeat"
-        producer = make_producer(
-            cluster, self._settings, client_id, enable_idempotence=self._idempotence
-        )
+        # Idempotent until the cluster refuses a producer id (heartbeats need no deduplication).
+        asked = emission.client.idempotence
+        producer = make_producer(cluster, self._settings, client_id, enable_idempotence=asked)
         try:
             await producer.start()
         except Exception as exc:
             await close_quietly(producer.stop())
-            if self._idempotence and idempotence_refused(exc):
-                self._idempotence = False  # as the legs do: heartbeats need no deduplication
-                self._log.info(
-                    "the cluster refused an idempotent producer: heartbeats go without",
-                    cluster=emission.alias,
-                )
-                return await self._start_producer(emission)
+            emission.client.producer_failed(exc)
+            if asked and not emission.client.idempotence:
+                return await self._start_producer(emission)  # refused: again without
             raise
         except BaseException:
             await close_quietly(producer.stop())

@@ -44,7 +44,7 @@ from replicator.kafka.clients import (
     start_consumer,
     why_unreachable,
 )
-from replicator.kafka.producer import idempotence_refused, make_producer
+from replicator.kafka.producer import make_producer
 from replicator.kafka.retry import Backoff, retrying
 from replicator.lifecycle import (
     IdleWait,
@@ -115,8 +115,6 @@ class LegRunner:
         self._destination_client = destination_client
         route = f"{leg.source}-to-{leg.destination}"
         self._client_id = f"replicator-{route}" if leg.flow is None else f"replicator-{leg.flow}"
-        # Asked for until the destination refuses it a producer id (then never again).
-        self._idempotence = settings.idempotence
         self.group = leg.group_id(plan.leg_group_prefix)
         self._consumer: AIOKafkaConsumer | None = None
         self.destination = KafkaDestination(
@@ -204,8 +202,12 @@ class LegRunner:
 
     def _new_producer(self) -> AIOKafkaProducer:
         destination = self._settings.clusters[self.leg.destination]
+        # Idempotent until the destination cluster refuses a producer id (then never again).
         return make_producer(
-            destination, self._settings, self._client_id, enable_idempotence=self._idempotence
+            destination,
+            self._settings,
+            self._client_id,
+            enable_idempotence=self._destination_client.idempotence,
         )
 
     def _new_reader(self) -> AIOKafkaConsumer:
@@ -256,14 +258,7 @@ class LegRunner:
             except BaseException as exc:
                 await close_quietly(destination.producer.stop())
                 await close_quietly(destination.reader.stop())
-                if self._idempotence and idempotence_refused(exc):
-                    self._idempotence = False
-                    self._log.error(
-                        "the destination refused an idempotent producer (InitProducerId "
-                        f"answered {type(exc).__name__}): continuing without; a batch whose "
-                        "outcome is unknown resumes from the destination's tail instead of "
-                        "being retried",
-                    )
+                self._destination_client.producer_failed(exc)  # refused idempotence?
                 destination.replace(self._new_producer(), self._new_reader())
                 if isinstance(exc, Exception):
                     cluster = self._settings.clusters[self.leg.destination]
@@ -354,7 +349,8 @@ class LegRunner:
         await self.destination.tail.save_marks(marks, within)
 
     async def _sync_topic_configs(self, stop: asyncio.Event) -> None:
-        """Destination topics' configs follow their source's (topics.py), every interval."""
+        """Destination topics' configs follow their source's (topics/provisioning.py), every
+        interval."""
         every = self._settings.topic_config_sync_interval_ms / 1000
         # A destination that refuses (no AlterConfigs) is asked less and less often.
         backoff = Backoff(base=every, ceiling=max(every, _CONFIG_SYNC_CEILING_S))

@@ -224,11 +224,6 @@ async def topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str
     return _replicable(await _config_entries(admin, topic))
 
 
-async def topic_overrides(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
-    """The configs set on ``topic`` itself (what AlterConfigs replaces)."""
-    return _overrides(await _config_entries(admin, topic))
-
-
 def _overrides(entries: list[Any]) -> dict[str, str]:
     return {
         entry[0]: entry[1]
@@ -811,12 +806,6 @@ def _max_message_bytes(entries: list[Any]) -> int | None:
         if entry[0] == "max.message.bytes" and entry[1] is not None:
             return int(entry[1])
     return None
-
-
-def partitions_to_add(destination_partitions: int, source_partitions: int) -> int | None:
-    """The partition count to grow a destination topic to, or ``None``: only ever up to the
-    source's count (Kafka cannot shrink a topic, and more than the source is not asked for)."""
-    return source_partitions if destination_partitions < source_partitions else None
 
 
 def partition_shortfall(

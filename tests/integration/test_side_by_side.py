@@ -42,7 +42,6 @@ from replicator.devtools.mirror_makers import (
 from replicator.kafka.readers import StoredRecord, cluster_partitions, read_topics
 from replicator.mirrormaker.mm1 import server_alias
 from replicator.model.provenance import HEADER_NAMES
-from replicator.topics.provisioning import topic_overrides
 from tests.integration.harness import (
     BACKEND,
     Broker,
@@ -54,6 +53,7 @@ from tests.integration.harness import (
     read,
     run,
     start_clusters,
+    topic_overrides,
     wait_until,
 )
 from tests.integration.test_failover import consume

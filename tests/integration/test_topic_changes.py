@@ -26,7 +26,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from replicator.config.settings import load_settings
 from replicator.kafka.clients import ClusterClient
-from replicator.topics.provisioning import ClusterAdmin, topic_overrides
+from replicator.topics.provisioning import ClusterAdmin
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
     BACKEND,
@@ -50,6 +50,7 @@ from tests.integration.harness import (
     replicator_env,
     run,
     start_clusters,
+    topic_overrides,
     wait_settled,
     wait_until,
 )

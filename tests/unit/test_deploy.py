@@ -124,6 +124,22 @@ def test_build_context_holds_what_the_dockerfile_copies() -> None:
                 assert any(source == a or source.startswith(a + "/") for a in admitted), source
 
 
+def test_the_image_build_copies_the_license_files() -> None:
+    """pyproject names its license files; building the package without them fails."""
+    copied = {
+        source
+        for stage in dockerfile_stages()
+        for instruction in stage
+        if instruction.keyword == "COPY" and not instruction.arguments.startswith("--from")
+        for source in instruction.arguments.split()[:-1]
+    }
+    license_files = project()["license-files"]
+    assert license_files, "pyproject.toml names no license file"
+    for name in license_files:
+        assert (ROOT / name).is_file(), name
+        assert name in copied, f"the Dockerfile does not copy {name}"
+
+
 def test_image_pins_satisfy_the_package_requirements() -> None:
     pins: dict[str, str] = {}
     for line in (DEPLOY / "requirements.txt").read_text().splitlines():

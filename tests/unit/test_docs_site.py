@@ -1,6 +1,8 @@
 """The documentation site builds: ``mkdocs build --strict`` exits 0 (a broken link, a missing
-page or a bad anchor fails), every page under ``docs/`` is in the navigation, and README's links
-into ``docs/`` name pages that exist."""
+page or a bad anchor fails), every page under ``docs/`` is in the navigation, README's links
+into ``docs/`` name pages that exist, the comparison with MirrorMaker has one copy (README's,
+which the site's home page includes), the changelog page includes CHANGELOG.md, and the
+glossary names code that exists."""
 
 from __future__ import annotations
 
@@ -73,6 +75,81 @@ def test_every_page_is_in_the_nav_once() -> None:
 def test_readme_links_into_docs_name_pages_that_exist() -> None:
     readme = (ROOT / "README.md").read_text()
     links = re.findall(r"\]\((docs/[^)#\s]+)(?:#[^)]*)?\)", readme)
+    links += re.findall(r"^\[[^\]]+\]:\s*(docs/[^#\s]+)", readme, flags=re.MULTILINE)
     assert links, "README links to no docs page"
     missing = sorted(link for link in set(links) if not (ROOT / link).is_file())
     assert not missing, f"README links to missing docs pages: {missing}"
+
+
+COMPARISON_HEADER = "| | Replicator | MirrorMaker 1 | MirrorMaker 2 |"
+SECTION = re.compile(
+    r"<!-- --8<-- \[start:comparison\] -->\n(.*?)<!-- --8<-- \[end:comparison\] -->", re.DOTALL
+)
+
+
+def _reference_definitions(text: str) -> set[str]:
+    return set(re.findall(r"^\[([^\]]+)\]:\s*\S+", text, flags=re.MULTILINE))
+
+
+def test_the_comparison_table_has_one_copy() -> None:
+    """README.md holds the table between snippet markers; docs/index.md includes that section."""
+    readme = (ROOT / "README.md").read_text()
+    section = SECTION.search(readme)
+    assert section, "README.md has no comparison section (snippet markers)"
+    assert COMPARISON_HEADER in section.group(1)
+    copies = [
+        str(path.relative_to(ROOT))
+        for path in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+        if COMPARISON_HEADER in path.read_text()
+    ]
+    assert copies == ["README.md"], f"the comparison table is written out in {copies}"
+    assert '--8<-- "README.md:comparison"' in (DOCS / "index.md").read_text()
+    assert "pymdownx.snippets" in str(_config()["markdown_extensions"])
+
+
+def test_the_comparison_links_resolve_in_both_places() -> None:
+    """A relative link resolves differently from README.md and docs/index.md: the section's links
+    are reference-style, each defined in both files with the path right for that file."""
+    readme = (ROOT / "README.md").read_text()
+    section = SECTION.search(readme)
+    assert section
+    inline = re.findall(r"\]\((?!https?://)[^)]*\)", section.group(1))
+    assert not inline, f"relative inline links in the comparison section: {inline}"
+    references = set(re.findall(r"\]\[([^\]]+)\]", section.group(1)))
+    index = (DOCS / "index.md").read_text()
+    for name, text in (("README.md", readme), ("docs/index.md", index)):
+        missing = references - _reference_definitions(text)
+        assert not missing, f"{name} does not define the comparison's links {sorted(missing)}"
+
+
+def test_the_glossary_names_code_that_exists() -> None:
+    """Each term is defined as the code uses it, naming the class, function or module that owns
+    it: a rename that leaves the glossary behind fails here."""
+    glossary = (DOCS / "glossary.md").read_text()
+    paths = set(re.findall(r"`(replicator/[\w/]+\.py)`", glossary))
+    assert paths, "the glossary names no module"
+    assert not sorted(p for p in paths if not (ROOT / p).is_file())
+    code = "\n".join(p.read_text() for p in (ROOT / "replicator").rglob("*.py"))
+    names = {
+        name
+        for mention in re.findall(r"`([A-Za-z_][\w.]*)`", glossary)
+        for name in mention.split(".")
+        if re.fullmatch(r"[A-Z][a-z]\w*|[a-z]+_[a-z_]+", name)
+    }
+    assert names, "the glossary names no class or function"
+    # Classes and functions are defined in the code; other names (states, attributes, metrics)
+    # appear in it or in the reference pages generated from it.
+    reference = "\n".join(p.read_text() for p in (DOCS / "reference").glob("*.md"))
+    missing = sorted(
+        n
+        for n in names
+        if not re.search(rf"\b(class|def) {n}\b|\b{n}\b =", code)
+        and (n[0].isupper() or not re.search(rf"\b{n}\b", code + reference))
+    )
+    assert not missing, f"the glossary names what the code does not define: {missing}"
+
+
+def test_the_changelog_page_includes_the_changelog() -> None:
+    """CHANGELOG.md is the one copy; the site's page includes it whole."""
+    assert (DOCS / "changelog.md").read_text().strip() == '--8<-- "CHANGELOG.md"'
+    assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changelog\n")

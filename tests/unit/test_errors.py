@@ -159,7 +159,7 @@ def test_broker_error_codes() -> None:
     assert not broker_error(38).retriable  # InvalidReplicationFactor
 
 
-# -- what topics.py makes of a CreateTopics answer ----------------------------------------------
+# -- what provisioning.py makes of a CreateTopics answer ---------------------------------------
 
 
 def test_a_created_topic_is_no_failure() -> None:

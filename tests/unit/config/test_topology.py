@@ -37,7 +37,7 @@ def test_legs_local_first_then_remotes_with_their_own_groups() -> None:
     legs = legs_for(load_settings(BASE))
     assert legs == [Leg("dc2", "dc2"), Leg("dc2", "dc1"), Leg("dc2", "dc3")]
     assert [leg.name for leg in legs] == ["dc2->dc2", "dc2->dc1", "dc2->dc3"]
-    assert legs[0].is_local and not legs[1].is_local
+    assert legs[0].source == legs[0].destination and legs[1].source != legs[1].destination
     assert len({leg.group_id("replicator") for leg in legs}) == 3
     assert legs[1].group_id("replicator") == "replicator.dc2.dc1"
 

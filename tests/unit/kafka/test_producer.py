@@ -1,5 +1,6 @@
-"""The destination producer's choices that need no broker: which InitProducerId it sends, and
-which failures mean a batch may have been written."""
+"""The destination producer's choices that need no broker: which InitProducerId it sends, which
+failures mean a batch may have been written, and whether a cluster grants idempotence (learnt
+once per cluster)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import aiokafka.errors as kerr
 from aiokafka import TopicPartition
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageBatch
 from aiokafka.producer.transaction_manager import TransactionManager
+from structlog.testing import capture_logs
 
+from replicator.config.settings import load_settings
 from replicator.errors import (
     OutcomeUnknown,
     ProducerStateLost,
@@ -15,6 +18,7 @@ from replicator.errors import (
     ReplicatorError,
     TopicGone,
 )
+from replicator.kafka.clients import ClusterClient
 from replicator.kafka.internals import InitProducerId, _new_producer_id
 from replicator.kafka.producer import _never_retry, idempotence_refused, outcome_error
 
@@ -75,6 +79,41 @@ def test_only_a_refused_producer_id_turns_idempotence_off() -> None:
     assert not idempotence_refused(kerr.KafkaConnectionError())  # unreachable: try again
     assert not idempotence_refused(kerr.SaslAuthenticationFailed())
     assert not idempotence_refused(OSError("refused"))
+
+
+def cluster_client(**env: str) -> ClusterClient:
+    settings = load_settings(
+        {
+            "REPLICATOR_LOCAL_CLUSTER": "dc1",
+            "REPLICATOR_CLUSTERS__DC1__BOOTSTRAP_SERVERS": "a:1",
+            "REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVERS": "b:1",
+            **env,
+        }
+    )
+    return ClusterClient("dc2", settings.clusters["dc2"], settings)
+
+
+def test_a_refused_producer_id_is_learnt_once_for_the_cluster() -> None:
+    """Every leg and heartbeat writing to a cluster makes its producers from what its
+    ClusterClient learnt: refused once, none of them asks again, and one error line says so."""
+    client = cluster_client()
+    assert client.idempotence
+    with capture_logs() as logs:
+        client.producer_failed(kerr.KafkaConnectionError())  # unreachable: asked again
+        assert client.idempotence
+        client.producer_failed(kerr.UnknownError())
+        client.producer_failed(kerr.UnknownError())  # a second producer of the same cluster
+    assert not client.idempotence
+    said = [e for e in logs if "refused an idempotent producer" in e["event"]]
+    assert len(said) == 1 and said[0]["log_level"] == "error" and said[0]["cluster"] == "dc2"
+    assert "UnknownError" in said[0]["event"]
+
+
+def test_a_cluster_not_asked_for_idempotence_learns_nothing() -> None:
+    client = cluster_client(REPLICATOR_IDEMPOTENCE="false")
+    with capture_logs() as logs:
+        client.producer_failed(kerr.UnknownError())
+    assert not client.idempotence and not logs
 
 
 def test_a_destination_that_lost_the_producer_or_the_topic_makes_the_partition_resume() -> None:

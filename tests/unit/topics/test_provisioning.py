@@ -159,6 +159,22 @@ async def test_short_topics_are_grown_together_and_a_refusal_stays_with_its_topi
     assert sum(destination.requests.values()) == before
 
 
+@pytest.mark.parametrize("destination_count", [1, 3, 4, 6])
+async def test_a_destination_is_grown_to_its_source_never_shrunk_never_past_it(
+    destination_count: int,
+) -> None:
+    source = MemoryAdmin("dc1", {"a_REPLICA": 4})
+    destination = MemoryAdmin("dc2", {"a": destination_count})
+    topics = provisioner(source, destination)
+
+    answer = await topics.ensure("a_REPLICA", "a", 0)
+
+    assert answer.partitions == max(destination_count, 4)
+    assert destination.topics["a"] == max(destination_count, 4)
+    assert destination.requests["CreatePartitions"] == (1 if destination_count < 4 else 0)
+    assert topics.grown == ({"a": 4 - destination_count} if destination_count < 4 else {})
+
+
 async def test_a_topic_another_replicator_grew_first_is_used_not_counted_as_grown() -> None:
     source = MemoryAdmin("dc1", {"a_REPLICA": 4})
     destination = MemoryAdmin("dc2", {"a": 2})
