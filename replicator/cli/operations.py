@@ -29,7 +29,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from replicator.config.settings import Settings, TakeOver
+from replicator.config.settings import Settings
 from replicator.config.topology import (
     FeedPlan,
     Rejection,
@@ -38,6 +38,7 @@ from replicator.config.topology import (
     colliding_flow_names,
     feeds_for,
 )
+from replicator.config.values import TakeOver
 from replicator.errors import HandBackRefused
 from replicator.failover.group_positions import active_members
 from replicator.kafka.clients import ClusterClient, GroupOffsets, client_options, translate

@@ -23,7 +23,8 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
 
-from replicator.config.settings import ClusterSettings, Settings
+from replicator.config.clusters import ClusterSettings
+from replicator.config.settings import Settings
 from replicator.errors import (
     AuthenticationFailed,
     AuthorizationFailed,

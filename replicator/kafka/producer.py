@@ -41,7 +41,9 @@ from __future__ import annotations
 import aiokafka.errors as kerr
 from aiokafka import AIOKafkaProducer
 
-from replicator.config.settings import ClusterSettings, Compression, Settings
+from replicator.config.clusters import ClusterSettings
+from replicator.config.settings import Settings
+from replicator.config.values import Compression
 from replicator.errors import OutcomeUnknown
 from replicator.kafka.clients import client_options
 from replicator.kafka.internals import (

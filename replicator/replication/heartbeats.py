@@ -49,8 +49,9 @@ import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.protocol.types import Int16, Int64, Schema, String
 
-from replicator.config.settings import HeartbeatPlacement, Settings
+from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan
+from replicator.config.values import HeartbeatPlacement
 from replicator.errors import ProvenanceError, ReplicatorError
 from replicator.kafka.clients import ClusterClient, make_reader
 from replicator.kafka.producer import idempotence_refused, make_producer

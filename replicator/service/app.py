@@ -25,8 +25,9 @@ from typing import Any
 
 import structlog
 
-from replicator.config.settings import OversizePolicy, Settings, TakeOver
+from replicator.config.settings import Settings
 from replicator.config.topology import colliding_flow_names, feeds_for
+from replicator.config.values import OversizePolicy, TakeOver
 from replicator.errors import Stopped
 from replicator.failover.group_sync import GroupSync
 from replicator.kafka.clients import ClusterClient

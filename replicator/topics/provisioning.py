@@ -44,7 +44,7 @@ from aiokafka.errors import IncompatibleBrokerVersion, InvalidPartitionsError
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
 
-from replicator.config.settings import ConfigSync, DefaultsFrom
+from replicator.config.values import ConfigSync, DefaultsFrom
 from replicator.errors import (
     AuthorizationFailed,
     KafkaFailure,

@@ -24,7 +24,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.kafka.clients import ClusterClient
 from replicator.topics.provisioning import ClusterAdmin, topic_overrides
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures

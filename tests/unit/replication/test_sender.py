@@ -17,8 +17,8 @@ import aiokafka.errors as kerr
 import pytest
 from aiokafka import TopicPartition
 
-from replicator.config.settings import OffsetResetPolicy
 from replicator.config.topology import Leg
+from replicator.config.values import OffsetResetPolicy
 from replicator.errors import TopicMismatch
 from replicator.model.records import SourceRecord
 from replicator.replication.committer import Committer

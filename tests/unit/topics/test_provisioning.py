@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import InvalidPartitionsError
 
-from replicator.config.settings import ConfigSync
+from replicator.config.values import ConfigSync
 from replicator.errors import ClusterUnavailable, TopicMismatch, TopicMissing, TopicRefused
 from replicator.kafka.clients import assign_keeping_topics, pace_metadata
 from replicator.kafka.coalesce import Coalescer

@@ -9,7 +9,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replicator.config.settings import DEFAULT_TOPIC_CONFIGS_EXCLUDE, ConfigSync, DefaultsFrom
+from replicator.config.values import DEFAULT_TOPIC_CONFIGS_EXCLUDE, ConfigSync, DefaultsFrom
 from replicator.topics.provisioning import (
     NEVER_LOWERED,
     REPLICATED_CONFIGS,
