@@ -41,6 +41,7 @@ from replicator.config.topology import (
 from replicator.config.values import TakeOver
 from replicator.errors import HandBackRefused
 from replicator.failover.group_positions import active_members
+from replicator.kafka.admin import TopicSpec, describe_partitions, replication_factor
 from replicator.kafka.clients import ClusterClient, GroupOffsets, client_options, translate
 from replicator.kafka.readers import partitions_of
 from replicator.replication.takeover import (
@@ -52,12 +53,7 @@ from replicator.replication.takeover import (
 )
 from replicator.service.http import listen_problem
 from replicator.telemetry.logs import print_table
-from replicator.topics.provisioning import (
-    TopicSpec,
-    create_topic,
-    describe_partitions,
-    replication_factor,
-)
+from replicator.topics.provisioning import create_topic
 from replicator.topics.snapshot import snapshot, topic_selection
 
 _CHECK_TIMEOUT_S = 15.0

@@ -12,6 +12,10 @@
 ``decoding``
     How fetched records reach the data path: unwrapped, and stopped at a record aiokafka cannot
     decode.
+``admin``
+    The topic requests made of a cluster in product terms: metadata, CreateTopics,
+    CreatePartitions, DescribeConfigs (typed :class:`~replicator.kafka.admin.ConfigEntry`) and
+    the hand-built IncrementalAlterConfigs.
 ``coalesce``
     Many concurrent questions, one per partition, asked in one request.
 ``readers``

@@ -18,15 +18,11 @@ import structlog
 from aiokafka import AIOKafkaProducer
 
 from replicator.config.settings import Settings
+from replicator.kafka.admin import TopicSpec, describe_partitions, replication_factor
 from replicator.kafka.clients import ClusterClient, translate
 from replicator.kafka.producer import make_producer
 from replicator.lifecycle import close_quietly
-from replicator.topics.provisioning import (
-    TopicSpec,
-    create_topic,
-    describe_partitions,
-    replication_factor,
-)
+from replicator.topics.provisioning import create_topic
 
 log = structlog.get_logger(__name__)
 

@@ -53,13 +53,14 @@ from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan
 from replicator.config.values import HeartbeatPlacement
 from replicator.errors import ProvenanceError, ReplicatorError
+from replicator.kafka.admin import describe_partitions
 from replicator.kafka.clients import ClusterClient, make_reader
 from replicator.kafka.producer import idempotence_refused, make_producer
 from replicator.kafka.retry import Backoff, retrying
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.model import provenance
 from replicator.telemetry.metrics import Metrics
-from replicator.topics.provisioning import describe_partitions, ensure_single_partition
+from replicator.topics.provisioning import ensure_single_partition
 
 log = structlog.get_logger(__name__)
 
