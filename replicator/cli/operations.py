@@ -85,7 +85,9 @@ def rules_text(rules: TopicRules, feed: str = "replica") -> str:
 
 
 async def _probe_all(settings: Settings) -> dict[str, str | None]:
-    clients = {a: ClusterClient(a, c, settings) for a, c in settings.clusters.items()}
+    clients = {
+        a: ClusterClient(a, c, settings.client_timings()) for a, c in settings.clusters.items()
+    }
     try:
         await asyncio.wait_for(
             asyncio.gather(*(client.probe() for client in clients.values())), _CHECK_TIMEOUT_S
@@ -295,7 +297,7 @@ class TopicOutcome:
 async def _ensure_on(
     settings: Settings, alias: str, names: list[str], partitions: int, configs: dict[str, str]
 ) -> list[TopicOutcome]:
-    client = ClusterClient(alias, settings.clusters[alias], settings)
+    client = ClusterClient(alias, settings.clusters[alias], settings.client_timings())
     outcomes = []
     try:
         admin = await client.admin()
@@ -443,7 +445,7 @@ async def _read_hand_back(settings: Settings, plan: FeedPlan) -> _FlowHandBack:
     source = client_options(settings.clusters[plan.source], settings)
     selection = await topic_selection(source, plan.rules)
     partitions = sorted(await snapshot(source, list(selection.replicated)))
-    client = ClusterClient(plan.source, settings.clusters[plan.source], settings)
+    client = ClusterClient(plan.source, settings.clusters[plan.source], settings.client_timings())
     try:
         running = await active_members(client, plan.group)
     finally:

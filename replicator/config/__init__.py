@@ -28,7 +28,7 @@ Import order, without a circle: ``values`` <- ``clusters`` <- ``settings`` <- ``
 
 from replicator.config.clusters import ClusterSettings, FlowSettings
 from replicator.config.loading import env_name, is_service_link, load_settings
-from replicator.config.settings import Settings
+from replicator.config.settings import ClientTimings, DeadLetterSettings, ProducerTuning, Settings
 from replicator.config.values import (
     DEFAULT_TOPIC_CONFIGS_EXCLUDE,
     DEFAULT_TOPICS_EXCLUDE,
@@ -52,15 +52,18 @@ __all__ = [
     "DEFAULT_TOPIC_CONFIGS_EXCLUDE",
     "ENV_PREFIX",
     "NESTED_DELIMITER",
+    "ClientTimings",
     "ClusterSettings",
     "Compression",
     "ConfigSync",
+    "DeadLetterSettings",
     "DefaultsFrom",
     "FlowSettings",
     "HeartbeatPlacement",
     "Naming",
     "OffsetResetPolicy",
     "OversizePolicy",
+    "ProducerTuning",
     "SaslMechanism",
     "SecurityProtocol",
     "Settings",

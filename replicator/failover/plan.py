@@ -130,7 +130,7 @@ async def plan_failover(settings: Settings, request: FailoverRequest) -> Failove
                 f"{source} so checkpoints are kept"
             )
     moves = await translator.translate(jobs, live=source_error is None)
-    client = ClusterClient(target, settings.clusters[target], settings)
+    client = ClusterClient(target, settings.clusters[target], settings.client_timings())
     reader = translator.reader(target, "group")
     try:
         await reader.start()

@@ -38,14 +38,15 @@ the mechanics in aiokafka's sender are :mod:`replicator.kafka.internals`'s.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import aiokafka.errors as kerr
 from aiokafka import AIOKafkaProducer
 
 from replicator.config.clusters import ClusterSettings
-from replicator.config.settings import Settings
 from replicator.config.values import Compression
 from replicator.errors import OutcomeUnknown
-from replicator.kafka.clients import client_options
+from replicator.kafka.clients import Timings, client_options
 from replicator.kafka.internals import (
     BatchFactory,
     FencingPolicy,
@@ -128,9 +129,23 @@ def idempotence_refused(exc: BaseException) -> bool:
     )
 
 
+class ProducerSettings(Timings, Protocol):
+    """What :func:`make_producer` reads besides a cluster's block: the settings, or their narrow
+    view :class:`~replicator.config.settings.ProducerTuning`."""
+
+    @property
+    def batch_max_bytes(self) -> int: ...
+
+    @property
+    def linger_ms(self) -> int: ...
+
+    @property
+    def compression(self) -> Compression: ...
+
+
 def make_producer(
     cluster: ClusterSettings,
-    settings: Settings,
+    settings: ProducerSettings,
     client_id: str,
     max_request_size: int | None = None,
     enable_idempotence: bool = True,

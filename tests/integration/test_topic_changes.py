@@ -414,7 +414,9 @@ def test_mirror_sync_lowers_and_removes_as_mirrormaker_2_does(replicators: Start
         )
 
         async def incremental(topic: str, configs: dict[str, str | None], at: str) -> None:
-            client = ClusterClient("probe", load_settings(env).clusters[at], load_settings(env))
+            client = ClusterClient(
+                "probe", load_settings(env).clusters[at], load_settings(env).client_timings()
+            )
             try:
                 await ClusterAdmin(client).alter({topic: configs})
             finally:
