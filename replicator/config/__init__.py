@@ -10,8 +10,13 @@
     (:class:`~replicator.config.clusters.FlowSettings`).
 ``settings``
     The whole configuration as one frozen model (:class:`~replicator.config.settings.Settings`),
-    the rules that need more than one value, and narrow views of it for components that read a
-    few settings. It reads nothing itself.
+    the rules that need more than one value, and the methods building its views. It reads
+    nothing itself.
+``views``
+    Narrow frozen views of the settings for components that read a few of them
+    (:class:`~replicator.config.views.ClientTimings`,
+    :class:`~replicator.config.views.DeadLetterSettings`), and the protocols of what the Kafka
+    client factories read.
 ``loading``
     The only reader of the environment: ``REPLICATOR_*`` variables parsed once, before the event
     loop starts (:func:`~replicator.config.loading.load_settings`); typos refused with a hint,
@@ -22,13 +27,18 @@
     name (:class:`~replicator.config.topology.TopicRules`, one function decides). Pure logic.
 
 Import order, without a circle: ``values`` <- ``clusters`` <- ``settings`` <- ``topology`` <-
+``views``
+    Narrow frozen views of the settings for components that read a few of them
+    (:class:`~replicator.config.views.ClientTimings`,
+    :class:`~replicator.config.views.DeadLetterSettings`), and the protocols of what the Kafka
+    client factories read.
 ``loading``. Every other package reads its configuration from here; this package imports only
 :mod:`replicator.errors`.
 """
 
 from replicator.config.clusters import ClusterSettings, FlowSettings
 from replicator.config.loading import env_name, is_service_link, load_settings
-from replicator.config.settings import ClientTimings, DeadLetterSettings, ProducerTuning, Settings
+from replicator.config.settings import Settings
 from replicator.config.values import (
     DEFAULT_TOPIC_CONFIGS_EXCLUDE,
     DEFAULT_TOPICS_EXCLUDE,
@@ -46,6 +56,7 @@ from replicator.config.values import (
     StartPosition,
     TakeOver,
 )
+from replicator.config.views import ClientTimings, DeadLetterSettings, ProducerTuning
 
 __all__ = [
     "DEFAULT_TOPICS_EXCLUDE",

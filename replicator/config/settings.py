@@ -11,15 +11,13 @@ at most once and never a secret.
 
 The model reads nothing itself: :func:`replicator.config.loading.load_settings` builds it from the
 environment. A component that reads only a few settings takes a narrow frozen view of them
-(:class:`ClientTimings`, :class:`ProducerTuning`, :class:`DeadLetterSettings`), built by a method
-of the model, rather than the whole of it.
+(:mod:`replicator.config.views`), built by a method of the model, rather than the whole of it.
 """
 
 from __future__ import annotations
 
 import re
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from pydantic import (
@@ -55,18 +53,12 @@ from replicator.config.values import (
     TakeOver,
     shown_value,
 )
+from replicator.config.views import ClientTimings, DeadLetterSettings, ProducerTuning
 from replicator.errors import ConfigError
 
 # StartPosition and TakeOver are named here for the data path modules that import them from this
 # module; their home is replicator.config.values.
-__all__ = [
-    "ClientTimings",
-    "DeadLetterSettings",
-    "ProducerTuning",
-    "Settings",
-    "StartPosition",
-    "TakeOver",
-]
+__all__ = ["Settings", "StartPosition", "TakeOver"]
 
 # A cluster's SASL settings: all required with a SASL_* protocol, none allowed without one.
 _SASL_FIELDS = ("sasl_mechanism", "sasl_username", "sasl_password")
@@ -523,36 +515,3 @@ class Settings(BaseSettings):
             self.destination_replication_factor,
             self.producer_tuning(),
         )
-
-
-# Narrow views of the settings, for components that read only a few of them: each holds what
-# its component reads, frozen, and is built by a method of Settings above.
-
-
-@dataclass(frozen=True, slots=True)
-class ClientTimings:
-    """How long a Kafka client waits for an answer or a probe, and how often it refreshes its
-    metadata (a client discovering topics; others refresh less often)."""
-
-    request_timeout_ms: int
-    metadata_max_age_ms: int
-    probe_timeout_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerTuning(ClientTimings):
-    """A destination producer's timings, and how its batches are built."""
-
-    batch_max_bytes: int
-    linger_ms: int
-    compression: Compression
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterSettings:
-    """The dead-letter topic on the local cluster, and how records are written there."""
-
-    topic: str
-    cluster: ClusterSettings
-    replication_factor: int | None  # of the topic when created (None: the cluster's default)
-    producer: ProducerTuning

@@ -12,7 +12,7 @@ import contextlib
 import ssl
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import aiokafka.errors as kerr
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -24,7 +24,8 @@ from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
 
 from replicator.config.clusters import ClusterSettings
-from replicator.config.settings import ClientTimings, Settings
+from replicator.config.settings import Settings
+from replicator.config.views import ClientTimings, Timings
 from replicator.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
@@ -120,20 +121,6 @@ def translate(exc: BaseException) -> ReplicatorError:
     if isinstance(exc, kerr.KafkaError):
         return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))
     return KafkaFailure(name, retriable=False)
-
-
-class Timings(Protocol):
-    """What the client factories read besides a cluster's block: the settings, or their narrow
-    view :class:`~replicator.config.settings.ClientTimings`."""
-
-    @property
-    def request_timeout_ms(self) -> int: ...
-
-    @property
-    def metadata_max_age_ms(self) -> int: ...
-
-    @property
-    def probe_timeout_ms(self) -> int: ...
 
 
 async def why_unreachable(

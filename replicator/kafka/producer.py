@@ -38,15 +38,14 @@ the mechanics in aiokafka's sender are :mod:`replicator.kafka.internals`'s.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import aiokafka.errors as kerr
 from aiokafka import AIOKafkaProducer
 
 from replicator.config.clusters import ClusterSettings
 from replicator.config.values import Compression
+from replicator.config.views import ProducerSettings
 from replicator.errors import OutcomeUnknown
-from replicator.kafka.clients import Timings, client_options
+from replicator.kafka.clients import client_options
 from replicator.kafka.internals import (
     BatchFactory,
     FencingPolicy,
@@ -127,20 +126,6 @@ def idempotence_refused(exc: BaseException) -> bool:
         and not isinstance(exc, unreachable)
         and not isinstance(exc, (kerr.AuthenticationFailedError, kerr.SaslAuthenticationFailed))
     )
-
-
-class ProducerSettings(Timings, Protocol):
-    """What :func:`make_producer` reads besides a cluster's block: the settings, or their narrow
-    view :class:`~replicator.config.settings.ProducerTuning`."""
-
-    @property
-    def batch_max_bytes(self) -> int: ...
-
-    @property
-    def linger_ms(self) -> int: ...
-
-    @property
-    def compression(self) -> Compression: ...
 
 
 def make_producer(

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaProducer
 
-from replicator.config.settings import DeadLetterSettings
+from replicator.config.views import DeadLetterSettings
 from replicator.kafka.admin import TopicSpec, describe_partitions, replication_factor
 from replicator.kafka.clients import ClusterClient, translate
 from replicator.kafka.producer import make_producer
