@@ -25,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from benchmarks.brokers import clusters
 from benchmarks.resume import TOPIC, fill
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.failover.checkpoints import Checkpoint, CheckpointKey
 from replicator.failover.group_positions import GroupTranslator, PartitionMove
 from replicator.kafka.clients import GroupOffsets

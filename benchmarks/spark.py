@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.brokers import add_broker_option, broker_name, choose, clusters
 from benchmarks.resume import create_topics, produce_batches
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.devtools.embedded import (
     LocalBroker,
     free_port,

@@ -323,7 +323,7 @@ def _settings(mm2_file: Path | None = None, mirror_maker_line: str | None = None
     import os
     import shlex
 
-    from replicator.config.settings import load_settings
+    from replicator.config.loading import load_settings
 
     if mm2_file is not None and mirror_maker_line is not None:
         typer.echo("--mm2 and --mirror-maker: give one configuration, not two", err=True)

@@ -29,7 +29,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from replicator.config.settings import Settings, TakeOver
+from replicator.config.settings import Settings
 from replicator.config.topology import (
     FeedPlan,
     Rejection,
@@ -38,8 +38,10 @@ from replicator.config.topology import (
     colliding_flow_names,
     feeds_for,
 )
+from replicator.config.values import TakeOver
 from replicator.errors import ConfigError, HandBackRefused
 from replicator.failover.group_positions import active_members
+from replicator.kafka.admin import TopicSpec, describe_partitions, replication_factor
 from replicator.kafka.clients import ClusterClient, GroupOffsets, client_options, translate
 from replicator.kafka.readers import partitions_of
 from replicator.replication.takeover import (
@@ -51,12 +53,7 @@ from replicator.replication.takeover import (
 )
 from replicator.service.http import listen_problem
 from replicator.telemetry.logs import print_table
-from replicator.topics.provisioning import (
-    TopicSpec,
-    create_topic,
-    describe_partitions,
-    replication_factor,
-)
+from replicator.topics.provisioning import create_topic
 from replicator.topics.snapshot import snapshot, topic_selection
 
 _CHECK_TIMEOUT_S = 15.0
@@ -88,7 +85,9 @@ def rules_text(rules: TopicRules, feed: str = "replica") -> str:
 
 
 async def _probe_all(settings: Settings) -> dict[str, str | None]:
-    clients = {a: ClusterClient(a, c, settings) for a, c in settings.clusters.items()}
+    clients = {
+        a: ClusterClient(a, c, settings.client_timings()) for a, c in settings.clusters.items()
+    }
     try:
         await asyncio.wait_for(
             asyncio.gather(*(client.probe() for client in clients.values())), _CHECK_TIMEOUT_S
@@ -327,7 +326,7 @@ class TopicOutcome:
 async def _ensure_on(
     settings: Settings, alias: str, names: list[str], partitions: int, configs: dict[str, str]
 ) -> list[TopicOutcome]:
-    client = ClusterClient(alias, settings.clusters[alias], settings)
+    client = ClusterClient(alias, settings.clusters[alias], settings.client_timings())
     outcomes = []
     try:
         admin = await client.admin()
@@ -475,7 +474,7 @@ async def _read_hand_back(settings: Settings, plan: FeedPlan) -> _FlowHandBack:
     source = client_options(settings.clusters[plan.source], settings)
     selection = await topic_selection(source, plan.rules)
     partitions = sorted(await snapshot(source, list(selection.replicated)))
-    client = ClusterClient(plan.source, settings.clusters[plan.source], settings)
+    client = ClusterClient(plan.source, settings.clusters[plan.source], settings.client_timings())
     try:
         running = await active_members(client, plan.group)
     finally:

@@ -23,13 +23,9 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from replicator.cli.commands import app
-from replicator.config.settings import (
-    ENV_PREFIX,
-    NESTED_DELIMITER,
-    ClusterSettings,
-    FlowSettings,
-    Settings,
-)
+from replicator.config.clusters import ClusterSettings, FlowSettings
+from replicator.config.settings import Settings
+from replicator.config.values import ENV_PREFIX, NESTED_DELIMITER
 from replicator.replication.health import PartitionQuery
 from replicator.service import http
 from replicator.telemetry.metrics import Metrics

@@ -1,446 +1,71 @@
-"""Settings: the only reader of the environment.
+"""Settings: the whole configuration of one replicator, as one frozen model.
 
-Everything the replicator can be told comes from ``REPLICATOR_*`` environment variables, parsed
-once, before the event loop starts, into a frozen :class:`Settings` that is passed down. Invalid
-configuration raises :class:`~replicator.errors.ConfigError` naming the variable at fault; the CLI
-turns that into exit status 2. Secret values are ``SecretStr`` and never appear in messages, nor do
-credentials typed into another value (``user:secret@host:9092`` as a bootstrap server): messages
-show values through :func:`shown_servers` and :func:`shown_value`. The replicator's own topics
-(heartbeats, checkpoints, dead letters) must not be application topics
-(:func:`replicator.config.topology.internal_topic_problem` decides), and SASL PLAIN without TLS is
-refused unless the cluster's ``ALLOW_INSECURE_PLAIN`` accepts it; SASL settings with a protocol
-that uses no SASL are refused. A message says the offending value once (never a secret). An
-unknown ``REPLICATOR_*`` variable is refused as a typo, except the ones the kubelet injects for
-a Service named ``replicator`` (:func:`is_service_link`), which are ignored and remembered by name
-(:attr:`Settings.service_links`).
+:class:`Settings` holds every ``REPLICATOR_*`` setting (one field each, described where it is
+declared: the reference documentation is generated from these descriptions) and checks what needs
+more than one value: the local cluster is configured, a cluster's SASL settings match its
+protocol, SASL PLAIN without TLS is refused unless the cluster's ``ALLOW_INSECURE_PLAIN`` accepts
+it, flows name known clusters and a usable naming, the replicator's own topics (heartbeats,
+checkpoints, dead letters) are distinct Kafka topic names. A broken rule raises
+:class:`~replicator.errors.ConfigError` naming the variable at fault, its message showing a value
+at most once and never a secret.
+
+The model reads nothing itself: :func:`replicator.config.loading.load_settings` builds it from the
+environment. A component that reads only a few settings takes a narrow frozen view of them
+(:mod:`replicator.config.views`), built by a method of the model, rather than the whole of it.
 """
 
 from __future__ import annotations
 
-import difflib
-import ipaddress
-import os
 import re
-from collections.abc import Mapping
 from contextvars import ContextVar
-from enum import StrEnum
-from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
-    SecretStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
-    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
-from pydantic_settings.sources.utils import parse_env_vars
 
+from replicator.config.clusters import ClusterSettings, FlowSettings
+from replicator.config.values import (
+    ALIAS,
+    DEFAULT_TOPIC_CONFIGS_EXCLUDE,
+    DEFAULT_TOPICS_EXCLUDE,
+    ENV_PREFIX,
+    INTERNAL_TOPIC_FIELDS,
+    NESTED_DELIMITER,
+    Compression,
+    ConfigSync,
+    DefaultsFrom,
+    HeartbeatPlacement,
+    Naming,
+    OffsetResetPolicy,
+    OversizePolicy,
+    Regex,
+    StartPosition,
+    TakeOver,
+    shown_value,
+)
+from replicator.config.views import ClientTimings, DeadLetterSettings, ProducerTuning
 from replicator.errors import ConfigError
 
-ENV_PREFIX = "REPLICATOR_"
-NESTED_DELIMITER = "__"
-
-# Topic configs never synced to destinations: MirrorMaker 2's config.properties.exclude defaults
-# (replica throttles, timestamp checks, unclean election, min.insync.replicas belong to each
-# cluster).
-DEFAULT_TOPIC_CONFIGS_EXCLUDE = (
-    r"follower\.replication\.throttled\.replicas|leader\.replication\.throttled\.replicas|"
-    r"message\.timestamp\..*|unclean\.leader\.election\.enable|min\.insync\.replicas"
-)
-# Internal topics of Kafka, Kafka Connect and the schema registry are never replicated by default.
-DEFAULT_TOPICS_EXCLUDE = r"__.*|_schemas|_confluent.*|connect-(configs|offsets|status)"
+# StartPosition and TakeOver are named here for the data path modules that import them from this
+# module; their home is replicator.config.values.
+__all__ = ["Settings", "StartPosition", "TakeOver"]
 
 # A cluster's SASL settings: all required with a SASL_* protocol, none allowed without one.
 _SASL_FIELDS = ("sasl_mechanism", "sasl_username", "sasl_password")
-# The settings naming the replicator's own topics (never application data), in message order.
-INTERNAL_TOPIC_FIELDS = ("heartbeat_topic", "checkpoints_topic", "dead_letter_topic")
-
-_ALIAS = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-# No '@' or '/': a host name holds neither, and credentials written into an address
-# (user:secret@host:9092, sasl://user:pass@host) would be shown wherever the address is.
-_HOST_PORT = re.compile(r"^[^\s:,@/]+:\d{1,5}$")
-# What a host:port, or a typo of one, is made of: only such text is shown back in a message.
-_ADDRESS_TEXT = re.compile(r"^[A-Za-z0-9._\-\[\]:]*$")
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9_+.-]*://")
-# A value that may hold a secret is never echoed in a message.
-_SECRET_HINT = re.compile(r"@|pass|secret|token|credential|api.?key", re.IGNORECASE)
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-
-
 _FLOW_NAME = re.compile(r"^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$")
-
-
-class SecurityProtocol(StrEnum):
-    """How the replicator talks to one cluster."""
-
-    PLAINTEXT = "PLAINTEXT"
-    SSL = "SSL"
-    SASL_PLAINTEXT = "SASL_PLAINTEXT"
-    SASL_SSL = "SASL_SSL"
-
-
-class SaslMechanism(StrEnum):
-    """SASL mechanisms supported per cluster."""
-
-    PLAIN = "PLAIN"
-    SCRAM_SHA_256 = "SCRAM-SHA-256"
-    SCRAM_SHA_512 = "SCRAM-SHA-512"
-
-
-class Compression(StrEnum):
-    """Compression of the batches written to destination clusters."""
-
-    NONE = "none"
-    GZIP = "gzip"
-    SNAPPY = "snappy"
-    LZ4 = "lz4"
-    ZSTD = "zstd"
-
-
-class OffsetResetPolicy(StrEnum):
-    """What a leg does when its source position is no longer in the log."""
-
-    EARLIEST = "earliest"  # resume at the oldest record still held, counting what was lost
-    HALT = "halt"  # stop that partition on that leg and report it
-
-
-class OversizePolicy(StrEnum):
-    """What a leg does with a record too large for the destination topic."""
-
-    HALT = "halt"  # stop that partition on that leg and report it
-    DEAD_LETTER = "dead-letter"  # park it in the local dead-letter topic and continue
-
-
-class ConfigSync(StrEnum):
-    """How destination topic configs follow their source's after creation."""
-
-    # Kept safe: a limit (retention, max.message.bytes) only ever raised, a destination's own
-    # override kept until the source changes it, a config removed at the source kept.
-    RAISE_ONLY = "raise-only"
-    # As MirrorMaker 2: every copied config follows the source, down as well as up; a source
-    # config at its default is removed on the destination (or, with defaults from the source,
-    # set to the source's value).
-    MIRROR = "mirror"
-
-
-class HeartbeatPlacement(StrEnum):
-    """Where a flow writes its heartbeats, and how its target names the copy."""
-
-    # Into the source's heartbeat topic, copied to the target under the flow's naming: its age
-    # and delay prove the whole path (the default of `replicator run`).
-    SOURCE = "source"
-    # As MirrorMaker 2 (the default of `replicator mm2`): into the target's heartbeat topic, and
-    # into the source's for the reverse direction when no flow runs it; the copy is named
-    # <source>.heartbeats under every naming policy, so MirrorClient-style tools find upstreams.
-    MIRRORMAKER2 = "mirrormaker2"
-
-
-class DefaultsFrom(StrEnum):
-    """Whose default applies to a config the source topic leaves at its default (mirror sync;
-    MirrorMaker 2's ``use.defaults.from``)."""
-
-    TARGET = "target"
-    SOURCE = "source"
-
-
-class Naming(StrEnum):
-    """How a flow names a source topic on its target cluster."""
-
-    IDENTITY = "identity"  # the same name (MirrorMaker 1, MM2's IdentityReplicationPolicy)
-    PREFIX = "prefix"  # <prefix><topic> (the Go mirror maker's --prefix)
-    SOURCE_ALIAS = "source-alias"  # <source><separator><topic> (MM2's DefaultReplicationPolicy)
-
-
-class StartPosition(StrEnum):
-    """Where a flow starts a source partition that has no committed offset yet."""
-
-    EARLIEST = "earliest"  # the whole history the source still holds
-    LATEST = "latest"  # only what is written from now on
-
-
-class TakeOver(StrEnum):
-    """Whose position a flow takes over for a source partition it never committed: the
-    MirrorMaker it replaces, so that nothing is copied twice and nothing skipped."""
-
-    NONE = "none"  # start by START_FROM
-    # MirrorMaker 1's committed offsets: the flow's consumer group (GROUP_ID) on the source.
-    MIRRORMAKER1 = "mirrormaker1"
-    # MirrorMaker 2's source offsets: its Connect offsets topic on the target.
-    MIRRORMAKER2 = "mirrormaker2"
-
-
-def is_host_port(entry: str) -> bool:
-    """``entry`` is one bootstrap address, ``host:port`` (no credentials, no scheme)."""
-    return _HOST_PORT.match(entry) is not None
-
-
-def shown_servers(entries: list[str]) -> list[str]:
-    """Bootstrap entries as a message may show them: never a credential.
-
-    Credentials written into an entry become ``***`` (``user:secret@host:9092`` is shown
-    ``***@host:9092``, ``sasl://user:pass@host`` ``sasl://***@host``). Once one entry holds
-    credentials or text no address holds (``;password=...``), no other entry is shown but as
-    ``***`` either: a password may hold a comma, and the entries next to it be parts of it.
-    """
-
-    def parts(entry: str) -> tuple[str, str]:
-        scheme = _SCHEME.match(entry)
-        head = scheme.group(0) if scheme else ""
-        return head, entry[len(head) :]
-
-    suspicious = any(
-        "@" in rest or not _ADDRESS_TEXT.match(rest) for _, rest in map(parts, entries)
-    )
-    shown = []
-    for head, rest in map(parts, entries):
-        if "@" in rest:
-            host = rest.rpartition("@")[2]
-            shown.append(f"{head}***@{host if _ADDRESS_TEXT.match(host) else '***'}")
-        elif suspicious:
-            shown.append("***")
-        else:
-            shown.append(head + rest)
-    return shown
-
-
-def shown_value(value: object) -> str | None:
-    """``value`` quoted for a message, or ``None`` when it must not be shown (it may hold a
-    credential: an ``@``, or words like password, secret or token)."""
-    if not isinstance(value, str | int) or isinstance(value, bool):
-        return None
-    text = str(value)
-    return None if _SECRET_HINT.search(text) else repr(value)
-
-
-def _readable_file(path: Path | None) -> Path | None:
-    if path is not None and not (path.is_file() and os.access(path, os.R_OK)):
-        raise ValueError("file does not exist or is not readable")
-    return path
-
-
-ReadableFile = Annotated[Path | None, AfterValidator(_readable_file)]
-
-
-def split_outside(text: str, separator: str, opening: str, closing: str) -> list[str]:
-    """``text`` split at each ``separator`` that is neither escaped, inside ``[...]``, nor
-    inside ``opening``...``closing`` (nested); the parts as written."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth, in_class, escaped = 0, False, False
-    for char in text:
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-        elif char == opening:
-            depth += 1
-        elif char == closing and depth:
-            depth -= 1
-        elif char == separator and not depth:
-            parts.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    parts.append("".join(current))
-    return parts
-
-
-def topic_regex(text: str) -> str:
-    """A topic rule as users write it, as one regex: MirrorMaker's comma lists mean ``|``.
-
-    ``orders, payments`` becomes ``orders|payments``, like MirrorMaker's whitelists: a comma
-    outside ``[...]`` and ``{m,n}`` separates alternatives (topic names cannot hold commas),
-    blanks around it are dropped, and so are quotes around the whole rule (topic names cannot
-    hold those either). Anything else is kept as written; the rule is matched against the whole
-    topic name, so ``^orders$`` and ``orders`` mean the same.
-    """
-    text = text.strip().strip("\"'").strip()
-    parts = [part.strip() for part in split_outside(text, ",", "{", "}")]
-    return "|".join(part for part in parts if part)
-
-
-def _compile(pattern: str) -> str:
-    pattern = topic_regex(pattern)
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression: {exc}") from None
-    return pattern
-
-
-Regex = Annotated[str, AfterValidator(_compile)]
-
-
-class ClusterSettings(BaseModel):
-    """Connection settings of one datacenter's Kafka cluster, with its own credentials."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    bootstrap_servers: str = Field(description="host:port[,host:port...] of the cluster.")
-    security_protocol: SecurityProtocol = Field(
-        SecurityProtocol.PLAINTEXT, description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."
-    )
-    sasl_mechanism: SaslMechanism | None = Field(
-        None, description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* protocols)."
-    )
-    sasl_username: str | None = Field(None, description="SASL principal for this cluster.")
-    sasl_password: SecretStr | None = Field(
-        None, description="SASL password for this cluster (secret: never logged or shown)."
-    )
-    ssl_cafile: ReadableFile = Field(None, description="CA bundle to verify the brokers.")
-    ssl_certfile: ReadableFile = Field(None, description="Client certificate (mutual TLS).")
-    ssl_keyfile: ReadableFile = Field(None, description="Client private key (mutual TLS).")
-    topic_alias: str | None = Field(
-        None,
-        description="The cluster's name in topic names a source-alias flow writes "
-        "(<name><separator><topic>, as MM2 names them); default: its alias.",
-    )
-
-    allow_insecure_plain: bool = Field(
-        False,
-        description="Accept SASL_MECHANISM=PLAIN over SECURITY_PROTOCOL=SASL_PLAINTEXT, which "
-        "sends the password unencrypted (refused otherwise: use SASL_SSL, or SCRAM).",
-    )
-
-    @field_validator("bootstrap_servers")
-    @classmethod
-    def _host_ports(cls, value: str) -> str:
-        servers = [s.strip() for s in value.split(",") if s.strip()]
-        if not servers:
-            raise ValueError("must list at least one host:port")
-        if not all(map(is_host_port, servers)):
-            raise ValueError(bootstrap_problem(servers))
-        return ",".join(servers)
-
-    @property
-    def servers(self) -> list[str]:
-        return self.bootstrap_servers.split(",")
-
-    @property
-    def uses_sasl(self) -> bool:
-        return self.security_protocol in (
-            SecurityProtocol.SASL_PLAINTEXT,
-            SecurityProtocol.SASL_SSL,
-        )
-
-    @property
-    def uses_ssl(self) -> bool:
-        return self.security_protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
-
-    @property
-    def sends_password_in_clear(self) -> bool:
-        """SASL PLAIN without TLS: the password crosses the network as written."""
-        return (
-            self.sasl_mechanism is SaslMechanism.PLAIN
-            and self.security_protocol is SecurityProtocol.SASL_PLAINTEXT
-        )
-
-
-def bootstrap_problem(servers: list[str]) -> str:
-    """What is wrong with bootstrap entries of which some are not ``host:port``, showing the bad
-    ones through :func:`shown_servers` (never a credential)."""
-    shown = shown_servers(servers)
-    bad = [text for server, text in zip(servers, shown, strict=True) if not is_host_port(server)]
-    message = f"expected host:port[,host:port...]; not host:port: {', '.join(bad)}"
-    if any("@" in server for server in servers):
-        message += (
-            " (credentials never go into the address: give them in the cluster's SASL_USERNAME "
-            "and SASL_PASSWORD, with SECURITY_PROTOCOL=SASL_SSL)"
-        )
-    elif any(":" not in server for server in servers):
-        message += " (a ':' missing before the port?)"
-    return message
-
-
-class FlowSettings(BaseModel):
-    """One MirrorMaker-style flow: the topics of ``source`` that pass its rules, copied to
-    ``target`` under a naming policy. Only records that originated in the source cluster are
-    copied under the same name; see ``provenance.py`` for the rule."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    source: str = Field(description="Alias of the cluster the flow reads.")
-    target: str = Field(description="Alias of the cluster the flow writes.")
-    naming: Naming = Field(
-        Naming.IDENTITY,
-        description="identity, prefix (<prefix><topic>) or source-alias "
-        "(<source><separator><topic>, MM2's default policy).",
-    )
-    prefix: str = Field("", description="The prefix of the prefix naming policy.")
-    separator: str = Field(".", description="The separator of the source-alias naming policy.")
-    topics_include: Regex = Field(
-        ".*", description="Regex over source topic names to copy (whole name; comma means |)."
-    )
-    topics_exclude: Regex = Field(
-        DEFAULT_TOPICS_EXCLUDE,
-        description="Regex over source topic names never copied (whole name; comma means |).",
-    )
-    group_id: str | None = Field(
-        None,
-        description="The flow's consumer group on the source (default <group prefix>.<flow>); "
-        "its committed offsets are per target under <group>.<source>.<target>.",
-    )
-    start_from: StartPosition = Field(
-        StartPosition.EARLIEST,
-        description="Where a partition with no committed offset starts: earliest (the whole "
-        "history) or latest (only new records).",
-    )
-    take_over: TakeOver = Field(
-        TakeOver.NONE,
-        description="A partition with no committed offset of the flow starts where the "
-        "MirrorMaker it replaces stopped: mirrormaker1 (the offsets committed under GROUP_ID "
-        "on the source), mirrormaker2 (the source offsets in its Connect offsets topic on the "
-        "target, TAKE_OVER_TOPIC), none; confirmed against what the target holds. Where "
-        "MirrorMaker left no position, START_FROM applies.",
-    )
-    take_over_topic: str | None = Field(
-        None,
-        description="With TAKE_OVER=mirrormaker2: MirrorMaker 2's offsets topic on the target "
-        "(default mm2-offsets.<source>.internal).",
-    )
-    replication_factor: int | None = Field(
-        None, ge=1, description="Replication factor of topics created on the target."
-    )
-    preserve_partitions: bool = Field(
-        True,
-        description="Write each record to the partition number it had (the target topic needs at "
-        "least as many partitions). false: place records by key as a Kafka producer does "
-        "(keyless ones spread), into any partition count; per-key order holds.",
-    )
-    heartbeats: bool = Field(
-        True,
-        description="Emit heartbeats into the source's heartbeat topic and watch them arrive "
-        "(REPLICATOR_HEARTBEAT_INTERVAL_MS); with REPLICATOR_HEARTBEAT_PLACEMENT=mirrormaker2, "
-        "into the target's, and the source's heartbeat topics are copied even when false (as "
-        "MirrorMaker 2 does).",
-    )
-    reverse_heartbeats: bool = Field(
-        False,
-        description="With REPLICATOR_HEARTBEAT_PLACEMENT=mirrormaker2: also emit the reverse "
-        "direction's heartbeats into the source (as MirrorMaker 2's herder of a direction no "
-        "flow runs does), so the flow copies them and its path is proven end to end.",
-    )
-
-    @field_validator("source", "target")
-    @classmethod
-    def _alias(cls, value: str) -> str:
-        return value.strip().lower()
+# The service link variables of the settings being built by Settings.from_values (none otherwise).
+_SERVICE_LINKS: ContextVar[tuple[str, ...]] = ContextVar("replicator_service_links", default=())
 
 
 class Settings(BaseSettings):
@@ -666,12 +291,18 @@ class Settings(BaseSettings):
     # one debug line once logging is set up; not a setting.
     _service_links: tuple[str, ...] = PrivateAttr(default=())
 
+    @classmethod
+    def from_values(cls, values: dict[str, Any], service_links: tuple[str, ...] = ()) -> Settings:
+        """The settings of ``values`` (as the loader read them from the environment), with the
+        Kubernetes service link variables it ignored (names only)."""
+        token = _SERVICE_LINKS.set(service_links)
+        try:
+            return cls(**values)
+        finally:
+            _SERVICE_LINKS.reset(token)
+
     def model_post_init(self, context: Any, /) -> None:
-        # Built by load_settings: the environment it reads is at hand (empty otherwise).
-        environ = _ENVIRON.get({})
-        self._service_links = tuple(
-            sorted(name for name, value in environ.items() if is_service_link(name, value))
-        )
+        self._service_links = _SERVICE_LINKS.get()
 
     @property
     def service_links(self) -> tuple[str, ...]:
@@ -693,7 +324,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, _MappingEnvSource(settings_cls))
+        # Only what the caller gives: the environment is read by the loader, never by the model.
+        return (init_settings,)
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
@@ -714,14 +346,14 @@ class Settings(BaseSettings):
     @classmethod
     def _normalise_alias(cls, value: str) -> str:
         value = value.strip().lower()
-        if not _ALIAS.match(value):
+        if not ALIAS.match(value):
             raise ValueError("must be a cluster alias: lower-case letters, digits and '-'")
         return value
 
     @field_validator("clusters")
     @classmethod
     def _aliases(cls, value: dict[str, ClusterSettings]) -> dict[str, ClusterSettings]:
-        bad = [alias for alias in value if not _ALIAS.match(alias)]
+        bad = [alias for alias in value if not ALIAS.match(alias)]
         if bad:
             # Named by a variable of its block: REPLICATOR_CLUSTERS alone is no variable to fix.
             raise ConfigError(
@@ -821,8 +453,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _internal_topics(self) -> Settings:
-        """The replicator's own topics: Kafka topic names, distinct, never replica topics, and
-        never topics the rules replicate (after the clusters and flows are known good)."""
+        """The replicator's own topics: Kafka topic names, distinct, never replica topics (that
+        the rules never replicate them is checked by the loader, once the model is built:
+        :func:`replicator.config.topology.internal_topic_problem`)."""
         seen: dict[str, str] = {}
         for field_name in INTERNAL_TOPIC_FIELDS:
             variable, topic = ENV_PREFIX + field_name.upper(), getattr(self, field_name)
@@ -847,12 +480,6 @@ class Settings(BaseSettings):
                     f"must not end in the replica suffix {self.replica_suffix!r}: applications "
                     "write such topics and the replicator reads them as application data",
                 )
-        # The topic rules live in topology, which imports this module.
-        from replicator.config.topology import internal_topic_problem
-
-        problem = internal_topic_problem(self)
-        if problem is not None:
-            raise ConfigError(*problem)
         return self
 
     @property
@@ -863,145 +490,28 @@ class Settings(BaseSettings):
         """The effective configuration as plain data, with every secret masked."""
         return self.model_dump(mode="json")
 
-
-_ENVIRON: ContextVar[Mapping[str, str]] = ContextVar("replicator_environ")
-
-
-class _MappingEnvSource(EnvSettingsSource):
-    """Reads the environment handed to :func:`load_settings` instead of ``os.environ``."""
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        environ: Mapping[str, str] = _ENVIRON.get(os.environ)
-        return parse_env_vars(
-            environ,
-            self.case_sensitive,
-            self.env_ignore_empty,
-            self.env_parse_none_str,
+    def client_timings(self) -> ClientTimings:
+        """What every Kafka client is told besides its cluster's block."""
+        return ClientTimings(
+            self.request_timeout_ms, self.metadata_max_age_ms, self.probe_timeout_ms
         )
 
-
-def env_name(loc: tuple[int | str, ...]) -> str:
-    """The environment variable that a validation error location refers to."""
-    return ENV_PREFIX + NESTED_DELIMITER.join(str(part).upper() for part in loc)
-
-
-# The variables the kubelet injects into every pod of a namespace holding a Service named
-# ``replicator`` (unless the pod says enableServiceLinks: false), in its documented format:
-# {SVCNAME}_SERVICE_HOST, {SVCNAME}_SERVICE_PORT, {SVCNAME}_SERVICE_PORT_{PORTNAME} (the port's
-# name, upper-cased, '-' as '_'), {SVCNAME}_PORT, {SVCNAME}_PORT_{PORT}_{PROTOCOL} and that
-# followed by _PROTO, _PORT or _ADDR. Exactly these names, as the kubelet writes them (upper
-# case): no setting is named so, and any other unknown REPLICATOR_* variable is still a typo.
-# The value must have the kubelet's shape too, so that a typo such as REPLICATOR_PORT=9090 (for
-# REPLICATOR_HTTP_PORT) is still refused rather than ignored.
-_SERVICE_LINK = re.compile(
-    rf"^{ENV_PREFIX}(?:(?P<host>SERVICE_HOST)|(?P<port>SERVICE_PORT(?:_[A-Z0-9_]+)?)|(?P<url>PORT)"
-    r"|PORT_\d{1,5}_(?:TCP|UDP|SCTP)(?:(?P<proto>_PROTO)|(?P<port_of>_PORT)|(?P<addr>_ADDR)|(?P<url_of>)))$"
-)
-_LINK_URL = re.compile(r"^(?:tcp|udp|sctp)://(?P<ip>\[[0-9a-fA-F:.]+\]|[0-9.]+):\d{1,5}$")
-
-
-def is_service_link(name: str, value: str) -> bool:
-    """``name=value`` is a variable the kubelet injects for a Service named ``replicator``: one
-    of its names, with a value of its shape (an address, a port, a protocol, a URL of them)."""
-    match = _SERVICE_LINK.match(name)
-    if match is None:
-        return False
-    kind = match.lastgroup
-    if kind in ("host", "addr"):
-        return _is_ip(value)
-    if kind in ("port", "port_of"):
-        return value.isdigit() and 0 < int(value) < 65536
-    if kind == "proto":
-        return value in ("tcp", "udp", "sctp")
-    url = _LINK_URL.match(value)
-    return url is not None and _is_ip(url["ip"].strip("[]"))
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
-    """``REPLICATOR_*`` variables that name no setting: almost always a typo (Kubernetes'
-    service link variables aside: :func:`is_service_link`)."""
-    top = {name.upper() for name in Settings.model_fields}
-    cluster_fields = {name.upper() for name in ClusterSettings.model_fields}
-    flow_fields = {name.upper() for name in FlowSettings.model_fields}
-    unknown = []
-    for key in environ:
-        upper = key.upper()
-        if not upper.startswith(ENV_PREFIX) or is_service_link(key, environ[key]):
-            continue
-        parts = upper[len(ENV_PREFIX) :].split(NESTED_DELIMITER)
-        if parts[0] == "CLUSTERS":
-            if len(parts) != 3 or parts[2] not in cluster_fields:
-                unknown.append(key)
-        elif parts[0] == "FLOWS":
-            if len(parts) != 3 or parts[2] not in flow_fields:
-                unknown.append(key)
-        elif len(parts) != 1 or parts[0] not in top:
-            unknown.append(key)
-    return sorted(unknown)
-
-
-# Values never quoted in an error: secrets, and bootstrap servers (their validator shows the bad
-# entries, credentials masked).
-_UNQUOTED_FIELDS = {"sasl_password", "bootstrap_servers"}
-
-
-def _unknown_setting(name: str) -> str:
-    """Why ``name`` is refused, with the setting it most likely meant (a typo is the usual cause:
-    ``REPLICATOR_PORT`` for ``REPLICATOR_HTTP_PORT``, ``..._LOG_LEVLE``)."""
-    upper = name.upper()[len(ENV_PREFIX) :]
-    head, _, field_name = upper.rpartition(NESTED_DELIMITER)
-    if head.startswith(("CLUSTERS", "FLOWS")) and head.count(NESTED_DELIMITER) == 1:
-        model = ClusterSettings if head.startswith("CLUSTERS") else FlowSettings
-        fields = list(model.model_fields)
-        prefix, wrong = f"{ENV_PREFIX}{head}{NESTED_DELIMITER}", field_name
-    else:
-        nested = {"clusters", "flows"}  # set as CLUSTERS__<ALIAS>__..., never alone
-        fields = [f for f in Settings.model_fields if f not in nested]
-        prefix, wrong = ENV_PREFIX, upper
-    close = difflib.get_close_matches(wrong, [f.upper() for f in fields], n=1, cutoff=0.6)
-    meant = f"; did you mean {prefix}{close[0]}?" if close else ""
-    return f"unknown setting (check the spelling{meant})"
-
-
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Build and validate the settings from an environment (``os.environ`` by default)."""
-    env = dict(os.environ if environ is None else environ)
-    unknown = _unknown_variables(env)
-    if unknown:
-        raise ConfigError(unknown[0], _unknown_setting(unknown[0]))
-    token = _ENVIRON.set(env)
-    try:
-        return Settings()  # type: ignore[call-arg]
-    except ValidationError as exc:
-        raise _config_error(exc) from None
-    finally:
-        _ENVIRON.reset(token)
-
-
-def _config_error(exc: ValidationError) -> ConfigError:
-    err = exc.errors(include_url=False, include_input=False)[0]
-    loc = tuple(err["loc"])
-    ctx = err.get("ctx") or {}
-    inner = ctx.get("error")
-    if isinstance(inner, ConfigError):
-        return inner
-    message = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "missing" and loc == ("clusters",):
-        return ConfigError(
-            f"{ENV_PREFIX}CLUSTERS__<ALIAS>__BOOTSTRAP_SERVERS",
-            "no cluster is configured; define one block per datacenter",
+    def producer_tuning(self) -> ProducerTuning:
+        """What a destination producer is told besides its cluster's block."""
+        return ProducerTuning(
+            self.request_timeout_ms,
+            self.metadata_max_age_ms,
+            self.probe_timeout_ms,
+            self.batch_max_bytes,
+            self.linger_ms,
+            self.compression,
         )
-    if loc and str(loc[-1]) not in _UNQUOTED_FIELDS and err["type"] != "missing":
-        # The value once: a validator that quotes it already is not followed by it again.
-        shown = shown_value(exc.errors(include_url=False)[0].get("input"))
-        if shown is not None and shown not in message:
-            message = f"{message} (got {shown})"
-    return ConfigError(env_name(loc) if loc else ENV_PREFIX + "*", message)
+
+    def dead_letters(self) -> DeadLetterSettings:
+        """What the dead-letter writer needs: its topic, the local cluster, its producer."""
+        return DeadLetterSettings(
+            self.dead_letter_topic,
+            self.clusters[self.local_cluster],
+            self.destination_replication_factor,
+            self.producer_tuning(),
+        )

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import NamedTuple
 
-from replicator.config.settings import (
+from replicator.config.clusters import FlowSettings
+from replicator.config.settings import Settings
+from replicator.config.values import (
     ENV_PREFIX,
     INTERNAL_TOPIC_FIELDS,
-    FlowSettings,
     HeartbeatPlacement,
     Naming,
     OversizePolicy,
-    Settings,
     StartPosition,
     TakeOver,
 )

@@ -22,7 +22,7 @@ import textwrap
 import threading
 from types import FrameType
 
-from replicator.config.settings import _ALIAS  # the one rule for cluster aliases
+from replicator.config.values import ALIAS
 from replicator.devtools.apache_kafka import KAFKA_VERSION, ApacheKafkaCluster, local_clusters
 from replicator.devtools.embedded import (
     LocalBroker,
@@ -76,7 +76,7 @@ def parse_aliases(text: str) -> list[str]:
     aliases = [a.strip() for a in text.split(",") if a.strip()]
     if not aliases:
         raise ValueError("give at least one cluster alias, e.g. dc1,dc2")
-    bad = [a for a in aliases if not _ALIAS.match(a)]
+    bad = [a for a in aliases if not ALIAS.match(a)]
     if bad:
         raise ValueError(
             f"invalid cluster alias {', '.join(map(repr, bad))}: lower-case letters, digits and '-'"

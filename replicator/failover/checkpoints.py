@@ -22,11 +22,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.protocol.types import Int16, Int32, Int64, Schema, String
 
 from replicator.config.settings import Settings
 from replicator.failover.positions import Frontier, SyncPoint, TargetIndex
 from replicator.kafka.clients import client_options
+from replicator.kafka.mm2_wire import checkpoint_record
 from replicator.kafka.readers import read_topic
 from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
 from replicator.topics.provisioning import ensure_single_partition
@@ -153,23 +153,17 @@ def mm2_topic(settings: Settings, source: str, target: str) -> str:
     return f"{alias}{separator}checkpoints{separator}internal"
 
 
-# MirrorMaker 2's ``Checkpoint`` record, as its schemas define it (Kafka protocol types): the
-# value is its header (the version) followed by the version-0 value.
-MM2_CHECKPOINT_KEY = Schema(
-    ("group", String("utf-8")), ("topic", String("utf-8")), ("partition", Int32)
-)
-MM2_CHECKPOINT_VALUE = Schema(
-    ("version", Int16), ("upstreamOffset", Int64), ("offset", Int64), ("metadata", String("utf-8"))
-)
-
-
 def mm2_record(checkpoint: Checkpoint) -> tuple[bytes, bytes]:
     """A checkpoint as MirrorMaker 2 writes it: the key the group, the target's topic and the
     partition; the value version 0, the group's offset in the source, its translated offset in
     the target and empty metadata."""
-    key = (checkpoint.group, checkpoint.target_topic, checkpoint.partition)
-    value = (0, checkpoint.source_offset, checkpoint.target_offset, "")
-    return MM2_CHECKPOINT_KEY.encode(key), MM2_CHECKPOINT_VALUE.encode(value)
+    return checkpoint_record(
+        checkpoint.group,
+        checkpoint.target_topic,
+        checkpoint.partition,
+        checkpoint.source_offset,
+        checkpoint.target_offset,
+    )
 
 
 async def write_mm2(

@@ -174,7 +174,7 @@ async def _in_target(
     """The plan, completed in the target (its partitions without checkpoint, the group's
     members and committed offsets) and executed if asked."""
     group, source, target = request.group, request.source, request.target
-    client = ClusterClient(target, settings.clusters[target], settings)
+    client = ClusterClient(target, settings.clusters[target], settings.client_timings())
     reader = translator.reader(target, "group")
     try:
         await reader.start()

@@ -1,5 +1,8 @@
 """The Kafka boundary: every client, request and aiokafka behaviour the product relies on.
 
+Protocol structs (``aiokafka.protocol``) are built in this package only: other packages call its
+functions with product-level arguments.
+
 ``clients``
     Client factories from a cluster's settings (security, credentials and timeouts in one place),
     cluster probes, what is learnt once per cluster (whether it grants idempotent producers),
@@ -12,6 +15,13 @@
 ``decoding``
     How fetched records reach the data path: unwrapped, and stopped at a record aiokafka cannot
     decode.
+``admin``
+    The topic requests made of a cluster in product terms: metadata, CreateTopics,
+    CreatePartitions, DescribeConfigs (typed :class:`~replicator.kafka.admin.ConfigEntry`) and
+    the hand-built IncrementalAlterConfigs.
+``mm2_wire``
+    MirrorMaker 2's heartbeat and checkpoint records, encoded in Kafka's protocol types as
+    MirrorMaker 2 encodes them.
 ``coalesce``
     Many concurrent questions, one per partition, asked in one request.
 ``readers``

@@ -26,7 +26,9 @@ from aiokafka.helpers import create_ssl_context
 from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.protocol.commit import OffsetCommitRequest, OffsetFetchRequest
 
-from replicator.config.settings import ClusterSettings, Settings
+from replicator.config.clusters import ClusterSettings
+from replicator.config.settings import Settings
+from replicator.config.views import ClientTimings, Timings
 from replicator.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
@@ -127,7 +129,7 @@ def translate(exc: BaseException) -> ReplicatorError:
 
 
 async def why_unreachable(
-    exc: BaseException, cluster: ClusterSettings, settings: Settings
+    exc: BaseException, cluster: ClusterSettings, timings: Timings
 ) -> ReplicatorError:
     """``exc`` translated, with the cause a failed bootstrap hides.
 
@@ -141,8 +143,8 @@ async def why_unreachable(
     error = translate(exc)
     if not isinstance(exc, kerr.KafkaConnectionError) or "bootstrap" not in str(exc):
         return error
-    options = client_options(cluster, settings)
-    timeout = settings.probe_timeout_ms / 1000
+    options = client_options(cluster, timings)
+    timeout = timings.probe_timeout_ms / 1000
     for server in cluster.servers:
         host, _, port = server.rpartition(":")
         try:
@@ -151,7 +153,7 @@ async def why_unreachable(
                     host.strip("[]"),
                     int(port),
                     client_id="replicator-diagnosis",
-                    request_timeout_ms=settings.probe_timeout_ms,
+                    request_timeout_ms=timings.probe_timeout_ms,
                     ssl_context=options.get("ssl_context"),
                     security_protocol=options["security_protocol"],
                     sasl_mechanism=options.get("sasl_mechanism", "PLAIN"),
@@ -203,15 +205,15 @@ FETCHER_IDLE_WAKE_MS = 30_000
 
 
 def client_options(
-    cluster: ClusterSettings, settings: Settings, discovers_topics: bool = True
+    cluster: ClusterSettings, timings: Timings, discovers_topics: bool = True
 ) -> dict[str, Any]:
     """Connection and security options shared by every client of ``cluster``; a client that
     does not discover topics refreshes its metadata less often."""
-    age = settings.metadata_max_age_ms
+    age = timings.metadata_max_age_ms
     options: dict[str, Any] = {
         "bootstrap_servers": cluster.servers,
         "security_protocol": cluster.security_protocol.value,
-        "request_timeout_ms": settings.request_timeout_ms,
+        "request_timeout_ms": timings.request_timeout_ms,
         "metadata_max_age_ms": age if discovers_topics else max(age, STEADY_METADATA_MAX_AGE_MS),
     }
     if cluster.uses_ssl:
@@ -435,8 +437,8 @@ def idempotence_refused(exc: BaseException) -> bool:
     )
 
 
-def make_admin(cluster: ClusterSettings, settings: Settings, client_id: str) -> AIOKafkaAdminClient:
-    options = client_options(cluster, settings)
+def make_admin(cluster: ClusterSettings, timings: Timings, client_id: str) -> AIOKafkaAdminClient:
+    options = client_options(cluster, timings)
     options.pop("metadata_max_age_ms")
     return AIOKafkaAdminClient(**options, client_id=client_id)
 
@@ -448,10 +450,12 @@ class ClusterClient:
     not fatal, and is picked up again when it returns.
     """
 
-    def __init__(self, alias: str, cluster: ClusterSettings, settings: Settings) -> None:
+    def __init__(
+        self, alias: str, cluster: ClusterSettings, timings: ClientTimings, idempotence: bool = True
+    ) -> None:
         self.alias = alias
         self._cluster = cluster
-        self._settings = settings
+        self._timings = timings
         self._admin: AIOKafkaAdminClient | None = None
         self._lock = asyncio.Lock()
         self.error: str | None = "not contacted yet"
@@ -459,19 +463,19 @@ class ClusterClient:
         # Whether producers made for this cluster ask for idempotence (REPLICATOR_IDEMPOTENCE):
         # until the cluster refuses one a producer id, learnt once here for every leg and
         # heartbeat that writes to it (:meth:`producer_failed`).
-        self.idempotence = settings.idempotence
+        self.idempotence = idempotence
 
     async def admin(self) -> AIOKafkaAdminClient:
         """The connected admin client; raises a translated error if the cluster is unreachable."""
         async with self._lock:
             if self._admin is None:
-                admin = make_admin(self._cluster, self._settings, f"replicator-admin-{self.alias}")
+                admin = make_admin(self._cluster, self._timings, f"replicator-admin-{self.alias}")
                 try:
                     await admin.start()
                 except BaseException as exc:
                     await close_quietly(admin.close())
                     if isinstance(exc, Exception):
-                        raise await why_unreachable(exc, self._cluster, self._settings) from exc
+                        raise await why_unreachable(exc, self._cluster, self._timings) from exc
                     raise
                 self._admin = admin
             return self._admin
@@ -482,7 +486,7 @@ class ClusterClient:
         Bounded by ``REPLICATOR_PROBE_TIMEOUT_MS``, far below the request timeout: a cluster
         behind a link that silently drops packets (connections open, nothing answered) is
         reported within seconds."""
-        timeout = self._settings.probe_timeout_ms / 1000
+        timeout = self._timings.probe_timeout_ms / 1000
         client: AIOKafkaClient | None = None
         node: int | None = None
         try:

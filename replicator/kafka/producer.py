@@ -45,7 +45,9 @@ from typing import Any
 import aiokafka.errors as kerr
 from aiokafka import AIOKafkaProducer
 
-from replicator.config.settings import ClusterSettings, Compression, Settings
+from replicator.config.clusters import ClusterSettings
+from replicator.config.values import Compression
+from replicator.config.views import ProducerSettings
 from replicator.errors import (
     ClusterUnavailable,
     OutcomeUnknown,
@@ -222,7 +224,7 @@ _POLICY = FencingPolicy(
 
 def make_producer(
     cluster: ClusterSettings,
-    settings: Settings,
+    settings: ProducerSettings,
     client_id: str,
     max_request_size: int | None = None,
     enable_idempotence: bool = True,

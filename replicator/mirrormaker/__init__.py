@@ -7,7 +7,7 @@ This package owns the translation of
 - a MirrorMaker 2 ``connect-mirror-maker.properties`` file: :func:`mm2_translation`
 
 into ``REPLICATOR_*`` environment variables, validated by
-:func:`replicator.config.settings.load_settings` like any other environment. It runs nothing and
+:func:`replicator.config.loading.load_settings` like any other environment. It runs nothing and
 connects to nothing; the CLI (``replicator mirror-maker``, ``replicator mm2``) runs the service
 with the result.
 

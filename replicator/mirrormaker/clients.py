@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from replicator.config.settings import DEFAULT_TOPICS_EXCLUDE
+from replicator.config.values import DEFAULT_TOPICS_EXCLUDE
 from replicator.errors import ConfigError
 from replicator.mirrormaker.connection import CONNECTION_KEYS, Cluster, Offer
 from replicator.mirrormaker.translation import Builder

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from replicator.config.settings import is_host_port, shown_servers
+from replicator.config.values import is_host_port, shown_servers
 from replicator.errors import ConfigError
 from replicator.mirrormaker.translation import Builder, cluster_var
 from replicator.mirrormaker.values import parse_bool

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from replicator.config.settings import is_host_port
+from replicator.config.values import is_host_port
 from replicator.errors import ConfigError
 from replicator.mirrormaker.clients import Client, client_property
 from replicator.mirrormaker.connection import Cluster, cluster_env

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import warnings
 
-from replicator.config.settings import DEFAULT_TOPICS_EXCLUDE, split_outside, topic_regex
+from replicator.config.values import DEFAULT_TOPICS_EXCLUDE, split_outside, topic_regex
 from replicator.errors import ConfigError
 from replicator.mirrormaker.translation import Builder
 

@@ -17,13 +17,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from replicator.config.settings import (
-    ENV_PREFIX,
-    NESTED_DELIMITER,
-    Settings,
-    is_service_link,
-    load_settings,
-)
+from replicator.config.loading import is_service_link, load_settings
+from replicator.config.settings import Settings
+from replicator.config.values import ENV_PREFIX, NESTED_DELIMITER
 from replicator.errors import ConfigError
 
 _SECRET_SUFFIX = NESTED_DELIMITER + "SASL_PASSWORD"

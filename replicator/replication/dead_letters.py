@@ -17,16 +17,12 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaProducer
 
-from replicator.config.settings import Settings
+from replicator.config.views import DeadLetterSettings
+from replicator.kafka.admin import TopicSpec, describe_partitions, replication_factor
 from replicator.kafka.clients import ClusterClient, translate
 from replicator.kafka.producer import make_producer
 from replicator.lifecycle import close_quietly
-from replicator.topics.provisioning import (
-    TopicSpec,
-    create_topic,
-    describe_partitions,
-    replication_factor,
-)
+from replicator.topics.provisioning import create_topic
 
 log = structlog.get_logger(__name__)
 
@@ -40,8 +36,8 @@ _MAX_REQUEST_BYTES = 64 * 1024 * 1024
 class DeadLetters:
     """Writes parked records to the local cluster's dead-letter topic (created if missing)."""
 
-    def __init__(self, settings: Settings, local: ClusterClient) -> None:
-        self.topic = settings.dead_letter_topic
+    def __init__(self, settings: DeadLetterSettings, local: ClusterClient) -> None:
+        self.topic = settings.topic
         self._settings = settings
         self._local = local
         self._producer: AIOKafkaProducer | None = None
@@ -71,8 +67,8 @@ class DeadLetters:
             if self._producer is None:
                 await self._ensure_topic()
                 producer = make_producer(
-                    self._settings.clusters[self._settings.local_cluster],
-                    self._settings,
+                    self._settings.cluster,
+                    self._settings.producer,
                     "replicator-dead-letters",
                     max_request_size=_MAX_REQUEST_BYTES,
                 )
@@ -88,7 +84,7 @@ class DeadLetters:
         admin = await self._local.admin()
         if self.topic in await describe_partitions(admin):
             return
-        replication = await replication_factor(admin, self._settings.destination_replication_factor)
+        replication = await replication_factor(admin, self._settings.replication_factor)
         errors = await create_topic(admin, TopicSpec(self.topic, 1, replication))
         if errors:  # parks then fail with the broker's reason: retried, shown in /status
             log.warning("dead-letter topic not created", topic=self.topic, errors=errors)

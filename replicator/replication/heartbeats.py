@@ -47,18 +47,20 @@ from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.protocol.types import Int16, Int64, Schema, String
 
-from replicator.config.settings import HeartbeatPlacement, Settings
+from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan
+from replicator.config.values import HeartbeatPlacement
 from replicator.errors import ProvenanceError, ReplicatorError
+from replicator.kafka.admin import describe_partitions
 from replicator.kafka.clients import ClusterClient, make_reader
+from replicator.kafka.mm2_wire import heartbeat_record
 from replicator.kafka.producer import make_producer
 from replicator.kafka.retry import Backoff, retrying
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.model import provenance
 from replicator.telemetry.metrics import Metrics
-from replicator.topics.provisioning import describe_partitions, ensure_single_partition
+from replicator.topics.provisioning import ensure_single_partition
 
 log = structlog.get_logger(__name__)
 
@@ -73,17 +75,10 @@ def heartbeat_value(plan: FeedPlan, emitted_ms: int) -> bytes:
     return json.dumps({**body, "emitted_ms": emitted_ms}, separators=(",", ":")).encode()
 
 
-# MirrorMaker 2's ``Heartbeat`` record, as its schemas define it (Kafka protocol types).
-MM2_HEARTBEAT_KEY = Schema(
-    ("sourceClusterAlias", String("utf-8")), ("targetClusterAlias", String("utf-8"))
-)
-MM2_HEARTBEAT_VALUE = Schema(("version", Int16), ("timestamp", Int64))
-
-
 def mm2_heartbeat(source: str, target: str, emitted_ms: int) -> tuple[bytes, bytes]:
     """A heartbeat record as MirrorMaker 2 writes it: the key the two cluster aliases, the
     value version 0 and the timestamp."""
-    return MM2_HEARTBEAT_KEY.encode((source, target)), MM2_HEARTBEAT_VALUE.encode((0, emitted_ms))
+    return heartbeat_record(source, target, emitted_ms)
 
 
 @dataclass(frozen=True)

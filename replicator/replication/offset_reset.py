@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from replicator.config.settings import OffsetResetPolicy
+from replicator.config.values import OffsetResetPolicy
 from replicator.model.offsets import OutOfRange, out_of_range
 from replicator.replication.partition import LegPartition
 from replicator.telemetry.metrics import Metrics

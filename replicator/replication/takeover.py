@@ -36,7 +36,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from replicator.config.settings import TakeOver
+from replicator.config.values import TakeOver
 from replicator.kafka.clients import GroupOffsets
 from replicator.kafka.readers import StoredRecord, partitions_of, read_ranges
 from replicator.model.handover import Handover

@@ -25,8 +25,9 @@ from typing import Any
 
 import structlog
 
-from replicator.config.settings import OversizePolicy, Settings, TakeOver
+from replicator.config.settings import Settings
 from replicator.config.topology import colliding_flow_names, feeds_for
+from replicator.config.values import OversizePolicy, TakeOver
 from replicator.errors import Stopped
 from replicator.failover.group_sync import GroupSync
 from replicator.kafka.clients import ClusterClient
@@ -63,7 +64,7 @@ class ReplicatorService:
         self.metrics = metrics or Metrics()
         self.plans = feeds_for(settings)
         self.clusters = {
-            alias: ClusterClient(alias, cluster, settings)
+            alias: ClusterClient(alias, cluster, settings.client_timings(), settings.idempotence)
             for alias, cluster in sorted(settings.clusters.items())
         }
         self.stop_event = asyncio.Event()
@@ -72,7 +73,7 @@ class ReplicatorService:
         self._main: asyncio.Task[Any] | None = None
         self.legs: list[LegRunner] = []
         self.dead_letters = (
-            DeadLetters(settings, self.clusters[settings.local_cluster])
+            DeadLetters(settings.dead_letters(), self.clusters[settings.local_cluster])
             if settings.record_too_large_policy is OversizePolicy.DEAD_LETTER
             else None
         )

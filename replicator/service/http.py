@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from replicator.config.settings import ENV_PREFIX
+from replicator.config.values import ENV_PREFIX
 from replicator.errors import ConfigError
 from replicator.replication.health import PartitionQuery
 

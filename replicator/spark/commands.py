@@ -272,10 +272,10 @@ async def _prepare_topics(
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(_PREPARE_S, stop.set)
     failures: list[ReplicatorError] = []
-    origin = ClusterClient(source, settings.clusters[source], settings)
+    origin = ClusterClient(source, settings.clusters[source], settings.client_timings())
     try:
         for alias in destinations:
-            destination = ClusterClient(alias, settings.clusters[alias], settings)
+            destination = ClusterClient(alias, settings.clusters[alias], settings.client_timings())
             topics = TopicProvisioner(
                 ClusterAdmin(origin),
                 ClusterAdmin(destination),

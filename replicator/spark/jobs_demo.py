@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from rich.console import Console
 
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.devtools.embedded import (
     EmbeddedBroker,
     embedded_clusters,

@@ -54,7 +54,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from replicator.config.settings import ClusterSettings
+from replicator.config.clusters import ClusterSettings
 
 FORMAT = "replicator-kafka"
 SCHEMA = StructType(

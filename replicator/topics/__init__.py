@@ -4,7 +4,10 @@
     Destination topics made ready before the first record: created with the source's partition
     count, replication factor and configuration, grown when the source grows, configs kept in sync
     (:class:`~replicator.topics.provisioning.TopicProvisioner`, batched behind
-    :class:`~replicator.topics.provisioning.ClusterAdmin`).
+    :class:`~replicator.topics.provisioning.ClusterAdmin`, over :mod:`replicator.kafka.admin`).
+``configs``
+    Which configs a destination topic is created with and which changes make it follow its
+    source (raise-only or mirror). Pure logic, no I/O.
 ``watching``
     A feed's source topics as its rules see them, kept current: the subscription, the topics
     added, and the rules that match nothing (:class:`~replicator.topics.watching.TopicWatch`).

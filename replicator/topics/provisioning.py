@@ -10,90 +10,61 @@ refused (:class:`TopicMismatch`, with the broker's reason) and reported, never w
 that places records by key uses it as it is. A partition the provisioner has not seen yet (the
 source grew since) makes it check the topic again.
 
-Topic-level configs set on the source topic itself are copied at creation (never its defaults
-nor broker-wide values: the destination cluster's own apply, :func:`creation_configs`), and then
-follow their source every ``REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS``
-(:meth:`TopicProvisioner.sync_configs`); configs
-matching ``REPLICATOR_TOPIC_CONFIGS_EXCLUDE`` (MM2's ``config.properties.exclude`` defaults) are
-never copied. With ``REPLICATOR_TOPIC_CONFIG_SYNC=mirror``, exactly as MM2's sync does
-(:func:`mirrored_config_changes`: lowered too, a source default removing the destination's
-override). With ``raise-only`` (:func:`config_changes`) what a destination was given on purpose is
-kept: a source override the destination lacks is set, and a source override that *changes* is
-followed, but a destination override that differs from a source value the replicator has not seen
-change is left alone (an operator's choice); a limit (retention, ``max.message.bytes``) is only
-ever raised above the destination's *effective* value, so a destination never loses records
-because a source's retention was lowered; a config removed at the source stays on the
-destination. Changes are sent with IncrementalAlterConfigs (only what changes; the destination's
-other overrides untouched). One DescribeConfigs per cluster and round. A destination that refuses
-is reported once per leg, counted
+Topic configs are copied at creation and then follow their source every
+``REPLICATOR_TOPIC_CONFIG_SYNC_INTERVAL_MS`` (:meth:`TopicProvisioner.sync_configs`), as
+:mod:`replicator.topics.configs` decides. Changes are sent with IncrementalAlterConfigs (only what
+changes; the destination's other overrides untouched). One DescribeConfigs per cluster and round.
+A destination that refuses is reported once per leg, counted
 (``replicator_topic_config_sync_failures_total``), and retried less and less often.
+
+The provisioner keeps the decisions; the requests go through :class:`TopicAdmin`, which
+:class:`ClusterAdmin` implements over :mod:`replicator.kafka.admin`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
-from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import IncompatibleBrokerVersion, InvalidPartitionsError
-from aiokafka.protocol.api import RequestStruct, Response
-from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import InvalidPartitionsError
 
-from replicator.config.settings import ConfigSync, DefaultsFrom
+from replicator.config.values import ConfigSync, DefaultsFrom
 from replicator.errors import (
     AuthorizationFailed,
-    KafkaFailure,
     ReplicatorError,
     TopicMismatch,
     TopicMissing,
     TopicRefused,
 )
+from replicator.kafka.admin import (
+    TOPIC_ALREADY_EXISTS,
+    BrokerErrors,
+    ConfigEntry,
+    TopicSpec,
+    alter_topic_configs,
+    create_topics,
+    describe_partitions,
+    describe_topic_configs,
+    grow_topics,
+    replication_factor,
+)
 from replicator.kafka.clients import ClusterClient, broker_error, error_name, said, translate
 from replicator.kafka.coalesce import Coalescer
-from replicator.kafka.internals import kafka_client
+from replicator.topics.configs import (
+    as_kafka_reports,
+    creation_configs,
+    max_message_bytes,
+    overrides,
+    replicable,
+    sync_changes,
+)
 
 log = structlog.get_logger(__name__)
-
-# Topic-level settings copied from the source topic: only those set on the topic itself (config
-# source 1). A default (source 5, Kafka's built-in value) and a broker-wide value (sources 2-4)
-# belong to each cluster and are never copied: copied, they would pin the source cluster's
-# defaults on the destination as overrides of its own. Read-only and sensitive entries never are.
-REPLICATED_CONFIGS = frozenset(
-    {
-        "cleanup.policy",
-        "compression.type",
-        "delete.retention.ms",
-        "max.compaction.lag.ms",
-        "max.message.bytes",
-        "message.timestamp.type",
-        "min.compaction.lag.ms",
-        "min.insync.replicas",
-        "retention.bytes",
-        "retention.ms",
-        "segment.bytes",
-        "segment.ms",
-    }
-)
-_TOPIC_OVERRIDE = 1  # DYNAMIC_TOPIC_CONFIG: set on the topic itself
-_DEFAULT_CONFIG = 5  # DEFAULT_CONFIG: Kafka's built-in default
-# Limits that are only ever raised on a destination (-1: unlimited, the largest).
-NEVER_LOWERED = frozenset({"retention.ms", "retention.bytes", "max.message.bytes"})
-_TOPIC_ALREADY_EXISTS = 36
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    """What a destination topic must look like to receive a source topic."""
-
-    name: str
-    partitions: int
-    replication_factor: int
-    configs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,40 +77,6 @@ class DestinationTopic:
     max_message_bytes: int | None = None
     # The source topic's partition count when it was checked (0: unknown).
     source_partitions: int = 0
-
-
-async def describe_partitions(admin: AIOKafkaAdminClient) -> dict[str, list[dict[str, Any]]]:
-    """Partition metadata of every topic on a cluster, without naming (auto-creating) any."""
-    topics = await admin.describe_topics()
-    return {t["topic"]: t["partitions"] for t in topics if t["error_code"] == 0}
-
-
-async def replication_factor(admin: AIOKafkaAdminClient, configured: int | None) -> int:
-    """``configured``, else what a broker defaults to: 3, or fewer on a smaller cluster."""
-    if configured is not None:
-        return configured
-    return min(3, len((await admin.describe_cluster())["brokers"]))
-
-
-BrokerErrors = Sequence[tuple[int, str | None]]  # (error code, message) as a broker answered
-
-
-async def _request_creation(
-    admin: AIOKafkaAdminClient, specs: list[TopicSpec], tolerate: tuple[int, ...] = ()
-) -> dict[str, BrokerErrors]:
-    """Create ``specs`` in one CreateTopics request: the broker's errors per topic (empty:
-    created; codes in ``tolerate`` are not errors)."""
-    response = await admin.create_topics(
-        [
-            NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs)
-            for s in specs
-        ]
-    )
-    errors: dict[str, list[tuple[int, str | None]]] = {s.name: [] for s in specs}
-    for topic, code, message in response.topic_errors:
-        if code != 0 and code not in tolerate:
-            errors.setdefault(topic, []).append((code, message))
-    return dict(errors)
 
 
 def describe_errors(errors: BrokerErrors) -> list[str]:
@@ -169,7 +106,7 @@ async def create_topic(
     admin: AIOKafkaAdminClient, spec: TopicSpec, tolerate: tuple[int, ...] = ()
 ) -> list[str]:
     """Create ``spec``; the broker's errors (see :func:`describe_errors`), empty on success."""
-    return describe_errors((await _request_creation(admin, [spec], tolerate))[spec.name])
+    return describe_errors((await create_topics(admin, [spec], tolerate))[spec.name])
 
 
 async def ensure_single_partition(
@@ -180,134 +117,22 @@ async def ensure_single_partition(
     if name in await describe_partitions(admin):
         return None
     spec = TopicSpec(name, 1, await replication_factor(admin, factor), dict(configs))
-    return await create_topic(admin, spec, tolerate=(36,))  # 36: already exists
+    return await create_topic(admin, spec, tolerate=(TOPIC_ALREADY_EXISTS,))
 
 
-async def _config_entries(admin: AIOKafkaAdminClient, topic: str) -> list[Any]:
-    return (await _config_entries_of(admin, [topic])).get(topic, [])
-
-
-async def _config_entries_of(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[Any]]:
-    """Every config entry of each of ``topics``, in one DescribeConfigs request, each with its
-    source as Apache Kafka reports it (:func:`as_kafka_reports`)."""
-    resources = [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]
-    responses = await admin.describe_configs(resources)
-    return {
-        resource[3]: as_kafka_reports(list(resource[4]))
-        for response in responses
-        for resource in response.resources
-        if resource[0] == 0
-    }
-
-
-def as_kafka_reports(entries: list[Any]) -> list[Any]:
-    """A topic's DescribeConfigs entries ``(name, value, read_only, source, sensitive, ...)``
-    with each source as Apache Kafka reports it.
-
-    Apache Kafka lists every topic config, each with where its value comes from: set on the
-    topic (1), a broker-wide value (2-4) or its built-in default (5). A broker that lists only
-    the configs set on the topic labels them defaults (the embedded broker, Tansu 0.6.0: source
-    5): an answer that lacks a topic config Kafka always lists is such a broker's, and the
-    defaults it names are the topic's own configs.
-    """
-    if {entry[0] for entry in entries} >= REPLICATED_CONFIGS:
-        return entries
-    return [
-        (*entry[:3], _TOPIC_OVERRIDE, *entry[4:]) if entry[3] == _DEFAULT_CONFIG else entry
-        for entry in entries
-    ]
+async def _config_entries(
+    admin: AIOKafkaAdminClient, topics: list[str]
+) -> dict[str, list[ConfigEntry]]:
+    """Every config entry of each of ``topics`` (one DescribeConfigs request), each with its
+    source as Apache Kafka reports it (:func:`~replicator.topics.configs.as_kafka_reports`)."""
+    found = await describe_topic_configs(admin, topics)
+    return {topic: as_kafka_reports(entries) for topic, entries in found.items()}
 
 
 async def topic_configs(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
     """The replicable configs set on ``topic`` itself (what a destination topic is created
     with; neither defaults nor broker-wide values, which are each cluster's own)."""
-    return _replicable(await _config_entries(admin, topic))
-
-
-def _overrides(entries: list[Any]) -> dict[str, str]:
-    return {
-        entry[0]: entry[1]
-        for entry in entries
-        if entry[3] == _TOPIC_OVERRIDE and entry[1] is not None and not entry[4]
-    }
-
-
-def _effective(entries: list[Any]) -> dict[str, str]:
-    return {entry[0]: entry[1] for entry in entries if entry[1] is not None and not entry[4]}
-
-
-def _at_least(current: str, wanted: str) -> bool:
-    """Whether limit ``current`` is at least ``wanted`` (-1 is unlimited)."""
-    try:
-        have, want = int(current), int(wanted)
-    except ValueError:
-        return False
-    return have < 0 or (want >= 0 and have >= want)
-
-
-def mirrored_config_changes(
-    source: dict[str, str],
-    source_effective: dict[str, str],
-    destination: dict[str, str],
-    exclude: re.Pattern[str],
-    defaults_from: DefaultsFrom,
-) -> dict[str, str | None]:
-    """The changes that make a destination topic's copied configs its source's, as MirrorMaker
-    2's config sync makes them (``None``: delete the destination's override).
-
-    A replicable config not excluded that the source overrides is set to the source's value,
-    lower or higher; one the source leaves at its default loses the destination's override
-    (``defaults_from`` target: the destination's own default applies), or is set to the
-    source's default (``defaults_from`` source).
-    """
-    changes: dict[str, str | None] = {}
-    for name in sorted(REPLICATED_CONFIGS):
-        if exclude.fullmatch(name):
-            continue
-        current = destination.get(name)
-        if name in source:
-            wanted: str | None = source[name]
-        elif defaults_from is DefaultsFrom.SOURCE:
-            wanted = source_effective.get(name)
-            if wanted is None:
-                continue  # the source does not say its default: nothing to follow
-        else:
-            wanted = None
-        if current != wanted:
-            changes[name] = wanted
-    return changes
-
-
-def config_changes(
-    source: dict[str, str],
-    destination: dict[str, str],
-    effective: dict[str, str],
-    seen: dict[str, str] | None,
-    exclude: re.Pattern[str],
-) -> dict[str, str]:
-    """The destination overrides to set so that a destination topic follows its source.
-
-    ``source``: the source topic's overrides; ``destination``: the destination topic's overrides;
-    ``effective``: the destination's effective values (whatever set them); ``seen``: the source
-    overrides at the previous round (``None``: none yet, after a start). A replicable config not
-    excluded is set when the destination has no override for it, or when the source changed it
-    since the previous round; a limit is set only above the destination's effective value.
-    """
-    changes: dict[str, str] = {}
-    for name, value in sorted(source.items()):
-        if name not in REPLICATED_CONFIGS or exclude.fullmatch(name):
-            continue
-        current = destination.get(name)
-        if current == value:
-            continue
-        changed = seen is not None and seen.get(name) != value
-        if current is not None and not changed:
-            continue  # the destination was given its own value: kept until the source changes
-        now = effective.get(name, current)
-        if name in NEVER_LOWERED and now is not None and _at_least(now, value):
-            continue
-        changes[name] = value
-    return changes
+    return replicable((await _config_entries(admin, [topic])).get(topic, []))
 
 
 @dataclass(frozen=True)
@@ -328,7 +153,7 @@ class TopicAdmin(Protocol):
         topic may create it)."""
         ...
 
-    async def config_entries(self, topics: list[str]) -> dict[str, list[Any]]:
+    async def config_entries(self, topics: list[str]) -> dict[str, list[ConfigEntry]]:
         """Every config entry of each of ``topics`` (one DescribeConfigs request)."""
         ...
 
@@ -349,77 +174,6 @@ class TopicAdmin(Protocol):
         ...
 
 
-SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
-
-
-class _IncrementalAlterConfigsResponseV0(Response):  # type: ignore[misc]
-    API_KEY = 44
-    API_VERSION = 0
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        (
-            "responses",
-            Array(
-                ("error_code", Int16),
-                ("error_message", String("utf-8")),
-                ("resource_type", Int8),
-                ("resource_name", String("utf-8")),
-            ),
-        ),
-    )
-
-
-class _IncrementalAlterConfigsRequestV0(RequestStruct):  # type: ignore[misc]
-    """IncrementalAlterConfigs v0 (KIP-339): each config set or deleted on its own, the other
-    overrides of the resource untouched (AlterConfigs, deprecated, replaces them all)."""
-
-    API_KEY = 44
-    API_VERSION = 0
-    RESPONSE_TYPE = _IncrementalAlterConfigsResponseV0
-    SCHEMA = Schema(
-        (
-            "resources",
-            Array(
-                ("resource_type", Int8),
-                ("resource_name", String("utf-8")),
-                (
-                    "configs",
-                    Array(
-                        ("name", String("utf-8")),
-                        ("config_operation", Int8),
-                        ("value", String("utf-8")),
-                    ),
-                ),
-            ),
-        ),
-        ("validate_only", Boolean),
-    )
-
-
-class _IncrementalAlterConfigs:
-    """An IncrementalAlterConfigs request of topic configs (``None``: delete the override)."""
-
-    API_KEY = 44
-
-    def __init__(self, configs: dict[str, dict[str, str | None]]) -> None:
-        self._resources = [
-            (
-                ConfigResourceType.TOPIC.value,
-                topic,
-                [(name, SET if value is not None else DELETE, value) for name, value in c.items()],
-            )
-            for topic, c in sorted(configs.items())
-        ]
-
-    def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
-        low, high = versions.get(self.API_KEY, (0, -1))
-        if not low <= 0 <= high:
-            raise IncompatibleBrokerVersion(
-                "the broker does not support IncrementalAlterConfigs (Kafka 2.3 and later do)"
-            )
-        return _IncrementalAlterConfigsRequestV0(self._resources, False)
-
-
 class ClusterAdmin:
     """:class:`TopicAdmin` of a cluster, through its :class:`ClusterClient`'s admin client."""
 
@@ -434,48 +188,20 @@ class ClusterAdmin:
             for topic, found in partitions.items()
         }
 
-    async def config_entries(self, topics: list[str]) -> dict[str, list[Any]]:
+    async def config_entries(self, topics: list[str]) -> dict[str, list[ConfigEntry]]:
         if not topics:
             return {}
-        return await _config_entries_of(await self._client.admin(), topics)
+        return await _config_entries(await self._client.admin(), topics)
 
     async def create(self, specs: list[TopicSpec]) -> dict[str, BrokerErrors]:
         admin = await self._client.admin()
-        return await _request_creation(admin, specs, tolerate=(_TOPIC_ALREADY_EXISTS,))
+        return await create_topics(admin, specs, tolerate=(TOPIC_ALREADY_EXISTS,))
 
     async def grow(self, counts: dict[str, int]) -> dict[str, BaseException | None]:
-        admin = await self._client.admin()
-        try:  # aiokafka raises for the first topic refused: then each is asked alone
-            await admin.create_partitions(
-                {topic: NewPartitions(total_count=count) for topic, count in counts.items()}
-            )
-            return dict.fromkeys(counts)
-        except Exception as exc:
-            if len(counts) == 1:
-                return {topic: exc for topic in counts}
-        found: dict[str, BaseException | None] = {}
-        for topic, count in counts.items():
-            try:
-                await admin.create_partitions({topic: NewPartitions(total_count=count)})
-                found[topic] = None
-            except Exception as exc:
-                found[topic] = exc
-        return found
+        return await grow_topics(await self._client.admin(), counts)
 
     async def alter(self, configs: dict[str, dict[str, str | None]]) -> None:
-        admin = await self._client.admin()
-        client = kafka_client(admin)
-        response = await client.send(client.get_random_node(), _IncrementalAlterConfigs(configs))
-        refused = [
-            f"{name}: {error_name(code)}{f' ({message})' if message else ''}"
-            for code, message, _, name in response.responses
-            if code != 0
-        ]
-        if refused:
-            first = broker_error(next(r[0] for r in response.responses if r[0] != 0))
-            raise KafkaFailure(
-                f"topic configs refused: {'; '.join(refused)}", retriable=first.retriable
-            )
+        await alter_topic_configs(await self._client.admin(), configs)
 
 
 class TopicProvisioner:
@@ -557,42 +283,7 @@ class TopicProvisioner:
         if not pairs:
             return True
         try:
-            sources = await self._source.config_entries(sorted(set(pairs.values())))
-            targets = await self._destination.config_entries(sorted(pairs))
-            changed: dict[str, dict[str, str | None]] = {}
-            for target_topic, source_topic in sorted(pairs.items()):
-                entries = targets.get(target_topic, [])
-                current = _overrides(entries)
-                source_entries = sources.get(source_topic, [])
-                source = _overrides(source_entries)
-                changes: dict[str, str | None]
-                if self._sync is ConfigSync.MIRROR:
-                    changes = mirrored_config_changes(
-                        source,
-                        _effective(source_entries),
-                        current,
-                        self._exclude,
-                        self._defaults_from,
-                    )
-                else:
-                    seen = self._seen.get(target_topic)
-                    changes = dict(
-                        config_changes(source, current, _effective(entries), seen, self._exclude)
-                    )
-                if changes:
-                    changed[target_topic] = changes
-            if changed:
-                await self._destination.alter(changed)
-            for target_topic, changes in changed.items():
-                self.synced[target_topic] = {**self.synced.get(target_topic, {}), **changes}
-                log.info(
-                    "destination topic configs follow the source",
-                    cluster=self._destination.alias,
-                    topic=target_topic,
-                    changes=changes,
-                )
-            for target_topic, source_topic in pairs.items():
-                self._seen[target_topic] = _overrides(sources.get(source_topic, []))
+            await self._sync_round(pairs)
         except Exception as exc:
             error = said(exc)
             if self.sync_error is None:
@@ -609,6 +300,36 @@ class TopicProvisioner:
             log.info("topic config sync works again", cluster=self._destination.alias)
         self.sync_error = None
         return True
+
+    async def _sync_round(self, pairs: dict[str, str]) -> None:
+        """Make each destination topic of ``pairs`` (destination topic -> source topic) follow
+        its source: two DescribeConfigs, at most one IncrementalAlterConfigs."""
+        sources = await self._source.config_entries(sorted(set(pairs.values())))
+        targets = await self._destination.config_entries(sorted(pairs))
+        changed: dict[str, dict[str, str | None]] = {}
+        for target_topic, source_topic in sorted(pairs.items()):
+            changes = sync_changes(
+                sources.get(source_topic, []),
+                targets.get(target_topic, []),
+                self._seen.get(target_topic),
+                self._exclude,
+                self._sync,
+                self._defaults_from,
+            )
+            if changes:
+                changed[target_topic] = changes
+        if changed:
+            await self._destination.alter(changed)
+        for target_topic, changes in changed.items():
+            self.synced[target_topic] = {**self.synced.get(target_topic, {}), **changes}
+            log.info(
+                "destination topic configs follow the source",
+                cluster=self._destination.alias,
+                topic=target_topic,
+                changes=changes,
+            )
+        for target_topic, source_topic in pairs.items():
+            self._seen[target_topic] = overrides(sources.get(source_topic, []))
 
     def forget_refusal(self, target_topic: str) -> None:
         """Ask again for a topic refused before (partitions assigned anew: an operator may have
@@ -644,45 +365,11 @@ class TopicProvisioner:
         self, pairs: list[tuple[str, str]]
     ) -> dict[tuple[str, str], DestinationTopic | BaseException]:
         answers: dict[tuple[str, str], DestinationTopic | BaseException] = {}
-        sources = await self._source.layouts()
-        wanted = sorted({s for s, _ in pairs if sources.get(s)})
-        source_entries = await self._source.config_entries(wanted)
-        specs: dict[tuple[str, str], TopicSpec] = {}
-        for pair in pairs:
-            source_topic, target_topic = pair
-            layout = sources.get(source_topic)
-            if layout is None or not layout.partitions:
-                answers[pair] = TopicMissing(
-                    f"source topic {source_topic} not in the metadata of {self._source.alias} yet"
-                )
-                continue
-            kept = creation_configs(
-                source_entries.get(source_topic, []), self._exclude, self._sync, self._defaults_from
-            )
-            replication = self._replication_factor or layout.replication_factor
-            specs[pair] = TopicSpec(target_topic, layout.partitions, replication, kept)
-
+        specs = await self._specs(pairs, answers)
         existing = await self._destination.layouts()
         missing = [spec for spec in specs.values() if spec.name not in existing]
         if missing:
-            errors = await self._destination.create(missing)
-            for pair, spec in list(specs.items()):
-                failure = creation_failure(spec.name, errors.get(spec.name, ()))
-                if failure is None:
-                    if spec in missing:
-                        log.info(
-                            "destination topic created",
-                            topic=spec.name,
-                            partitions=spec.partitions,
-                            replication_factor=spec.replication_factor,
-                            configs=spec.configs,
-                        )
-                    continue
-                del specs[pair]
-                if failure.retriable:
-                    answers[pair] = failure
-                else:  # TopicRefused or AuthorizationFailed, for good: remembered
-                    answers[pair] = self._refuse(spec.name, partial(type(failure), str(failure)))
+            await self._create(missing, specs, answers)
             existing = await self._destination.layouts()
 
         short: dict[tuple[str, str], str] = {}
@@ -706,13 +393,66 @@ class TopicProvisioner:
             topic = DestinationTopic(
                 spec.name,
                 existing[spec.name].partitions,
-                _max_message_bytes(limits.get(spec.name, [])),
+                max_message_bytes(limits.get(spec.name, [])),
                 spec.partitions,
             )
             self._ready[spec.name] = topic
             self._sources[spec.name] = pair[0]
             answers[pair] = topic
         return answers
+
+    async def _specs(
+        self,
+        pairs: list[tuple[str, str]],
+        answers: dict[tuple[str, str], DestinationTopic | BaseException],
+    ) -> dict[tuple[str, str], TopicSpec]:
+        """What each destination topic must look like, from its source (one Metadata and one
+        DescribeConfigs request); a source not in the metadata yet leaves its answer."""
+        sources = await self._source.layouts()
+        wanted = sorted({s for s, _ in pairs if sources.get(s)})
+        source_entries = await self._source.config_entries(wanted)
+        specs: dict[tuple[str, str], TopicSpec] = {}
+        for pair in pairs:
+            source_topic, target_topic = pair
+            layout = sources.get(source_topic)
+            if layout is None or not layout.partitions:
+                answers[pair] = TopicMissing(
+                    f"source topic {source_topic} not in the metadata of {self._source.alias} yet"
+                )
+                continue
+            kept = creation_configs(
+                source_entries.get(source_topic, []), self._exclude, self._sync, self._defaults_from
+            )
+            replication = self._replication_factor or layout.replication_factor
+            specs[pair] = TopicSpec(target_topic, layout.partitions, replication, kept)
+        return specs
+
+    async def _create(
+        self,
+        missing: list[TopicSpec],
+        specs: dict[tuple[str, str], TopicSpec],
+        answers: dict[tuple[str, str], DestinationTopic | BaseException],
+    ) -> None:
+        """Create the ``missing`` destination topics in one request; those refused leave
+        ``specs`` with their answer (remembered when refused for good)."""
+        errors = await self._destination.create(missing)
+        for pair, spec in list(specs.items()):
+            failure = creation_failure(spec.name, errors.get(spec.name, ()))
+            if failure is None:
+                if spec in missing:
+                    log.info(
+                        "destination topic created",
+                        topic=spec.name,
+                        partitions=spec.partitions,
+                        replication_factor=spec.replication_factor,
+                        configs=spec.configs,
+                    )
+                continue
+            del specs[pair]
+            if failure.retriable:
+                answers[pair] = failure
+            else:  # TopicRefused or AuthorizationFailed, for good: remembered
+                answers[pair] = self._refuse(spec.name, partial(type(failure), str(failure)))
 
     async def _grow(
         self,
@@ -768,44 +508,6 @@ class TopicProvisioner:
             partitions_before=have,
             partitions=total,
         )
-
-
-def _replicable(entries: list[Any]) -> dict[str, str]:
-    """The replicable configs set on the topic itself among a topic's config entries."""
-    return {
-        name: value
-        for name, value in _overrides(entries).items()
-        if name in REPLICATED_CONFIGS and not _read_only(entries, name)
-    }
-
-
-def _read_only(entries: list[Any], name: str) -> bool:
-    return any(entry[0] == name and entry[2] for entry in entries)
-
-
-def creation_configs(
-    entries: list[Any],
-    exclude: re.Pattern[str],
-    sync: ConfigSync = ConfigSync.RAISE_ONLY,
-    defaults_from: DefaultsFrom = DefaultsFrom.TARGET,
-) -> dict[str, str]:
-    """The configs a destination topic is created with, from its source topic's config
-    ``entries``: the replicable configs set on the source topic, the excluded ones left out
-    (the destination cluster's defaults apply to the rest). With mirror sync and defaults from
-    the source (MM2's ``use.defaults.from=source``), also the source's value of every other
-    replicable config: what the first sync round would set anyway."""
-    overrides = _replicable(entries)
-    if sync is ConfigSync.MIRROR and defaults_from is DefaultsFrom.SOURCE:
-        wanted = mirrored_config_changes(overrides, _effective(entries), {}, exclude, defaults_from)
-        return {name: value for name, value in wanted.items() if value is not None}
-    return {name: value for name, value in overrides.items() if not exclude.fullmatch(name)}
-
-
-def _max_message_bytes(entries: list[Any]) -> int | None:
-    for entry in entries:
-        if entry[0] == "max.message.bytes" and entry[1] is not None:
-            return int(entry[1])
-    return None
 
 
 def partition_shortfall(

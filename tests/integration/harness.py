@@ -32,12 +32,12 @@ from typing import Any, Protocol, TypeVar
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from replicator.devtools.apache_kafka import ApacheKafkaCluster, ScramUser, Security, start_all
 from replicator.devtools.embedded import EmbeddedBroker, free_port
+from replicator.kafka.admin import describe_topic_configs
 from replicator.kafka.readers import StoredRecord, read_topic
-from replicator.topics.provisioning import as_kafka_reports
+from replicator.topics.configs import as_kafka_reports, overrides
 
 BACKENDS = ("kafka", "embedded", "container")
 BACKEND = os.environ.get("REPLICATOR_TEST_BROKER", "kafka")
@@ -393,21 +393,11 @@ async def admin_client(bootstrap: str) -> AIOKafkaAdminClient:
     return admin
 
 
-_TOPIC_OVERRIDE = 1  # DescribeConfigs' DYNAMIC_TOPIC_CONFIG: set on the topic itself
-
-
 async def topic_overrides(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
     """The configs set on ``topic`` itself (what AlterConfigs replaces), each entry's source as
     Apache Kafka reports it (:func:`as_kafka_reports`, for brokers that label them defaults)."""
-    responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-    return {
-        entry[0]: entry[1]
-        for response in responses
-        for resource in response.resources
-        if resource[0] == 0
-        for entry in as_kafka_reports(list(resource[4]))
-        if entry[3] == _TOPIC_OVERRIDE and entry[1] is not None and not entry[4]
-    }
+    found = await describe_topic_configs(admin, [topic])
+    return overrides(as_kafka_reports(found.get(topic, [])))
 
 
 Sent = StoredRecord  # a record as the test produced it, with where it landed

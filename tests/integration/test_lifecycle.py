@@ -20,7 +20,7 @@ import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from replicator.devtools.apache_kafka import ApacheKafkaCluster, ScramUser, Security, grant
-from replicator.topics.provisioning import describe_partitions
+from replicator.kafka.admin import describe_partitions
 from tests.integration.harness import (
     BACKEND,
     Broker,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.devtools.apache_kafka import KAFKA_VERSION
 from replicator.devtools.embedded import free_port
 from replicator.kafka.readers import read_topic

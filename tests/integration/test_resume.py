@@ -6,7 +6,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import DuplicateSequenceNumber
 from aiokafka.protocol.produce import ProduceRequest
 
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.kafka.clients import committed_offsets
 from replicator.kafka.producer import idempotent, make_producer
 from replicator.model.provenance import Provenance, Tagger

@@ -24,7 +24,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.kafka.clients import ClusterClient
 from replicator.topics.provisioning import ClusterAdmin
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
@@ -415,7 +415,9 @@ def test_mirror_sync_lowers_and_removes_as_mirrormaker_2_does(replicators: Start
         )
 
         async def incremental(topic: str, configs: dict[str, str | None], at: str) -> None:
-            client = ClusterClient("probe", load_settings(env).clusters[at], load_settings(env))
+            client = ClusterClient(
+                "probe", load_settings(env).clusters[at], load_settings(env).client_timings()
+            )
             try:
                 await ClusterAdmin(client).alter({topic: configs})
             finally:

@@ -19,7 +19,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from replicator.config.settings import Settings, load_settings
+from replicator.config.loading import load_settings
+from replicator.config.settings import Settings
 from replicator.telemetry.metrics import Metrics
 from tests.unit.deployment import (
     DEPLOY,

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from aiokafka import errors as kafka_errors
 
-from replicator.config.settings import SecurityProtocol, load_settings
+from replicator.config.loading import load_settings
 from replicator.config.topology import TopicRules, legs_for
+from replicator.config.values import SecurityProtocol
 from replicator.model import provenance
 from replicator.model.provenance import Provenance, Tagger
 from tests.unit.deployment import EXAMPLES, env_file

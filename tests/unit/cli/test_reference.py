@@ -18,7 +18,8 @@ from replicator.cli.reference import (
     http_endpoints,
     update,
 )
-from replicator.config.settings import ClusterSettings, FlowSettings, Settings
+from replicator.config.clusters import ClusterSettings, FlowSettings
+from replicator.config.settings import Settings
 from replicator.mirrormaker import mm2_translation
 from replicator.service import http
 from replicator.telemetry.metrics import Metrics

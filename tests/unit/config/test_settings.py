@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from replicator.config.settings import SecurityProtocol, load_settings
+from replicator.config.loading import load_settings
+from replicator.config.values import SecurityProtocol
 from replicator.errors import ConfigError
 
 CANARY = "canary-secret-7f3a9"
@@ -588,7 +589,8 @@ def test_names_near_the_service_links_are_still_refused_as_typos(variable: str) 
 
 
 def test_no_setting_is_named_like_a_service_link() -> None:
-    from replicator.config.settings import Settings, is_service_link
+    from replicator.config.loading import is_service_link
+    from replicator.config.settings import Settings
 
     shapes = ("10.0.0.1", "8080", "tcp", "tcp://10.0.0.1:8080")
     assert not [

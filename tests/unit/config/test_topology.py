@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.config.settings import load_settings, topic_regex
+from replicator.config.loading import load_settings
 from replicator.config.topology import (
     FeedPlan,
     Leg,
@@ -18,6 +18,7 @@ from replicator.config.topology import (
     feeds_for,
     legs_for,
 )
+from replicator.config.values import topic_regex
 
 BASE = {
     "REPLICATOR_LOCAL_CLUSTER": "dc2",

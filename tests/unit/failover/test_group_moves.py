@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from aiokafka import TopicPartition
 
-from replicator.config.settings import Settings, load_settings
+from replicator.config.loading import load_settings
+from replicator.config.settings import Settings
 from replicator.config.topology import counterpart
 from replicator.failover.group_sync import forward_only, sync_pairs
 

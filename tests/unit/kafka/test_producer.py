@@ -10,7 +10,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder, MessageBatch
 from aiokafka.producer.transaction_manager import TransactionManager
 from structlog.testing import capture_logs
 
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.errors import (
     OutcomeUnknown,
     ProducerStateLost,
@@ -90,7 +90,9 @@ def cluster_client(**env: str) -> ClusterClient:
             **env,
         }
     )
-    return ClusterClient("dc2", settings.clusters["dc2"], settings)
+    return ClusterClient(
+        "dc2", settings.clusters["dc2"], settings.client_timings(), settings.idempotence
+    )
 
 
 def test_a_refused_producer_id_is_learnt_once_for_the_cluster() -> None:

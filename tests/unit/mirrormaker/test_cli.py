@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from replicator.cli.commands import app
-from replicator.config.settings import Settings, load_settings
+from replicator.config.loading import load_settings
+from replicator.config.settings import Settings
 from replicator.mirrormaker import mirror_maker_translation, mm2_translation
 from tests.unit.mirrormaker import test_support as support
 from tests.unit.mirrormaker.test_support import (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from replicator.config.settings import DEFAULT_TOPICS_EXCLUDE
+from replicator.config.values import DEFAULT_TOPICS_EXCLUDE
 from replicator.mirrormaker import mirror_maker_translation
 from replicator.mirrormaker.mm1 import server_alias
 from replicator.mirrormaker.names import flow_name

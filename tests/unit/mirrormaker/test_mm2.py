@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from replicator.config.settings import DEFAULT_TOPICS_EXCLUDE, Naming, StartPosition
+from replicator.config.values import DEFAULT_TOPICS_EXCLUDE, Naming, StartPosition
 from replicator.errors import ConfigError
 from replicator.mirrormaker import mm2_translation
 from tests.unit.mirrormaker.test_support import (

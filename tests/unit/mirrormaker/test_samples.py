@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from replicator.config.settings import DEFAULT_TOPICS_EXCLUDE, Naming, StartPosition
+from replicator.config.values import DEFAULT_TOPICS_EXCLUDE, Naming, StartPosition
 from replicator.mirrormaker import mirror_maker_translation, mm2_translation
 from tests.unit.mirrormaker import test_support as support
 from tests.unit.mirrormaker.test_support import GO_ARGS, MM1_ARGS, SAMPLES, refusal

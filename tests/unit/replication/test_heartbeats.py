@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.config.topology import feeds_for
 from replicator.replication.heartbeats import emissions, mm2_heartbeat, stale_for, unforwarded
 

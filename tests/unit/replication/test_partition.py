@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.config.settings import OffsetResetPolicy
+from replicator.config.values import OffsetResetPolicy
 from replicator.lifecycle import PartitionEvent
 from replicator.model import batching
 from replicator.model.batching import Target

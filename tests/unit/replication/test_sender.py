@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import pytest
 from aiokafka import TopicPartition
 
-from replicator.config.settings import OffsetResetPolicy
 from replicator.config.topology import Leg
+from replicator.config.values import OffsetResetPolicy
 from replicator.errors import AuthorizationFailed, OutcomeUnknown, RecordRefused, TopicMismatch
 from replicator.model.records import SourceRecord
 from replicator.replication.accounting import Duplicates

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from replicator.config.settings import Settings, load_settings
+from replicator.config.loading import load_settings
+from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Leg
 from replicator.service import app as app_module
 from replicator.service.app import ReplicatorService

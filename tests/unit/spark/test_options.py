@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
-from replicator.config.settings import load_settings
+from replicator.config.loading import load_settings
 from replicator.spark.commands import parse_since
 from replicator.spark.frames import MIN_OFFSETS_PER_TASK, offsets_per_task
 from replicator.spark.kafka_source import (

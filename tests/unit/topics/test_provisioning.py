@@ -15,14 +15,15 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import InvalidPartitionsError
 
-from replicator.config.settings import ConfigSync
+from replicator.config.values import ConfigSync
 from replicator.errors import ClusterUnavailable, TopicMismatch, TopicMissing, TopicRefused
+from replicator.kafka.admin import BrokerErrors, ConfigEntry, TopicSpec
 from replicator.kafka.clients import assign_keeping_topics, pace_metadata
 from replicator.kafka.coalesce import Coalescer
 from replicator.lifecycle import IdleWait
 from replicator.replication.feed import PartitionFanout
 from replicator.replication.partition import LegPartition
-from replicator.topics.provisioning import BrokerErrors, TopicLayout, TopicProvisioner, TopicSpec
+from replicator.topics.provisioning import TopicLayout, TopicProvisioner
 from tests.unit.model.test_batching import new_batch
 
 
@@ -48,12 +49,15 @@ class MemoryAdmin:
         await asyncio.sleep(0)
         return {name: TopicLayout(count, 1) for name, count in self.topics.items()}
 
-    async def config_entries(self, topics: list[str]) -> dict[str, list[Any]]:
+    async def config_entries(self, topics: list[str]) -> dict[str, list[ConfigEntry]]:
         if not topics:
             return {}
         self._ask("DescribeConfigs")
         return {
-            t: [(name, value, False, 1, False) for name, value in self.configs.get(t, {}).items()]
+            t: [
+                ConfigEntry(name, value, False, 1, False)
+                for name, value in self.configs.get(t, {}).items()
+            ]
             for t in topics
             if t in self.topics
         }

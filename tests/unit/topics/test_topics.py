@@ -9,16 +9,17 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replicator.config.settings import DEFAULT_TOPIC_CONFIGS_EXCLUDE, ConfigSync, DefaultsFrom
-from replicator.topics.provisioning import (
+from replicator.config.values import DEFAULT_TOPIC_CONFIGS_EXCLUDE, ConfigSync, DefaultsFrom
+from replicator.kafka.admin import ConfigEntry
+from replicator.topics.configs import (
     NEVER_LOWERED,
     REPLICATED_CONFIGS,
     as_kafka_reports,
     config_changes,
     creation_configs,
     mirrored_config_changes,
-    partition_shortfall,
 )
+from replicator.topics.provisioning import partition_shortfall
 
 
 @given(st.integers(1, 10_000), st.integers(1, 10_000))
@@ -162,23 +163,23 @@ def test_mirror_sync_leaves_the_copied_configs_equal_to_the_source(
 # the configs no replicated name needs are left out): every topic config is listed, each with
 # its source: 1 set on the topic, 3 a broker-wide dynamic default, 5 Kafka's built-in default.
 KAFKA_ANSWER = [
-    ("cleanup.policy", "delete", False, 5, False),
-    ("compression.type", "producer", False, 5, False),
-    ("delete.retention.ms", "86400000", False, 5, False),
-    ("max.compaction.lag.ms", "9223372036854775807", False, 5, False),
-    ("max.message.bytes", "1048588", False, 5, False),
-    ("message.timestamp.type", "CreateTime", False, 5, False),
-    ("min.compaction.lag.ms", "0", False, 5, False),
-    ("min.insync.replicas", "1", False, 3, False),
-    ("preallocate", "false", False, 5, False),
-    ("retention.bytes", "-1", False, 5, False),
-    ("retention.ms", "86400000", False, 1, False),
-    ("segment.bytes", "1073741824", False, 5, False),
-    ("segment.ms", "604800000", False, 5, False),
+    ConfigEntry("cleanup.policy", "delete", False, 5, False),
+    ConfigEntry("compression.type", "producer", False, 5, False),
+    ConfigEntry("delete.retention.ms", "86400000", False, 5, False),
+    ConfigEntry("max.compaction.lag.ms", "9223372036854775807", False, 5, False),
+    ConfigEntry("max.message.bytes", "1048588", False, 5, False),
+    ConfigEntry("message.timestamp.type", "CreateTime", False, 5, False),
+    ConfigEntry("min.compaction.lag.ms", "0", False, 5, False),
+    ConfigEntry("min.insync.replicas", "1", False, 3, False),
+    ConfigEntry("preallocate", "false", False, 5, False),
+    ConfigEntry("retention.bytes", "-1", False, 5, False),
+    ConfigEntry("retention.ms", "86400000", False, 1, False),
+    ConfigEntry("segment.bytes", "1073741824", False, 5, False),
+    ConfigEntry("segment.ms", "604800000", False, 5, False),
 ]
 # The embedded broker's (Tansu 0.6.0) answer for the same topic: only what was set on the topic,
 # labelled a default (measured).
-EMBEDDED_ANSWER = [("retention.ms", "86400000", False, 5, False)]
+EMBEDDED_ANSWER = [ConfigEntry("retention.ms", "86400000", False, 5, False)]
 
 
 def test_a_destination_is_created_with_what_was_set_on_its_source_never_the_defaults() -> None:
@@ -193,16 +194,16 @@ def test_a_destination_is_created_with_what_was_set_on_its_source_never_the_defa
 
 def test_a_broker_listing_only_a_topics_own_configs_as_defaults_is_read_as_kafka_reports() -> None:
     answer = as_kafka_reports(EMBEDDED_ANSWER)
-    assert answer == [("retention.ms", "86400000", False, 1, False)]
+    assert answer == [ConfigEntry("retention.ms", "86400000", False, 1, False)]
     assert creation_configs(answer, EXCLUDE) == {"retention.ms": "86400000"}
     assert as_kafka_reports([]) == []  # a topic with nothing set: nothing copied
 
 
 def test_read_only_and_sensitive_configs_are_never_copied() -> None:
     answer = [
-        *[e for e in KAFKA_ANSWER if e[0] not in ("cleanup.policy", "segment.bytes")],
-        ("cleanup.policy", "compact", True, 1, False),
-        ("segment.bytes", None, False, 1, True),
+        *[e for e in KAFKA_ANSWER if e.name not in ("cleanup.policy", "segment.bytes")],
+        ConfigEntry("cleanup.policy", "compact", True, 1, False),
+        ConfigEntry("segment.bytes", None, False, 1, True),
     ]
     assert creation_configs(answer, EXCLUDE) == {"retention.ms": "86400000"}
 
@@ -210,9 +211,9 @@ def test_read_only_and_sensitive_configs_are_never_copied() -> None:
 def test_mirror_sync_with_source_defaults_creates_a_topic_as_its_first_round_sets_it() -> None:
     created = creation_configs(KAFKA_ANSWER, EXCLUDE, ConfigSync.MIRROR, DefaultsFrom.SOURCE)
     wanted = {
-        name: value
-        for name, value, *_ in KAFKA_ANSWER
-        if name in REPLICATED_CONFIGS and not EXCLUDE.fullmatch(name)
+        e.name: e.value
+        for e in KAFKA_ANSWER
+        if e.value is not None and e.name in REPLICATED_CONFIGS and not EXCLUDE.fullmatch(e.name)
     }
     assert "min.insync.replicas" not in wanted  # excluded by default, as in MirrorMaker 2
     assert created == wanted

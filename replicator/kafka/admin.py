@@ -1,0 +1,232 @@
+"""The admin adapter: the topic requests the product makes of a cluster, in product terms.
+
+Metadata of every topic (never naming one: naming a missing topic may create it), the cluster's
+size, CreateTopics, CreatePartitions, DescribeConfigs and IncrementalAlterConfigs, each about many
+topics at once. A config entry comes back typed (:class:`ConfigEntry`: name, value, where the value
+comes from, read-only, sensitive), never as the protocol's tuple. aiokafka's admin client has no
+IncrementalAlterConfigs: its request is built here, in Kafka's protocol types, and sent through
+the admin client's connection (:func:`replicator.kafka.internals.kafka_client`). What to create,
+grow or change is decided by the callers (:mod:`replicator.topics.provisioning`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import IncompatibleBrokerVersion
+from aiokafka.protocol.api import RequestStruct, Response
+from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
+
+from replicator.errors import KafkaFailure
+from replicator.kafka.clients import broker_error, error_name
+from replicator.kafka.internals import kafka_client
+
+# Where a config's value comes from, as DescribeConfigs (v1 and later) says.
+TOPIC_OVERRIDE = 1  # DYNAMIC_TOPIC_CONFIG: set on the topic itself
+DEFAULT_CONFIG = 5  # DEFAULT_CONFIG: Kafka's built-in default (2-4: broker-wide values)
+TOPIC_ALREADY_EXISTS = 36
+
+BrokerErrors = Sequence[tuple[int, str | None]]  # (error code, message) as a broker answered
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config of a topic, as DescribeConfigs reports it."""
+
+    name: str
+    value: str | None
+    read_only: bool
+    source: int  # TOPIC_OVERRIDE, DEFAULT_CONFIG, or a broker-wide value's source (2-4)
+    sensitive: bool
+
+    @property
+    def is_override(self) -> bool:
+        """Set on the topic itself."""
+        return self.source == TOPIC_OVERRIDE
+
+    @property
+    def is_default(self) -> bool:
+        """Kafka's built-in default."""
+        return self.source == DEFAULT_CONFIG
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """What a topic to create must look like."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+async def describe_partitions(admin: AIOKafkaAdminClient) -> dict[str, list[dict[str, Any]]]:
+    """Partition metadata of every topic on a cluster, without naming (auto-creating) any."""
+    topics = await admin.describe_topics()
+    return {t["topic"]: t["partitions"] for t in topics if t["error_code"] == 0}
+
+
+async def replication_factor(admin: AIOKafkaAdminClient, configured: int | None) -> int:
+    """``configured``, else what a broker defaults to: 3, or fewer on a smaller cluster."""
+    if configured is not None:
+        return configured
+    return min(3, len((await admin.describe_cluster())["brokers"]))
+
+
+async def create_topics(
+    admin: AIOKafkaAdminClient, specs: list[TopicSpec], tolerate: tuple[int, ...] = ()
+) -> dict[str, BrokerErrors]:
+    """Create ``specs`` in one CreateTopics request: the broker's errors per topic (empty:
+    created; codes in ``tolerate`` are not errors)."""
+    response = await admin.create_topics(
+        [
+            NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs)
+            for s in specs
+        ]
+    )
+    errors: dict[str, list[tuple[int, str | None]]] = {s.name: [] for s in specs}
+    for topic, code, message in response.topic_errors:
+        if code != 0 and code not in tolerate:
+            errors.setdefault(topic, []).append((code, message))
+    return dict(errors)
+
+
+async def grow_topics(
+    admin: AIOKafkaAdminClient, counts: dict[str, int]
+) -> dict[str, BaseException | None]:
+    """Grow each topic to its partition count (CreatePartitions): per topic, the error
+    (``None``: grown)."""
+    try:  # aiokafka raises for the first topic refused: then each is asked alone
+        await admin.create_partitions(
+            {topic: NewPartitions(total_count=count) for topic, count in counts.items()}
+        )
+        return dict.fromkeys(counts)
+    except Exception as exc:
+        if len(counts) == 1:
+            return {topic: exc for topic in counts}
+    found: dict[str, BaseException | None] = {}
+    for topic, count in counts.items():
+        try:
+            await admin.create_partitions({topic: NewPartitions(total_count=count)})
+            found[topic] = None
+        except Exception as exc:
+            found[topic] = exc
+    return found
+
+
+def _entry(raw: Any) -> ConfigEntry:
+    """A DescribeConfigs entry ``(name, value, read_only, source, sensitive, ...)``, typed."""
+    return ConfigEntry(raw[0], raw[1], bool(raw[2]), int(raw[3]), bool(raw[4]))
+
+
+async def describe_topic_configs(
+    admin: AIOKafkaAdminClient, topics: list[str]
+) -> dict[str, list[ConfigEntry]]:
+    """Every config entry of each of ``topics``, in one DescribeConfigs request, as the broker
+    reports them (a topic the broker refuses to describe is left out)."""
+    resources = [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]
+    responses = await admin.describe_configs(resources)
+    return {
+        resource[3]: [_entry(raw) for raw in resource[4]]
+        for response in responses
+        for resource in response.resources
+        if resource[0] == 0
+    }
+
+
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
+
+
+class _IncrementalAlterConfigsResponseV0(Response):  # type: ignore[misc]
+    API_KEY = 44
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "responses",
+            Array(
+                ("error_code", Int16),
+                ("error_message", String("utf-8")),
+                ("resource_type", Int8),
+                ("resource_name", String("utf-8")),
+            ),
+        ),
+    )
+
+
+class _IncrementalAlterConfigsRequestV0(RequestStruct):  # type: ignore[misc]
+    """IncrementalAlterConfigs v0 (KIP-339): each config set or deleted on its own, the other
+    overrides of the resource untouched (AlterConfigs, deprecated, replaces them all)."""
+
+    API_KEY = 44
+    API_VERSION = 0
+    RESPONSE_TYPE = _IncrementalAlterConfigsResponseV0
+    SCHEMA = Schema(
+        (
+            "resources",
+            Array(
+                ("resource_type", Int8),
+                ("resource_name", String("utf-8")),
+                (
+                    "configs",
+                    Array(
+                        ("name", String("utf-8")),
+                        ("config_operation", Int8),
+                        ("value", String("utf-8")),
+                    ),
+                ),
+            ),
+        ),
+        ("validate_only", Boolean),
+    )
+
+
+class _IncrementalAlterConfigs:
+    """An IncrementalAlterConfigs request of topic configs (``None``: delete the override)."""
+
+    API_KEY = 44
+
+    def __init__(self, configs: dict[str, dict[str, str | None]]) -> None:
+        self._resources = [
+            (
+                ConfigResourceType.TOPIC.value,
+                topic,
+                [
+                    (name, _SET if value is not None else _DELETE, value)
+                    for name, value in c.items()
+                ],
+            )
+            for topic, c in sorted(configs.items())
+        ]
+
+    def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
+        low, high = versions.get(self.API_KEY, (0, -1))
+        if not low <= 0 <= high:
+            raise IncompatibleBrokerVersion(
+                "the broker does not support IncrementalAlterConfigs (Kafka 2.3 and later do)"
+            )
+        return _IncrementalAlterConfigsRequestV0(self._resources, False)
+
+
+async def alter_topic_configs(
+    admin: AIOKafkaAdminClient, configs: dict[str, dict[str, str | None]]
+) -> None:
+    """Set (or, ``None``, delete) these overrides of each topic, leaving its others as they are
+    (one IncrementalAlterConfigs request); :class:`~replicator.errors.KafkaFailure` naming each
+    config the broker refused."""
+    client = kafka_client(admin)
+    response = await client.send(client.get_random_node(), _IncrementalAlterConfigs(configs))
+    refused = [
+        f"{name}: {error_name(code)}{f' ({message})' if message else ''}"
+        for code, message, _, name in response.responses
+        if code != 0
+    ]
+    if refused:
+        first = broker_error(next(r[0] for r in response.responses if r[0] != 0))
+        raise KafkaFailure(
+            f"topic configs refused: {'; '.join(refused)}", retriable=first.retriable
+        )
