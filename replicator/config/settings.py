@@ -49,8 +49,6 @@ from replicator.config.values import (
     OffsetResetPolicy,
     OversizePolicy,
     Regex,
-    StartPosition,
-    TakeOver,
     shown_value,
 )
 from replicator.config.views import ClientTimings, DeadLetterSettings, ProducerTuning
@@ -58,7 +56,7 @@ from replicator.errors import ConfigError
 
 # StartPosition and TakeOver are named here for the data path modules that import them from this
 # module; their home is replicator.config.values.
-__all__ = ["Settings", "StartPosition", "TakeOver"]
+__all__ = ["Settings"]
 
 # A cluster's SASL settings: all required with a SASL_* protocol, none allowed without one.
 _SASL_FIELDS = ("sasl_mechanism", "sasl_username", "sasl_password")

@@ -29,8 +29,9 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from replicator.config.settings import Settings, StartPosition
+from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan
+from replicator.config.values import StartPosition
 from replicator.errors import ReplicatorError
 from replicator.kafka.clients import (
     check_position,

@@ -33,8 +33,9 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from replicator.config.settings import Settings, StartPosition, TakeOver
+from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Leg
+from replicator.config.values import StartPosition, TakeOver
 from replicator.errors import ClusterUnavailable, ReplicatorError, TopicRefused
 from replicator.kafka.clients import (
     ClusterClient,

@@ -16,7 +16,6 @@ tail, the source offsets every destination partition already holds (:class:`Plac
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ from replicator.errors import (
     ClusterUnavailable,
     ReplicatorError,
 )
-from replicator.kafka.clients import translate
+from replicator.kafka.clients import said, translate
 from replicator.model.batching import Placement
 from replicator.replication.accounting import Duplicates
 from replicator.replication.destination import Destination, TopicPreparer
@@ -181,8 +180,13 @@ class Resumption:
             below = found is not None and position is not None and found + 1 < position
             if not replaying and (tail.foreign or below):
                 # Only a replay from the source log start moves a partition back.
-                with contextlib.suppress(Exception):  # unknown: nothing moves back
+                try:
                     log_start = await self._log_start()
+                except Exception as exc:  # unknown: nothing moves back
+                    log.warning(
+                        "source log start unknown: the partition is not moved back",
+                        error=said(exc),
+                    )
             if replaying:
                 self._replayed(tail, replay_start, log)
             else:

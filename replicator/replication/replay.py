@@ -16,12 +16,12 @@ position is committed before sending, so a restart replays too.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from replicator.config.topology import Leg
+from replicator.kafka.clients import said
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.model.offsets import OutOfRange
 from replicator.replication.destination import TopicPreparer
@@ -86,8 +86,14 @@ class Replay:
         reached = tracker.committable if tracker is not None else (partition.position or 0)
         outside = None
         if self._outside_source is not None and self._resets is not None:
-            with contextlib.suppress(Exception):  # unknown: replayed as below
+            try:
                 outside = await self._outside_source(reached)
+            except Exception as exc:  # unknown: replayed as below
+                log.warning(
+                    "whether the source position is outside the source log is unknown: "
+                    "replayed from the source log start",
+                    error=said(exc),
+                )
         if outside is not None and not outside.below_log_start and self._resets is not None:
             # The source log was replaced too (the position is past its end): an offset reset,
             # counted and handled by the leg's policy (start again at the log start, or halt).
