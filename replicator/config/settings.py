@@ -54,8 +54,6 @@ from replicator.config.values import (
 from replicator.config.views import ClientTimings, DeadLetterSettings, ProducerTuning
 from replicator.errors import ConfigError
 
-# StartPosition and TakeOver are named here for the data path modules that import them from this
-# module; their home is replicator.config.values.
 __all__ = ["Settings"]
 
 # A cluster's SASL settings: all required with a SASL_* protocol, none allowed without one.
