@@ -7,8 +7,9 @@ is ever mirrored twice.
 The package map, lowest layer first (a package imports only from those above it in this list;
 ``tests/unit/test_layout.py`` checks it):
 
-``errors``, ``lifecycle``
-    The one error tree; stopping, closing and waiting in long-lived tasks.
+``errors``, ``clock``, ``lifecycle``
+    The one error tree; the clocks every duration is read on; stopping, closing and waiting in
+    long-lived tasks.
 ``config``
     Settings (the only reader of the environment) and the topology they describe.
 ``telemetry``

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 import structlog
 
+from replicator import clock
 from replicator.errors import Stopped
 
 log = structlog.get_logger(__name__)
@@ -71,7 +71,7 @@ class StopDeadline:
 
     CLOSE_FLOOR_S = 0.5
 
-    def __init__(self, grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, grace_s: float, clock: Callable[[], float] = clock.monotonic) -> None:
         self._grace = grace_s
         self._clock = clock
         self._at: float | None = None

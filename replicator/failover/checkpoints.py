@@ -15,7 +15,6 @@ the handovers of flows that took partitions over from a MirrorMaker
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from replicator import clock
 from replicator.config.settings import Settings
 from replicator.failover.positions import Frontier, SyncPoint, TargetIndex
 from replicator.kafka.clients import client_options
@@ -95,7 +95,7 @@ class Checkpoint:
         return SyncPoint(self.source_offset, self.target_offset, self.frontier, self.index)
 
     def age_s(self, now_ms: int | None = None) -> float:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = int(clock.wall() * 1000) if now_ms is None else now_ms
         return max(0.0, (now - self.at_ms) / 1000)
 
 

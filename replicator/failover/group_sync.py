@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,6 +29,7 @@ from typing import Any, Protocol
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import feeds_for
 from replicator.errors import Stopped, TopicRefused
@@ -133,7 +133,7 @@ class GroupSync:
     async def run(self, stop: asyncio.Event) -> None:
         interval = self._settings.sync_groups_interval_ms / 1000
         while not stop.is_set():
-            began = time.monotonic()
+            began = clock.monotonic()
             try:
                 # A round can take long (many groups, a cluster slow to answer): stop cuts it short.
                 await unless_stopped(self.sync_round(), stop)
@@ -141,7 +141,7 @@ class GroupSync:
                 return
             except Exception as exc:  # sync_round catches what it expects
                 log.error("checkpoint round failed", error=said(exc))
-            await sleep_unless_stopped(stop, max(0.0, interval - (time.monotonic() - began)))
+            await sleep_unless_stopped(stop, max(0.0, interval - (clock.monotonic() - began)))
 
     async def sync_round(self) -> None:
         """One round: every synced group of every pair (a pair, or a group, failing alone)."""
@@ -280,7 +280,7 @@ class GroupSync:
         """Write the group's checkpoints that changed since ``previous`` (and sync its offsets,
         if asked); every checkpoint of this round, written or not."""
         source, target = pair
-        now = time.time()
+        now = clock.wall()
         at_ms = int(now * 1000)
         fresh = (m.checkpoint(group, source, target, at_ms) for m in moves)
         latest = [c for c in fresh if c is not None]
@@ -350,12 +350,12 @@ class GroupSync:
 
     def refresh(self) -> None:
         """Bring the age gauges up to now (before an exposition)."""
-        now = time.time()
+        now = clock.wall()
         for (group, (source, target)), latest in self._latest.items():
             self._metrics.checkpoint_age.labels(group, source, target).set(now - latest.at)
 
     def status(self) -> dict[str, Any]:
-        now = time.time()
+        now = clock.wall()
         groups: dict[str, dict[str, Any]] = {}
         for (group, (source, target)), latest in sorted(self._latest.items()):
             groups.setdefault(group, {})[f"{source}->{target}"] = {

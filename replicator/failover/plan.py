@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from replicator import clock
 from replicator.config.settings import Settings
 from replicator.errors import ClusterUnavailable, FailoverRefused, ReplicatorError, first_error
 from replicator.failover.checkpoints import Checkpoint, CheckpointKey, read_latest
@@ -270,7 +270,7 @@ def failover(
     echo: Callable[[str], None] = print,
 ) -> int:
     """Print (and if asked commit) the group's translated positions; the exit status."""
-    began = time.monotonic()
+    began = clock.monotonic()
     group = request.group
     try:
         plan = asyncio.run(plan_failover(settings, request))
@@ -282,7 +282,7 @@ def failover(
         else:
             echo(message)
         return 1
-    seconds = time.monotonic() - began
+    seconds = clock.monotonic() - began
     if as_json:
         print(json.dumps({**plan.shown(), "seconds": round(seconds, 3)}))
         return 0

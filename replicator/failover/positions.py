@@ -36,13 +36,13 @@ partition. Used by the ``failover`` command and the continuous checkpoints.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from replicator import clock
 from replicator.errors import ClusterUnavailable, ProvenanceError, StaleSyncPoint
 from replicator.model.provenance import ORIGIN, Header, decode
 
@@ -264,7 +264,7 @@ async def translate(target: PartitionLog, consumed: ConsumedScan) -> Translation
     """The position in ``target`` (B) matching the group's position that ``consumed`` reads in A
     (with its sync point, if any: records of B before its target offset were consumed, and its
     index says what B held below its end)."""
-    began = time.monotonic()
+    began = clock.monotonic()
     start, end = await target.bounds()
     since = consumed.since
     dropped = since is not None and not await _still_holds(target, since, start, end)
@@ -306,7 +306,7 @@ async def translate(target: PartitionLog, consumed: ConsumedScan) -> Translation
         TargetIndex(end, last),
         consumed.scanned,
         search.scanned,
-        time.monotonic() - began,
+        clock.monotonic() - began,
         dropped,
     )
 
@@ -397,11 +397,11 @@ class KafkaPartitionLog:
             listed = int((await consumer.end_offsets([tp]))[tp])
             consumer.seek(tp, listed)
             high = None
-            deadline = time.monotonic() + _STALL_S
+            deadline = clock.monotonic() + _STALL_S
             while high is None:  # the high watermark of a fetch answer: the true log end
                 await consumer.getmany(tp, timeout_ms=self._FETCH_WAIT_MS, max_records=1)
                 high = consumer.highwater(tp)
-                if high is None and time.monotonic() > deadline:
+                if high is None and clock.monotonic() > deadline:
                     raise ClusterUnavailable(f"no fetch answer for {tp.topic}/{tp.partition}")
             consumer.pause(tp)
             self._bounds = (start, max(listed, int(high)))
@@ -417,7 +417,7 @@ class KafkaPartitionLog:
         consumer.seek(tp, begin)
         consumer.resume(tp)
         try:
-            stalled_at, progress = time.monotonic(), begin
+            stalled_at, progress = clock.monotonic(), begin
             while True:
                 wanted = max(1, end - await consumer.position(tp))
                 batches = await consumer.getmany(
@@ -433,8 +433,8 @@ class KafkaPartitionLog:
                 if position >= end or (high is not None and position >= high):
                     return entries
                 if position != progress:
-                    stalled_at, progress = time.monotonic(), position
-                elif time.monotonic() - stalled_at > _STALL_S:
+                    stalled_at, progress = clock.monotonic(), position
+                elif clock.monotonic() - stalled_at > _STALL_S:
                     raise ClusterUnavailable(
                         f"reading {tp.topic}/{tp.partition} made no progress at {position} "
                         f"for {_STALL_S:.0f}s"

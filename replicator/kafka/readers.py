@@ -7,11 +7,11 @@ replicated data (the demo, the tests); not part of the replication data path.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
+from replicator import clock
 from replicator.kafka.internals import all_metadata
 from replicator.model.provenance import Provenance, parse
 
@@ -89,9 +89,9 @@ async def read_topics(
             consumer.assign(partitions)
             await consumer.seek_to_beginning(*partitions)
         done: set[TopicPartition] = set()
-        deadline = time.monotonic() + timeout
+        deadline = clock.monotonic() + timeout
         while len(done) < len(partitions):
-            if time.monotonic() > deadline:
+            if clock.monotonic() > deadline:
                 behind = {
                     f"{tp.topic}[{tp.partition}]": (
                         await consumer.position(tp),
@@ -139,9 +139,9 @@ async def read_ranges(
     for tp, (start, _) in wanted.items():
         consumer.seek(tp, start)
     pending = set(wanted)
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     while pending:
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             raise TimeoutError(f"reading {len(pending)} partitions did not end in {timeout}s")
         fetched = await consumer.getmany(*pending, timeout_ms=200)
         for tp, batch in fetched.items():

@@ -9,10 +9,10 @@ that ends as soon as stop is set.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from replicator import clock
 from replicator.errors import ReplicatorError, Stopped
 from replicator.kafka.clients import translate
 from replicator.lifecycle import sleep_unless_stopped, unless_stopped
@@ -86,7 +86,7 @@ async def retrying(
                 if reset is not None:
                     await reset  # closes the client that failed, say
             attempts += 1
-            now = time.monotonic()
+            now = clock.monotonic()
             if str(error) != said or now - said_at >= REPEAT_LOG_S:
                 # The first failure, a different one, or a reminder: not one line per attempt.
                 log.warning(

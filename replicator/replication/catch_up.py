@@ -13,12 +13,12 @@ resets the partition on every leg.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping
 
 import structlog
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from replicator import clock
 from replicator.errors import ReplicatorError
 from replicator.kafka.clients import (
     check_position,
@@ -63,7 +63,7 @@ class CatchUpFetch:
         # first and after the consumer was assigned again.
         self._dirty: set[TopicPartition] = set(partitions)
         self._wake = asyncio.Event()
-        self.last_poll = time.monotonic()
+        self.last_poll = clock.monotonic()
         self.last_error: str | None = None
         self._log = log.bind(leg=leg)
 
@@ -73,7 +73,7 @@ class CatchUpFetch:
         while not stop.is_set():
             if not self.reconcile():
                 # Nothing to fetch: sleep until a partition changes (no polling of partitions).
-                self.last_poll = time.monotonic()
+                self.last_poll = clock.monotonic()
                 await wait_any([self._wake, stop], _IDLE_S)
                 self._wake.clear()
                 continue
@@ -85,7 +85,7 @@ class CatchUpFetch:
                 on_error=self._failed,
             )
             if idle is not None:
-                wait = idle.after(bool(fetched), time.monotonic())
+                wait = idle.after(bool(fetched), clock.monotonic())
                 if wait is not None:
                     set_fetch_wait(self._source(), wait)
             if fetched:
@@ -143,12 +143,12 @@ class CatchUpFetch:
                 raise
             await self._out_of_range(positions)
             return {}
-        self.last_poll = time.monotonic()
+        self.last_poll = clock.monotonic()
         self.last_error = None
         return fetched
 
     def _deliver(self, fetched: Mapping[TopicPartition, list[SourceRecord]]) -> None:
-        fetched_ms = int(time.time() * 1000)
+        fetched_ms = int(clock.wall() * 1000)
         for tp, records in fetched.items():
             partition = self._partitions.get(tp)
             start = self._positions.get(tp)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan
 from replicator.config.values import StartPosition
@@ -214,7 +214,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self.joined = False
         self._assigning = 0  # partitions of an assignment not yet handed to every leg
         self.last_error: str | None = None
-        self.last_poll = time.monotonic()
+        self.last_poll = clock.monotonic()
         self._log = log.bind(feed=plan.name, source=plan.source)
 
     @property
@@ -289,7 +289,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         )
         while not stop.is_set():
             idle.fetching(len(self._fanouts))
-            if self._metadata_refreshed or time.monotonic() >= self._next_listing:
+            if self._metadata_refreshed or clock.monotonic() >= self._next_listing:
                 await self._list_topics(consumer)
             fetched = await retrying(
                 lambda: self._fetch(consumer),
@@ -300,11 +300,11 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             )
             if stop.is_set():
                 return
-            self.last_poll = time.monotonic()
+            self.last_poll = clock.monotonic()
             wait = idle.after(bool(fetched), self.last_poll)
             if wait is not None:
                 set_fetch_wait(consumer, wait)
-            fetched_ms = int(time.time() * 1000)
+            fetched_ms = int(clock.wall() * 1000)
             for tp, records in (fetched or {}).items():
                 fanout = self._fanouts.get(tp)
                 if fanout is not None and records:
@@ -374,7 +374,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         user's regexes), so the group is assigned exactly the partitions the legs replicate.
         """
         self._metadata_refreshed = False
-        self._next_listing = time.monotonic() + 2 * self._listing_interval
+        self._next_listing = clock.monotonic() + 2 * self._listing_interval
         try:
             cached = None if subscribe else known_topics(consumer, 2 * self._listing_interval)
             topics = cached if cached is not None else await consumer.topics()
@@ -400,7 +400,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         if tp in self._held or not fanout.blocking():
             return
         self._pause(tp)
-        self._held[tp] = time.monotonic()
+        self._held[tp] = clock.monotonic()
         self._holds_changed.set()
 
     def _partition_changed(self, partition: LegPartition) -> None:
@@ -420,7 +420,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         """
         while not stop.is_set():
             oldest = next(iter(self._held.values()), None)
-            left = None if oldest is None else oldest + self._detach_after - time.monotonic()
+            left = None if oldest is None else oldest + self._detach_after - clock.monotonic()
             if left is None or left > 0:
                 await wait_any([self._holds_changed, stop], _IDLE_HOLD_S if left is None else left)
             self._holds_changed.clear()
@@ -429,7 +429,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
                 fanout = self._fanouts.get(tp)
                 if tp in self._held and (fanout is None or not fanout.blocking()):
                     self._unhold(tp)
-            now = time.monotonic()
+            now = clock.monotonic()
             for tp, paused_at in list(self._held.items()):
                 if paused_at + self._detach_after > now:
                     break
@@ -617,4 +617,4 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
 
     @property
     def seconds_since_poll(self) -> float:
-        return time.monotonic() - self.last_poll
+        return clock.monotonic() - self.last_poll

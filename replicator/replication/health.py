@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any, Protocol
 import structlog
 from aiokafka import TopicPartition
 
+from replicator import clock
 from replicator.config.topology import Leg
 from replicator.replication.accounting import Duplicates
 from replicator.replication.partition import FED_ALONE, Halt, LegPartition, Mode
@@ -344,7 +344,7 @@ class LegHealth:
 
     def census(self, log_end: LogEnd | None = None, now: float | None = None) -> Census:
         """The leg's partitions counted now (with their lag when ``log_end`` is given)."""
-        now = time.monotonic() if now is None else now
+        now = clock.monotonic() if now is None else now
         return take_census(self._runner.partitions.values(), now, self._stall_after, log_end)
 
     def problems(self, now: float | None = None) -> list[str]:
@@ -390,7 +390,7 @@ class LegHealth:
         self, log_end: LogEnd, now: float | None = None, detail: PartitionQuery | None = None
     ) -> dict[str, Any]:
         """The leg in ``/status``: a summary, and the partitions ``detail`` asks for."""
-        now = time.monotonic() if now is None else now
+        now = clock.monotonic() if now is None else now
         runner = self._runner
         census = self.census(log_end, now)
         max_lag = census.max_lag
@@ -464,7 +464,7 @@ class LegHealth:
 
     def refresh(self, log_end: LogEnd, now: float | None = None) -> None:
         """Set the leg's gauges and log what changed since the last refresh."""
-        now = time.monotonic() if now is None else now
+        now = clock.monotonic() if now is None else now
         census = self.census(log_end, now)
         name, metrics = self._runner.leg.name, self._metrics
         ready = census.ready and self._connection_problem() is None

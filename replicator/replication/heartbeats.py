@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -48,6 +47,7 @@ from typing import Any
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan
 from replicator.config.values import HeartbeatPlacement
@@ -192,7 +192,7 @@ class FlowHeartbeat:
         self._log = log.bind(flow=plan.name)
         self.last_emitted_ms: int | None = None
         self.last_seen_ms: int | None = None  # emission time of the newest heartbeat seen
-        self._started = time.time()  # the age's origin until a first heartbeat is seen
+        self._started = clock.wall()  # the age's origin until a first heartbeat is seen
         self.delay_seconds: float | None = None
         self.emit_error: str | None = None
         self.watch_error: str | None = None
@@ -228,7 +228,7 @@ class FlowHeartbeat:
             nonlocal producer
             if producer is None:
                 producer = await self._start_producer(emission)
-            now = int(time.time() * 1000)
+            now = int(clock.wall() * 1000)
             sent = producer.send_and_wait(
                 self.topic, key=emission.key, value=emission.value(now), timestamp_ms=now
             )
@@ -333,7 +333,7 @@ class FlowHeartbeat:
             return await self._start_reader(self._source, self.plan.source, self.topic, "source")
 
         def seen(records: list[Any]) -> None:
-            now = time.monotonic()
+            now = clock.monotonic()
             for record in records:
                 origin = _origin(record.headers, self.topic)
                 if origin is not None:
@@ -399,7 +399,7 @@ class FlowHeartbeat:
             self._into_target,
             target,
             self._watching_since,
-            time.monotonic(),
+            clock.monotonic(),
             after,
         )
         if found != self.unforwarded and found:
@@ -429,7 +429,7 @@ class FlowHeartbeat:
         target = self.plan.legs[0].destination
         consumer = await self._start_reader(self._target, target, self.target_topic, "watch")
         if consumer is not None and self._watching_since is None:
-            self._watching_since = time.monotonic()
+            self._watching_since = clock.monotonic()
         return consumer
 
     async def _start_reader(
@@ -464,13 +464,13 @@ class FlowHeartbeat:
         except ProvenanceError:
             return
         if origin is not None and origin.topic == self.topic:
-            self._into_target[origin.cluster] = time.monotonic()
+            self._into_target[origin.cluster] = clock.monotonic()
         if origin is None or origin.cluster != self.plan.source or origin.topic != self.topic:
             return  # the target's own heartbeats, or another cluster's
         if self.last_seen_ms is not None and timestamp_ms <= self.last_seen_ms:
             return
         self.last_seen_ms = timestamp_ms
-        self.delay_seconds = max(0.0, time.time() - timestamp_ms / 1000)
+        self.delay_seconds = max(0.0, clock.wall() - timestamp_ms / 1000)
         self._delay.set(self.delay_seconds)
 
     # -- what /status and /metrics show ---------------------------------------------------------
@@ -480,10 +480,10 @@ class FlowHeartbeat:
         """The newest heartbeat's age; ``None`` before the first is seen."""
         if self.last_seen_ms is None:
             return None
-        return stale_for(self.last_seen_ms, self._started, time.time())
+        return stale_for(self.last_seen_ms, self._started, clock.wall())
 
     def refresh(self) -> None:
-        self._age.set(stale_for(self.last_seen_ms, self._started, time.time()))
+        self._age.set(stale_for(self.last_seen_ms, self._started, clock.wall()))
 
     def status(self) -> dict[str, Any]:
         age = self.age_seconds

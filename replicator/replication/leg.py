@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Leg
 from replicator.config.values import StartPosition, TakeOver
@@ -197,7 +197,7 @@ class LegRunner:
     @property
     def seconds_since_poll(self) -> float:
         last = self._catch_up.last_poll
-        return time.monotonic() - last
+        return clock.monotonic() - last
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -518,7 +518,7 @@ class LegRunner:
             interruptible=True,
         )
         if takeover.outcome is not None:
-            self.takeover = {**takeover.outcome, "at": time.time()}
+            self.takeover = {**takeover.outcome, "at": clock.wall()}
             for outcome, count in takeover.outcome["partitions"].items():
                 self._metrics.partitions_taken_over.labels(self.leg.name, outcome).inc(count)
         return taken

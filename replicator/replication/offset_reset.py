@@ -10,12 +10,12 @@ counted (``replicator_offset_resets_total``), logged and kept for ``/status``. N
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from typing import Any
 
 import structlog
 
+from replicator import clock
 from replicator.config.values import OffsetResetPolicy
 from replicator.model.offsets import OutOfRange, out_of_range
 from replicator.replication.partition import LegPartition
@@ -59,7 +59,7 @@ class OffsetResets:
             "records_lost": mine.lost,
             "policy": self._policy.value,
         }
-        self.recent.append({**event, "at": time.time()})
+        self.recent.append({**event, "at": clock.wall()})
         self._log.error("source offset out of range", **event)
         if self._policy is OffsetResetPolicy.HALT:
             partition.halt(f"{mine} (REPLICATOR_OFFSET_RESET_POLICY=halt)")

@@ -38,7 +38,6 @@ in one place, :func:`resume_position`.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from replicator import clock
 from replicator.lifecycle import PartitionEvent
 from replicator.model.batching import (
     BatchMaker,
@@ -550,7 +550,7 @@ class LegPartition:
         if self.tracker is None:
             self.tracker = OffsetTracker(first)
         self.tracker.track(first, end)
-        self.in_flight.range_sent(first, time.monotonic())
+        self.in_flight.range_sent(first, clock.monotonic())
         return self.tracker
 
     def acknowledged(

@@ -74,12 +74,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from replicator import clock
 from replicator.errors import ClusterUnavailable
 from replicator.kafka.clients import GroupOffsets, answered_at, assign_keeping_topics, track_topics
 from replicator.kafka.coalesce import Coalescer, Rounds
@@ -332,7 +332,7 @@ class DestinationTail:
         whole: bool,
         collect: tuple[set[int], int] | None = None,
     ) -> Tail:
-        began = time.monotonic()
+        began = clock.monotonic()
         log_start, listed_end = await self._bounds.get(tp)
         low = log_start if floor is None else min(max(floor, log_start), listed_end)
         # The first chunk reads up to the high watermark of the fetch answers: the listed end
@@ -350,7 +350,7 @@ class DestinationTail:
             lowest = read.lowest
             whole_run = lowest is not None and (position is None or lowest <= position)
             if (whole_run and not whole) or begin <= low:
-                seconds = time.monotonic() - began
+                seconds = clock.monotonic() - began
                 return dataclasses.replace(read, log_end=log_end, seconds=seconds)
             upper, top, chunk = begin, begin, min(chunk * 4, _MAX_CHUNK)
 
@@ -499,7 +499,7 @@ class _SharedReads:
             for window in windows:
                 window.started = False
         self._open_before = True
-        now = time.monotonic()
+        now = clock.monotonic()
         for window in windows:
             if not window.started:
                 consumer.seek(window.tp, window.progress if window.progress >= 0 else window.begin)
@@ -508,7 +508,7 @@ class _SharedReads:
                 window.started = True
         consumer.resume(*wanted)
         batches = await consumer.getmany(*wanted, timeout_ms=_FETCH_WAIT_MS)
-        now = time.monotonic()
+        now = clock.monotonic()
         for window in windows:
             if window.done.done():
                 continue

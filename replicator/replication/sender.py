@@ -30,13 +30,13 @@ its resume collects, from every destination partition, the source offsets alread
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from aiokafka import TopicPartition
 
+from replicator import clock
 from replicator.config.topology import Leg
 from replicator.errors import (
     AuthenticationFailed,
@@ -401,7 +401,7 @@ class PartitionSender:
             self._replicated.inc(count)
             self._bytes.inc(size)
             if appended_ms > 0:
-                self._latency.observe(max(0.0, time.time() - appended_ms / 1000))
+                self._latency.observe(max(0.0, clock.wall() - appended_ms / 1000))
 
         return answered
 

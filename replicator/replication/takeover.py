@@ -28,7 +28,6 @@ partitions it is assigned without a committed offset
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from replicator import clock
 from replicator.config.values import TakeOver
 from replicator.kafka.clients import GroupOffsets
 from replicator.kafka.readers import StoredRecord, partitions_of, read_ranges
@@ -341,7 +341,7 @@ class Takeover:
         ends: dict[TopicPartition, int],
     ) -> list[Handover]:
         """Where the predecessor handed each partition over, for those it copied some of."""
-        at_ms = int(time.time() * 1000)
+        at_ms = int(clock.wall() * 1000)
         handovers = []
         for tp, start in starts.items():
             target = targets.get(tp)

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from typing import Any
 
 import structlog
 
+from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import colliding_flow_names, feeds_for
 from replicator.config.values import OversizePolicy, TakeOver
@@ -68,7 +68,7 @@ class ReplicatorService:
             for alias, cluster in sorted(settings.clusters.items())
         }
         self.stop_event = asyncio.Event()
-        self._tick = time.monotonic()
+        self._tick = clock.monotonic()
         self._signals = 0
         self._main: asyncio.Task[Any] | None = None
         self.legs: list[LegRunner] = []
@@ -216,7 +216,7 @@ class ReplicatorService:
 
     async def _heartbeat(self) -> None:
         while not self.stop_event.is_set():
-            self._tick = time.monotonic()
+            self._tick = clock.monotonic()
             await sleep_unless_stopped(self.stop_event, _HEARTBEAT_S)
 
     async def _probe(self, client: ClusterClient) -> None:
@@ -242,7 +242,7 @@ class ReplicatorService:
 
     def liveness_problems(self) -> list[str]:
         problems = []
-        stalled = time.monotonic() - self._tick
+        stalled = clock.monotonic() - self._tick
         if stalled > _LOOP_STALL_S:
             problems.append(f"event loop blocked for {stalled:.0f}s")
         for feed in self.feeds:

@@ -16,7 +16,7 @@ import replicator
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "replicator"
-FOUNDATION = {"errors", "lifecycle"}  # the only modules outside a package
+FOUNDATION = {"errors", "clock", "lifecycle"}  # the only modules outside a package
 
 
 def _layers() -> dict[str, int]:

@@ -15,13 +15,13 @@ decides on what the fake holds exactly as it would on a broker's log.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
 
+from replicator import clock
 from replicator.errors import OutcomeUnknown, ReplicatorError
 from replicator.kafka.producer import BatchFactory, batch_records
 from replicator.model.provenance import Tagger
@@ -146,7 +146,7 @@ class MemoryDestination:
         done: asyncio.Future[Tail] = asyncio.get_running_loop().create_future()
         window = _Window(tp, origin, begin, None, collect, done, answered_at=0)
         window.take(log)
-        assert window.finished(len(log), len(log), time.monotonic(), answered_at=1)
+        assert window.finished(len(log), len(log), clock.monotonic(), answered_at=1)
         return done.result()
 
     # -- what a test does to it -----------------------------------------------------------------

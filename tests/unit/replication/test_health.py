@@ -9,7 +9,6 @@ a leg (the :class:`~replicator.replication.health.LegView` protocol), with real
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from aiohttp import test_utils
 from aiokafka import TopicPartition
 from structlog.testing import capture_logs
 
+from replicator import clock
 from replicator.config.topology import Leg
 from replicator.replication.accounting import Duplicates
 from replicator.replication.health import (
@@ -100,7 +100,7 @@ class FakeLeg:
 
 def later() -> float:
     """A moment at which every batch sent so far has waited longer than the stall timeout."""
-    return time.monotonic() + 2 * STALL_AFTER
+    return clock.monotonic() + 2 * STALL_AFTER
 
 
 def health(leg: FakeLeg) -> tuple[LegHealth, Metrics]:
