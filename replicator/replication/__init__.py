@@ -15,6 +15,10 @@
 ``sender``
     The ordered sender: one partition's queue to its destination, with epochs, fencing, and a
     resume from the destination after an unknown outcome or a denied write.
+``sending``
+    What every sender of a leg shares, made once per leg, and the source log seam it reads.
+``outcomes``
+    A destination's answers other than an acknowledgement: restart, wait out a denial, halt.
 ``preparing``
     Before the first batch (and a replay's): the destination topic made ready and where the
     partition resumes, read as a value, then applied to the partition.

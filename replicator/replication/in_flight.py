@@ -72,6 +72,28 @@ class InFlight:
         """How many records the batches of ``answers`` hold."""
         return sum(self._batches.get(answer, (0, 0))[1] for answer in answers)
 
+    async def drain(self, epoch: int, timeout: float) -> tuple[int, int]:
+        """Wait up to ``timeout`` for the batches of ``epoch``; how many are still unanswered,
+        and the records they hold."""
+        pending = self.unanswered(epoch)
+        if not pending:
+            return 0, 0
+        _, still = await asyncio.wait(pending, timeout=timeout)
+        return len(still), self.records(still)
+
+    async def settled(self, closed: asyncio.Event) -> bool:
+        """Wait until every batch sent is answered; ``False`` if ``closed`` is set first."""
+        pending = self.unanswered()
+        if not pending:
+            return True
+        answered: asyncio.Future[Any] = asyncio.gather(*pending, return_exceptions=True)
+        closing: asyncio.Future[Any] = asyncio.ensure_future(closed.wait())
+        try:
+            await asyncio.wait({answered, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+        return answered.done()
+
     def answers(self) -> list[asyncio.Future[Any]]:
         """Every batch's answer, settled or not, that is still tracked."""
         return list(self._batches)
@@ -88,3 +110,22 @@ class InFlight:
     def forget_written(self) -> None:
         """The destination's logs are read again (a replay): no end is known."""
         self._ends.clear()
+
+
+class Outstanding:
+    """The batches of one source range still unanswered (placed by key, one per destination
+    partition it touches), and the destination mark to give the range once all are acknowledged
+    (only when a single batch holds the whole range)."""
+
+    __slots__ = ("_left", "mark")
+
+    def __init__(self, batches: int) -> None:
+        self._left = batches
+        self.mark: int | None = None
+
+    def done(self, mark: int | None) -> bool:
+        """One batch was acknowledged (written before ``mark``); ``True`` when it was the last."""
+        self._left -= 1
+        if mark is not None:
+            self.mark = mark
+        return self._left == 0

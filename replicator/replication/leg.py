@@ -67,6 +67,7 @@ from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition, resume_position
 from replicator.replication.resume import marks_group
 from replicator.replication.sender import PartitionSender
+from replicator.replication.sending import LegSending
 from replicator.replication.takeover import HANDED_BACK, Takeover, default_offsets_topic
 from replicator.telemetry.metrics import Metrics
 from replicator.topics.provisioning import (
@@ -153,6 +154,18 @@ class LegRunner:
         self.last_error: str | None = None
         # Duplicates the leg could not prevent, by kind (its senders count them; /status shows).
         self.duplicates = Duplicates(leg.name, metrics)
+        # What every sender of this leg shares (its source log is this leg's consumer).
+        self._sending = LegSending(
+            leg,
+            self.destination,
+            self._topics,
+            metrics,
+            self,
+            self.duplicates,
+            dead_letters,
+            self._preserve_partitions,
+            self.resets,
+        )
         self._catch_up = CatchUpFetch(leg.name, self._source, self.partitions, self.resets)
         self._committer = Committer(
             leg.name,
@@ -214,6 +227,14 @@ class LegRunner:
     def _new_reader(self) -> AIOKafkaConsumer:
         destination = self._settings.clusters[self.leg.destination]
         return make_reader(destination, self._settings, f"{self._client_id}-resume", data_path=True)
+
+    async def log_start(self, tp: TopicPartition) -> int:
+        """The first offset ``tp``'s source log still holds (a sender's :class:`SourceLog`)."""
+        return int((await self._source().beginning_offsets([tp]))[tp])
+
+    async def outside(self, tp: TopicPartition, position: int) -> OutOfRange | None:
+        """Whether ``position`` is outside ``tp``'s source log (a sender's :class:`SourceLog`)."""
+        return await check_position(self._source(), tp, position)
 
     def _source(self) -> AIOKafkaConsumer:
         """The started source consumer (the catch-up fetch's and the committer's)."""
@@ -591,25 +612,7 @@ class LegRunner:
         consumer.seek(tp, position or 0)
         consumer.pause(tp)
 
-        async def log_start() -> int:
-            return int((await consumer.beginning_offsets([tp]))[tp])
-
-        async def outside_source(position: int) -> OutOfRange | None:
-            return await check_position(consumer, tp, position)
-
-        sender = PartitionSender(
-            self.leg,
-            partition,
-            self.destination,
-            self._topics,
-            self._metrics,
-            log_start,
-            self._dead_letters,
-            self.duplicates,
-            self._preserve_partitions,
-            outside_source,
-            self.resets,
-        )
+        sender = PartitionSender(self._sending, partition)
         self.partitions[tp] = partition
         partition.watch(self._partition_changed)
         partition.owe_commits_to(self._commit_due)

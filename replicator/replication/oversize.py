@@ -12,14 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from replicator.config.topology import Leg
 from replicator.errors import ReplicatorError
 from replicator.kafka.producer import batch_records
 from replicator.kafka.retry import Backoff, retrying
 from replicator.model.batching import OutboundBatch
-from replicator.replication.destination import DeadLetterSink
 from replicator.replication.partition import LegPartition
-from replicator.telemetry.metrics import Metrics
+from replicator.replication.sending import LegSending
 
 _RETRY_BACKOFF_S = 0.5
 
@@ -38,10 +36,10 @@ class OversizePolicy:
 
     __slots__ = ("_dead_letters", "_leg", "_metrics")
 
-    def __init__(self, leg: Leg, metrics: Metrics, dead_letters: DeadLetterSink | None) -> None:
-        self._leg = leg
-        self._metrics = metrics
-        self._dead_letters = dead_letters  # None: halt
+    def __init__(self, sending: LegSending) -> None:
+        self._leg = sending.leg
+        self._metrics = sending.metrics
+        self._dead_letters = sending.dead_letters  # None: halt
 
     async def apply(
         self, partition: LegPartition, batch: OutboundBatch, limit: int | None, log: Any

@@ -16,26 +16,27 @@ tail, the source offsets every destination partition already holds (:class:`Plac
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import TopicPartition
 
-from replicator.config.topology import Leg
 from replicator.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
     ClusterUnavailable,
     ReplicatorError,
+    Stopped,
+    TopicMismatch,
 )
 from replicator.kafka.clients import said, translate
+from replicator.kafka.retry import Backoff, retrying
+from replicator.lifecycle import unless_stopped
 from replicator.model.batching import Placement
-from replicator.replication.accounting import Duplicates
-from replicator.replication.destination import Destination, TopicPreparer
-from replicator.replication.partition import LegPartition, Mode
+from replicator.replication.destination import Destination
+from replicator.replication.partition import Halt, LegPartition, Mode
 from replicator.replication.resume import Tail, destination_lost, rolled_back_to
-from replicator.telemetry.metrics import Metrics
+from replicator.replication.sending import LegSending
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +60,26 @@ class Loss:
     begin: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The partition may send: batches to ``limit`` bytes (placed by ``placement``, if by key);
+    first replaying ``loss``, if the destination lost what was delivered."""
+
+    limit: int | None
+    placement: Placement | None
+    loss: Loss | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The destination topic cannot take the partition: it halts as ``kind``."""
+
+    reason: str
+    kind: Halt
+
+
 REPLACED = "destination partition replaced (topic deleted and created again)"
+_RETRY_BACKOFF_S = 0.5
 
 
 def tail_error(exc: Exception, destination: str) -> ReplicatorError:
@@ -71,22 +91,18 @@ def tail_error(exc: Exception, destination: str) -> ReplicatorError:
 
 
 async def read_destination(
-    leg: Leg,
-    partition: LegPartition,
-    destination: Destination,
-    topics: TopicPreparer,
-    preserve_partitions: bool,
-    replaying: bool,
+    sending: LegSending, partition: LegPartition, replaying: bool
 ) -> Prepared:
     """Wait for the destination, ensure its topic, and read where the partition resumes (when
     it starts, or replays); nothing of the partition changes, so a failure is retried whole."""
+    destination, topics = sending.destination, sending.topics
     await destination.ready.wait()
     topic = await topics.ensure(partition.tp.topic, partition.target_topic, partition.tp.partition)
     await destination.learn_partitions(partition.target_topic, topic.partitions)
     limit, count = topic.max_message_bytes, topic.partitions
     reading = partition.mode is Mode.STARTING or replaying
     try:
-        if not preserve_partitions:
+        if not sending.preserve_partitions:
             # Placed by key, whatever the counts: as MirrorMaker 1 does without
             # --preserve.partitions, and one way of resuming for the partition's whole life.
             written = await _written(destination, partition, count) if reading else frozenset()
@@ -95,7 +111,7 @@ async def read_destination(
             return Prepared(limit, count)
         return await _tail(destination, partition, replaying, Prepared(limit, count))
     except Exception as exc:
-        raise tail_error(exc, leg.destination) from exc
+        raise tail_error(exc, sending.leg.destination) from exc
 
 
 async def _written(
@@ -134,25 +150,48 @@ async def _tail(
 
 
 class Resumption:
-    """What a :class:`Prepared` value means for one partition on one leg, applied to it."""
+    """What the destination says before a partition's batches, applied to the partition."""
 
-    __slots__ = ("_destination", "_duplicates", "_leg", "_log_start", "_metrics", "_partition")
+    __slots__ = ("_partition", "_sending")
 
-    def __init__(
-        self,
-        leg: Leg,
-        partition: LegPartition,
-        destination: Destination,
-        metrics: Metrics,
-        duplicates: Duplicates,
-        log_start: Callable[[], Awaitable[int]],
-    ) -> None:
-        self._leg = leg
+    def __init__(self, sending: LegSending, partition: LegPartition) -> None:
+        self._sending = sending
         self._partition = partition
-        self._destination = destination
-        self._metrics = metrics
-        self._duplicates = duplicates
-        self._log_start = log_start
+
+    async def prepare(self, replay_start: int | None, log: Any) -> Ready | Refused | None:
+        """Read the destination (retried until it answers, or the partition closes: ``None``)
+        and resume after what it holds; run before the first batch, and again after a replay
+        (the topic was deleted) with the source offset it starts at (``replay_start``)."""
+        partition, sending = self._partition, self._sending
+        replaying = replay_start is not None
+
+        async def read() -> Prepared:
+            return await read_destination(sending, partition, replaying)
+
+        def not_ready(error: ReplicatorError) -> None:
+            partition.report(f"destination not ready: {error}")
+
+        reading = retrying(
+            read,
+            stop=partition.closed,
+            what="prepare the destination topic",
+            log=log,
+            on_error=not_ready,
+            persistent=False,
+            backoff=Backoff(base=_RETRY_BACKOFF_S, ceiling=_RETRY_BACKOFF_S * 8),
+        )
+        try:
+            prepared = await unless_stopped(reading, partition.closed)
+        except Stopped:
+            return None  # released while the destination was still down
+        except TopicMismatch as error:
+            return Refused(str(error), Halt.BLOCKED)
+        except Exception as error:
+            return Refused(f"destination topic refused: {error}", Halt.FAILED)
+        if prepared is None or not partition.open:
+            return None
+        loss = await self.apply(prepared, replay_start, log)
+        return Ready(prepared.limit, prepared.placement, loss)
 
     async def apply(self, prepared: Prepared, replay_start: int | None, log: Any) -> Loss | None:
         """Resume the partition after what the destination holds (or, replaying from
@@ -181,7 +220,7 @@ class Resumption:
             if not replaying and (tail.foreign or below):
                 # Only a replay from the source log start moves a partition back.
                 try:
-                    log_start = await self._log_start()
+                    log_start = await self._sending.source.log_start(partition.tp)
                 except Exception as exc:  # unknown: nothing moves back
                     log.warning(
                         "source log start unknown: the partition is not moved back",
@@ -209,7 +248,7 @@ class Resumption:
         partition = self._partition
         tp = TopicPartition(partition.target_topic, partition.tp.partition)
         try:
-            tail = await self._destination.tail.last_written(
+            tail = await self._sending.destination.tail.last_written(
                 tp, partition.tagger, None, partition.position
             )
         except Exception as exc:
@@ -220,7 +259,7 @@ class Resumption:
     def _replayed(self, tail: Tail, replay_start: int | None, log: Any) -> None:
         """Replaying from ``replay_start``: count what the replaced log repeats."""
         partition = self._partition
-        self._metrics.resume_seconds.labels(self._leg.name).observe(tail.seconds)
+        self._sending.metrics.resume_seconds.labels(self._sending.leg.name).observe(tail.seconds)
         partition.replay_from_mark(tail.log_end)
         # What it holds of the origin before the replay's start (a rolled-back log) is not
         # written again; records at or past it are (counted with any before them).
@@ -231,7 +270,7 @@ class Resumption:
             and replay_start is not None
             and last >= replay_start
         ):
-            self._duplicates.written(
+            self._sending.duplicates.written(
                 partition.target_topic, tail.origin_records, "destination_replaced"
             )
             log.error(
@@ -247,8 +286,8 @@ class Resumption:
         (see :func:`resume_after`); ``mark_saved``: a mark was saved for this partition (else
         the first commit saves one)."""
         partition = self._partition
-        leg, target = self._leg.name, partition.target_topic
-        self._metrics.resume_seconds.labels(leg).observe(tail.seconds)
+        leg, target, metrics = self._sending.leg.name, partition.target_topic, self._sending.metrics
+        metrics.resume_seconds.labels(leg).observe(tail.seconds)
         before = partition.position
         skipped = partition.resumed(tail, log_start, mark_saved)
         found = tail.origin_offset
@@ -260,7 +299,7 @@ class Resumption:
             and (partition.position or 0) >= before
         ):
             # Records of this origin the leg did not write in order: not where it stands.
-            self._metrics.resume_ignored.labels(leg, target).inc()
+            metrics.resume_ignored.labels(leg, target).inc()
             log.warning(
                 "the destination holds records carrying this origin's provenance below the "
                 "highest one or below the committed offset, not written by this leg in order "
@@ -274,7 +313,7 @@ class Resumption:
         last = tail.highest if tail.highest is not None else found
         if last is not None and before is not None and skipped == 0 and last >= before:
             # Records past a gap: repeated, not skipped.
-            self._duplicates.possible(target, last + 1 - before, "past_a_gap")
+            self._sending.duplicates.possible(target, last + 1 - before, "past_a_gap")
             log.warning(
                 "the destination holds records of this origin that do not follow the "
                 "committed offset (a gap before them): resuming at the committed offset; "
@@ -284,7 +323,7 @@ class Resumption:
                 last_found=tail.origin_offset,
             )
         if skipped > 0:
-            self._metrics.resume_skipped.labels(leg, target).inc(skipped)
+            metrics.resume_skipped.labels(leg, target).inc(skipped)
         if skipped or tail.seconds > 1.0:
             log.info(
                 "resumed after the last record the destination holds",

@@ -16,19 +16,14 @@ position is committed before sending, so a restart replays too.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from replicator.config.topology import Leg
 from replicator.kafka.clients import said
 from replicator.lifecycle import sleep_unless_stopped
-from replicator.model.offsets import OutOfRange
-from replicator.replication.destination import TopicPreparer
-from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition
 from replicator.replication.preparing import Loss
-from replicator.telemetry.metrics import Metrics
+from replicator.replication.sending import LegSending
 
 _SAVE_POLL_S = 0.05
 
@@ -49,64 +44,49 @@ class Halted:
 
 
 class Replay:
-    """Rewinds one partition on one leg for a replay."""
+    """Rewinds one leg's partitions for a replay."""
 
-    __slots__ = ("_leg", "_log_start", "_metrics", "_outside_source", "_resets", "_topics")
+    __slots__ = ("_sending",)
 
-    def __init__(
-        self,
-        leg: Leg,
-        topics: TopicPreparer,
-        metrics: Metrics,
-        log_start: Callable[[], Awaitable[int]],
-        outside_source: Callable[[int], Awaitable[OutOfRange | None]] | None,
-        resets: OffsetResets | None,
-    ) -> None:
-        self._leg = leg
-        self._topics = topics
-        self._metrics = metrics
-        self._log_start = log_start
-        # Whether a source position is outside the source log, and the leg's reset policy: a
-        # replay from a position beyond the log end is an offset reset, not a replay.
-        self._outside_source = outside_source
-        self._resets = resets
+    def __init__(self, sending: LegSending) -> None:
+        self._sending = sending
 
     async def rewind(self, partition: LegPartition, loss: Loss, log: Any) -> Rewound | Halted:
         """Count the replay and rewind ``partition`` to where it starts (or apply the offset
         reset policy, when the source was replaced too)."""
-        cause, begin = loss.cause, loss.begin
-        target = partition.target_topic
-        self._metrics.partitions_replaced.labels(self._leg.name, target).inc()
-        self._topics.forget(target)
+        sending, cause, begin = self._sending, loss.cause, loss.begin
+        leg, target, metrics = sending.leg.name, partition.target_topic, sending.metrics
+        metrics.partitions_replaced.labels(leg, target).inc()
+        sending.topics.forget(target)
         try:
-            log_start = await self._log_start()
+            log_start = await sending.source.log_start(partition.tp)
         except Exception as exc:
             return Halted(f"{cause}; source log start unknown: {exc!r}")
         tracker = partition.tracker
         reached = tracker.committable if tracker is not None else (partition.position or 0)
         outside = None
-        if self._outside_source is not None and self._resets is not None:
+        if sending.resets is not None:
             try:
-                outside = await self._outside_source(reached)
+                outside = await sending.source.outside(partition.tp, reached)
             except Exception as exc:  # unknown: replayed as below
                 log.warning(
                     "whether the source position is outside the source log is unknown: "
                     "replayed from the source log start",
                     error=said(exc),
                 )
-        if outside is not None and not outside.below_log_start and self._resets is not None:
+        if outside is not None and not outside.below_log_start and sending.resets is not None:
             # The source log was replaced too (the position is past its end): an offset reset,
             # counted and handled by the leg's policy (start again at the log start, or halt).
             log.error(f"{cause}; the source position is past the source log end")
-            self._resets.apply(partition, outside)
+            sending.resets.apply(partition, outside)
             return Rewound(begin, f"{cause}; {outside}")
         # Past the position, records the source no longer holds are the offset reset's. From
         # ``begin``: the destination still holds every record of the origin before it.
         start = max(begin, min(log_start, reached))
         replayed, unreplayable = reached - start, max(0, min(log_start, reached) - begin)
-        self._metrics.records_replayed.labels(self._leg.name, target).inc(replayed)
+        metrics.records_replayed.labels(leg, target).inc(replayed)
         if unreplayable:
-            self._metrics.records_lost.labels(self._leg.name, target).inc(unreplayable)
+            metrics.records_lost.labels(leg, target).inc(unreplayable)
         log.error(
             f"{cause}: replaying",
             target_topic=target,

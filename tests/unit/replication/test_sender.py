@@ -19,12 +19,14 @@ from aiokafka import TopicPartition
 from replicator.config.topology import Leg
 from replicator.config.values import OffsetResetPolicy
 from replicator.errors import AuthorizationFailed, OutcomeUnknown, RecordRefused, TopicMismatch
+from replicator.model.offsets import OutOfRange
 from replicator.model.records import SourceRecord
 from replicator.replication.accounting import Duplicates
 from replicator.replication.committer import Committer
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import Halt, LegPartition, Mode
 from replicator.replication.sender import PartitionSender
+from replicator.replication.sending import LegSending
 from replicator.telemetry.metrics import Metrics
 from tests.unit.replication.destinations import (
     MemoryCommits,
@@ -56,7 +58,7 @@ class Rig:
     dead_letters: MemoryDeadLetters | None = None
     metrics: Metrics = field(default_factory=Metrics)
     duplicates: Duplicates = field(init=False)
-    log_start: int = 0
+    source_log_start: int = 0  # the source log's first offset
     position: int | None = 0
     preserve_partitions: bool = True
     commits: MemoryCommits = field(default_factory=MemoryCommits)
@@ -76,27 +78,30 @@ class Rig:
             SOURCE, "orders", "dc1", self.position, 10_000, 1 << 22, committed=True
         )
 
-        async def log_start() -> int:
-            return self.log_start
-
         async def save_marks(marks: dict[TopicPartition, tuple[int, int]]) -> None:
             self.destination.marks.update({tp: mark for tp, (mark, _) in marks.items()})
             self.destination.covers.update({tp: offset for tp, (_, offset) in marks.items()})
 
         self.committer = Committer(LEG.name, self.commits, self.metrics, 1.0, save_marks)
         self.partition.owe_commits_to(self.committer.due)
-        self.sender = PartitionSender(
+        sending = LegSending(
             LEG,
-            self.partition,
             self.destination,
             self.topics,
             self.metrics,
-            log_start,
-            self.dead_letters,
+            self,  # the source log: log_start() and outside() below
             self.duplicates,
+            self.dead_letters,
             self.preserve_partitions,
-            resets=OffsetResets(LEG.name, OffsetResetPolicy.EARLIEST, self.metrics),
+            OffsetResets(LEG.name, OffsetResetPolicy.EARLIEST, self.metrics),
         )
+        self.sender = PartitionSender(sending, self.partition)
+
+    async def log_start(self, tp: TopicPartition) -> int:
+        return self.source_log_start
+
+    async def outside(self, tp: TopicPartition, position: int) -> OutOfRange | None:
+        return None  # the source log holds every position asked
 
     async def start(self) -> None:
         self.stopping = asyncio.Event()

@@ -1,0 +1,50 @@
+"""What every partition sender of one leg shares, made once per leg (:class:`LegSending`), and
+the seam to the source log it reads when a destination must be refilled (:class:`SourceLog`).
+
+A sender is one per assigned partition and leg: what is the same for all of them (the leg, its
+destination, topics, metrics, dead letters, duplicates, policies) is held once here rather than
+in each, and the modules around the sender (:mod:`~replicator.replication.preparing`,
+:mod:`~replicator.replication.replay`, :mod:`~replicator.replication.outcomes`,
+:mod:`~replicator.replication.oversize`) take it with the partition they act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiokafka import TopicPartition
+
+from replicator.config.topology import Leg
+from replicator.model.offsets import OutOfRange
+from replicator.replication.accounting import Duplicates
+from replicator.replication.destination import DeadLetterSink, Destination, TopicPreparer
+from replicator.replication.offset_reset import OffsetResets
+from replicator.telemetry.metrics import Metrics
+
+
+class SourceLog(Protocol):
+    """The source partitions' logs, as far as a sender asks (rarely: a resume, a replay)."""
+
+    async def log_start(self, tp: TopicPartition) -> int:
+        """The first offset ``tp``'s log still holds."""
+        ...
+
+    async def outside(self, tp: TopicPartition, position: int) -> OutOfRange | None:
+        """Whether ``position`` is outside ``tp``'s log (``None``: inside)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LegSending:
+    """One leg's senders' shared parts."""
+
+    leg: Leg
+    destination: Destination
+    topics: TopicPreparer
+    metrics: Metrics
+    source: SourceLog
+    duplicates: Duplicates  # the leg's duplicates it could not prevent (counted once)
+    dead_letters: DeadLetterSink | None = None  # None: a record too large halts
+    preserve_partitions: bool = True  # else records are placed by key
+    resets: OffsetResets | None = None  # a replay past the source log end is an offset reset
