@@ -10,7 +10,8 @@ drives it (same label order as the call sites). What it does not model: ``for:``
 "pending"), Prometheus's extrapolation of ``rate``/``increase`` to the window edges (the two
 scrapes are the edges), staleness. An expression outside the subset fails the parse, loudly.
 
-Regenerate the Compose rules file from the PrometheusRule: ``python -m tests.unit.test_alerts``.
+Regenerate the Compose rules file from the PrometheusRule:
+``python -m tests.repository.test_alerts``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from replicator.telemetry.metrics import Metrics
-from tests.unit.deployment import DEPLOY, KUBERNETES, ROOT, compose, load_yaml, manifests, mounts
+from tests.repository.deployment import (
+    DEPLOY,
+    KUBERNETES,
+    ROOT,
+    compose,
+    load_yaml,
+    manifests,
+    mounts,
+)
 
 MONITORING = KUBERNETES / "components" / "monitoring"
 RULES_FILE = DEPLOY / "prometheus" / "alerts.yml"
@@ -70,7 +79,7 @@ RULES_HEADER = """\
 # The replicator's alerts as a plain Prometheus rules file, loaded by the Compose demo's
 # Prometheus (prometheus.yml: rule_files). Generated from
 # deploy/kubernetes/components/monitoring/prometheusrule.yaml; do not edit by hand:
-#   python -m tests.unit.test_alerts
+#   python -m tests.repository.test_alerts
 # Runbooks: docs/operations/alerts.md.
 """
 
@@ -234,7 +243,7 @@ def test_the_alerts_cover_what_operations_needs() -> None:
 
 def test_compose_rules_file_holds_the_prometheus_rule_groups() -> None:
     shipped = load_yaml(RULES_FILE)
-    assert shipped == {"groups": groups()}, "regenerate: python -m tests.unit.test_alerts"
+    assert shipped == {"groups": groups()}, "regenerate: python -m tests.repository.test_alerts"
     assert RULES_FILE.read_text() == rules_file_text()
 
 
