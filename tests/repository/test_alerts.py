@@ -1,14 +1,11 @@
 """The alerting rules against the product: they name only exported series and labels, every alert
 is documented and carries what an on-call needs, the Compose rules file equals the PrometheusRule,
-and each alert fires on the exposition the product renders (and stays quiet on a healthy one).
+and each alert fires in its condition and not outside it, as Prometheus evaluates it.
 
-Firing is proven by a small evaluator of the PromQL subset the rules use (selectors, ``offset``,
-``rate``/``increase`` over two scrapes one window apart, ``absent``, ``histogram_quantile``,
-``sum``/``max``/``min by``, comparisons with a constant, ``and``/``or``/``unless``), run over two
-real ``/metrics`` renderings of the product's :class:`Metrics` catalogue driven as the data path
-drives it (same label order as the call sites). What it does not model: ``for:`` (an alert here is
-"pending"), Prometheus's extrapolation of ``rate``/``increase`` to the window edges (the two
-scrapes are the edges), staleness. An expression outside the subset fails the parse, loudly.
+Firing is proven by Prometheus's own ``promtool test rules`` over the unit tests in
+``tests/repository/alerts/`` (one case per condition: the series a replicator exports, healthy and
+then changed; the alert expected with its labels and rendered annotations; the exact set of
+alerts firing). ``promtool`` is the pinned build :mod:`replicator.devtools.promtool` fetches once.
 
 Regenerate the Compose rules file from the PrometheusRule:
 ``python -m tests.repository.test_alerts``.
@@ -16,22 +13,19 @@ Regenerate the Compose rules file from the PrometheusRule:
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
+from replicator.devtools.promtool import promtool
 from replicator.telemetry.metrics import Metrics
 from tests.repository.deployment import (
     DEPLOY,
@@ -363,616 +357,127 @@ def test_monitoring_resources_validate_against_the_operator_crds(name: str) -> N
         assert unknown_fields(model, doc, doc["kind"]) == []
 
 
-# -- a small evaluator for the PromQL the rules use --------------------------------------------
+# -- the rules evaluated by Prometheus's own promtool -------------------------------------------
 
-Labels = tuple[tuple[str, str], ...]
-Vector = dict[Labels, float]
-Scrape = dict[Labels, float]
+PROMTOOL_TESTS = Path(__file__).parent / "alerts"
+"""promtool's unit tests of the rules: per case, a replicator's series over time (the healthy
+ones plus what the case changes), the alert expected with its labels and rendered annotations, no
+alert before the case nor before its ``for:``, and the exact set of alerts firing
+(``ALERTS{alertstate="firing"}``), so no other alert fires with it."""
 
+FIRING = 'ALERTS{alertstate="firing"}'
+SERIES = re.compile(r"^([a-zA-Z_:][\w:]*)\{(.*)\}$")
 
-@dataclass(frozen=True)
-class RangeVector:
-    now: Vector
-    before: Vector
-    seconds: float
 
+def promtool_run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(promtool()), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
-Value = float | Vector | RangeVector
 
-TOKEN = re.compile(
-    r"\s*(?:(?P<number>\d+(?:\.\d+)?(?:e[+-]?\d+)?)(?![\w])|(?P<duration>\d+(?:ms|[smhdwy]))"
-    r"|(?P<string>\"(?:[^\"\\]|\\.)*\")|(?P<name>[a-zA-Z_:][\w:]*)"
-    r"|(?P<op>==|!=|>=|<=|=~|!~|[<>=(){}\[\],]))"
-)
-UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-COMPARISONS: dict[str, Callable[[float, float], bool]] = {
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    ">": lambda a, b: a > b,
-    "<": lambda a, b: a < b,
-    ">=": lambda a, b: a >= b,
-    "<=": lambda a, b: a <= b,
-}
-AGGREGATIONS: dict[str, Callable[[list[float]], float]] = {"sum": sum, "max": max, "min": min}
+def promtool_tests() -> list[Path]:
+    return sorted(PROMTOOL_TESTS.glob("*.yml"))
 
 
-def seconds_of(duration: str) -> float:
-    number, unit = re.fullmatch(r"(\d+)(ms|[smhdwy])", duration).groups()  # type: ignore[union-attr]
-    return int(number) * UNITS[unit]
+@cache
+def promtool_cases() -> list[dict[str, Any]]:
+    return [case for path in promtool_tests() for case in load_yaml(path)["tests"]]
 
 
-def signature(labels: Labels) -> Labels:
-    return tuple((k, v) for k, v in labels if k != "__name__")
+def test_promtool_accepts_the_rules_file() -> None:
+    done = promtool_run("check", "rules", RULES_FILE)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
-@dataclass
-class World:
-    """Two scrapes of every target: ``before`` one rule window before ``now``."""
+def test_promtool_unit_tests_of_the_alerts_pass() -> None:
+    done = promtool_run("test", "rules", *promtool_tests())
+    assert done.returncode == 0, done.stdout + done.stderr
 
-    now: Scrape
-    before: Scrape
 
+def test_the_promtool_tests_fail_when_a_rule_changes(tmp_path: Path) -> None:
+    """The unit tests bite: the same tests against a rules file whose lag threshold moved fail."""
+    rules = tmp_path / RULES_FILE.relative_to(ROOT)
+    rules.parent.mkdir(parents=True)
+    text = RULES_FILE.read_text()
+    assert "(replicator_commit_lag_records) > 100000" in text
+    rules.write_text(text.replace("(replicator_commit_lag_records) > 100000", "(x) > 100000"))
+    test = tmp_path / (PROMTOOL_TESTS / "lag.yml").relative_to(ROOT)
+    test.parent.mkdir(parents=True)
+    shutil.copy(PROMTOOL_TESTS / "lag.yml", test)
+    done = promtool_run("test", "rules", test)
+    assert done.returncode != 0 and "ReplicatorLagHigh" in done.stdout + done.stderr
 
-@dataclass
-class Parser:
-    """Recursive descent over the PromQL subset; evaluates as it parses."""
 
-    text: str
-    world: World
-    tokens: list[tuple[str, str]] = field(default_factory=list)
-    at: int = 0
+def test_the_promtool_tests_load_the_shipped_rules_file() -> None:
+    for path in promtool_tests():
+        (rule_file,) = load_yaml(path)["rule_files"]
+        assert (path.parent / rule_file).resolve() == RULES_FILE.resolve(), path.name
 
-    def __post_init__(self) -> None:
-        position = 0
-        text = self.text.strip()
-        while position < len(text):
-            match = TOKEN.match(text, position)
-            assert match and match.end() > position, f"cannot parse {text[position:]!r}"
-            kind = match.lastgroup
-            assert kind is not None
-            self.tokens.append((kind, match.group(kind)))
-            position = match.end()
 
-    def peek(self, offset: int = 0) -> tuple[str, str]:
-        index = self.at + offset
-        return self.tokens[index] if index < len(self.tokens) else ("end", "")
-
-    def take(self, expected: str | None = None) -> str:
-        _, text = self.peek()
-        assert expected is None or text == expected, f"expected {expected!r}, got {text!r}"
-        self.at += 1
-        return text
-
-    def parse(self) -> Value:
-        value = self.union()
-        assert self.peek()[0] == "end", f"unparsed: {self.tokens[self.at :]}"
-        return value
-
-    def union(self) -> Value:
-        left = self.intersection()
-        while self.peek() == ("name", "or"):
-            self.take()
-            right = self.intersection()
-            assert isinstance(left, dict) and isinstance(right, dict)
-            seen = {signature(k) for k in left}
-            left = {**left, **{k: v for k, v in right.items() if signature(k) not in seen}}
-        return left
-
-    def intersection(self) -> Value:
-        left = self.comparison()
-        while self.peek() in (("name", "and"), ("name", "unless")):
-            keep = self.take() == "and"
-            right = self.comparison()
-            assert isinstance(left, dict) and isinstance(right, dict)
-            other = {signature(k) for k in right}
-            left = {k: v for k, v in left.items() if (signature(k) in other) == keep}
-        return left
-
-    def comparison(self) -> Value:
-        left = self.primary()
-        kind, op = self.peek()
-        if kind == "op" and op in COMPARISONS:
-            self.take()
-            right = self.primary()
-            assert isinstance(left, dict) and isinstance(right, float), "vector op constant only"
-            test = COMPARISONS[op]
-            return {k: v for k, v in left.items() if test(v, right)}
-        return left
-
-    def primary(self) -> Value:
-        kind, text = self.peek()
-        if kind == "number":
-            return float(self.take())
-        if text == "(":
-            self.take("(")
-            value = self.union()
-            self.take(")")
-            return value
-        assert kind == "name", f"unexpected {text!r}"
-        if text in AGGREGATIONS:
-            return self.aggregation()
-        if self.peek(1)[1] == "(":
-            return self.function()
-        return self.selector()
-
-    def grouping(self) -> list[str]:
-        self.take("by")
-        self.take("(")
-        labels = []
-        while self.peek()[1] != ")":
-            labels.append(self.take())
-            if self.peek()[1] == ",":
-                self.take(",")
-        self.take(")")
-        return labels
-
-    def aggregation(self) -> Vector:
-        combine = AGGREGATIONS[self.take()]
-        by = self.grouping() if self.peek()[1] == "by" else None
-        self.take("(")
-        inner = self.union()
-        self.take(")")
-        if by is None and self.peek()[1] == "by":
-            by = self.grouping()
-        assert isinstance(inner, dict) and by is not None, "aggregations here group by labels"
-        grouped: dict[Labels, list[float]] = {}
-        for labels, value in inner.items():
-            key = tuple((k, v) for k, v in labels if k in by)
-            grouped.setdefault(key, []).append(value)
-        return {key: combine(values) for key, values in grouped.items()}
-
-    def function(self) -> Value:
-        name = self.take()
-        self.take("(")
-        args = [self.union()]
-        while self.peek()[1] == ",":
-            self.take(",")
-            args.append(self.union())
-        self.take(")")
-        if name in ("rate", "increase"):
-            (window,) = args
-            assert isinstance(window, RangeVector)
-            result = {}
-            for labels, now in window.now.items():
-                if labels not in window.before:
-                    continue  # one sample in the window: Prometheus returns nothing either
-                before = window.before[labels]
-                grown = now - before if now >= before else now  # a counter reset
-                result[signature(labels)] = grown / window.seconds if name == "rate" else grown
-            return result
-        if name == "absent":
-            (vector,) = args
-            assert isinstance(vector, dict)
-            return {} if vector else {self.last_equalities: 1.0}
-        if name == "histogram_quantile":
-            quantile, buckets = args
-            assert isinstance(quantile, float) and isinstance(buckets, dict)
-            return histogram_quantile(quantile, buckets)
-        raise AssertionError(f"function {name} is outside the evaluated subset")
-
-    def selector(self) -> Value:
-        name = self.take()
-        matchers: list[tuple[str, str, str]] = []
-        if self.peek()[1] == "{":
-            self.take("{")
-            while self.peek()[1] != "}":
-                label, op, value = self.take(), self.take(), self.take()
-                matchers.append((label, op, value[1:-1]))
-                if self.peek()[1] == ",":
-                    self.take(",")
-            self.take("}")
-        self.last_equalities = tuple(sorted((k, v) for k, op, v in matchers if op == "="))
-        window = None
-        if self.peek()[1] == "[":
-            self.take("[")
-            window = seconds_of(self.take())
-            self.take("]")
-        earlier = False
-        if self.peek() == ("name", "offset"):
-            self.take()
-            self.take()
-            earlier = True
-
-        def select(scrape: Scrape) -> Vector:
-            return {
-                labels: value
-                for labels, value in scrape.items()
-                if dict(labels).get("__name__") == name and matches(dict(labels), matchers)
-            }
-
-        if window is not None:
-            return RangeVector(select(self.world.now), select(self.world.before), window)
-        return select(self.world.before if earlier else self.world.now)
-
-    last_equalities: Labels = ()
-
-
-def matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bool:
-    for label, op, value in matchers:
-        actual = labels.get(label, "")
-        found = re.fullmatch(value, actual) is not None if op in ("=~", "!~") else actual == value
-        if found != (op in ("=", "=~")):
-            return False
-    return True
-
-
-def histogram_quantile(quantile: float, buckets: Vector) -> Vector:
-    """Prometheus's bucketQuantile: linear interpolation inside the bucket holding the rank."""
-    series: dict[Labels, list[tuple[float, float]]] = {}
-    for labels, count in buckets.items():
-        le = float(dict(labels)["le"])
-        key = tuple((k, v) for k, v in labels if k not in ("le", "__name__"))
-        series.setdefault(key, []).append((le, count))
-    result: Vector = {}
-    for key, points in series.items():
-        points.sort()
-        total = points[-1][1]
-        if points[-1][0] != math.inf or total == 0:
-            result[key] = math.nan
-            continue
-        rank = quantile * total
-        index = next(i for i, (_, count) in enumerate(points) if count >= rank)
-        if index == len(points) - 1:
-            result[key] = points[-2][0]
-            continue
-        start, below = (0.0, 0.0) if index == 0 else points[index - 1]
-        end, count = points[index]
-        result[key] = start + (end - start) * (rank - below) / (count - below)
-    return result
-
-
-def evaluate(expr: str, world: World) -> Vector:
-    value = Parser(expr, world).parse()
-    assert isinstance(value, dict), f"{expr} is not an instant vector"
-    return value
-
-
-def scrape(metrics: Metrics | None, instance: str) -> Scrape:
-    """What Prometheus stores from one scrape of a replicator: its series plus ``up``."""
-    target = {"job": JOB, "instance": instance}
-    found: Scrape = {(("__name__", "up"), *sorted(target.items())): 0.0 if metrics is None else 1.0}
-    if metrics is None:
-        return found
-    text = metrics.exposition().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = {"__name__": sample.name, **sample.labels, **target}
-            found[tuple(sorted(labels.items()))] = float(sample.value)
-    return found
-
-
-# -- the product, driven as the data path drives it --------------------------------------------
-
-LEG, REMOTE, FLOW = "dc1->dc1", "dc1->dc2", "mirror"
-
-
-def healthy(metrics: Metrics) -> None:
-    """A replicator at work: traffic, loop skips, ready legs, small lag, fresh heartbeats."""
-    m = metrics
-    for leg in (LEG, REMOTE):
-        m.records_replicated.labels(leg, "orders").inc(5000)
-        m.bytes_replicated.labels(leg, "orders").inc(500_000)
-        m.records_skipped.labels(leg, "orders", "loop").inc(40)  # the loop rule at work
-        m.commits.labels(leg, "ok").inc(10)
-        m.rebalances.labels(leg).inc()
-        m.leg_ready.labels(leg).set(1)
-        m.assigned_partitions.labels(leg).set(3)
-        m.leg_partitions.labels(leg, "replicating").set(3)
-        for state in ("starting", "stalled", "halted"):
-            m.leg_partitions.labels(leg, state).set(0)
-        m.topics_blocked.labels(leg).set(0)
-        m.commit_lag.labels(leg, "orders").set(120)
-        m.commit_lag_max.labels(leg).set(60)
-        m.idempotent_producer.labels(leg).set(1)
-        for _ in range(200):
-            m.latency.labels(leg).observe(0.04)
-        m.resume_seconds.labels(leg).observe(0.2)
-        m.duplicates_possible.labels(leg, "orders", "unacknowledged_at_release").inc(3)
-    m.heartbeats_emitted.labels(FLOW).inc(60)
-    m.heartbeat_age.labels(FLOW).set(1.5)
-    m.heartbeat_delay.labels(FLOW).set(0.2)
-    m.checkpoint_age.labels("billing", "dc1", "dc2").set(45)
-    m.checkpoints_written.labels("billing", "dc1", "dc2").inc(6)
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    change: Callable[[Metrics], None]
-    fires: tuple[str, ...]  # the first is the alert the scenario is about
-    labels: dict[str, str]  # the main alert's labels include these
-    before: Callable[[Metrics], None] = lambda m: None  # state already there one window ago
-
-
-def remote_down(m: Metrics) -> None:
-    m.leg_ready.labels(REMOTE).set(0)
-
-
-def halted(m: Metrics) -> None:
-    m.leg_partitions.labels(REMOTE, "halted").set(2)
-    m.leg_partitions.labels(REMOTE, "replicating").set(1)
-    m.leg_ready.labels(REMOTE).set(0)  # the census makes a leg with a halted partition unready
-
-
-def stalled(m: Metrics) -> None:
-    m.leg_partitions.labels(REMOTE, "stalled").set(1)
-    m.leg_ready.labels(REMOTE).set(0)
-
-
-def starting(m: Metrics) -> None:
-    m.leg_partitions.labels(REMOTE, "starting").set(3)
-    m.leg_partitions.labels(REMOTE, "replicating").set(0)
-    m.leg_ready.labels(REMOTE).set(0)
-
-
-def blocked(m: Metrics) -> None:
-    m.topics_blocked.labels(REMOTE).set(1)
-    halted(m)
-
-
-def backlog(m: Metrics) -> None:
-    m.commit_lag.labels(REMOTE, "orders").set(70_000)  # two replicas together: 140,000
-
-
-def hot_partition(m: Metrics) -> None:
-    m.commit_lag_max.labels(REMOTE).set(80_000)
-
-
-def slow(m: Metrics) -> None:
-    for _ in range(1000):
-        m.latency.labels(REMOTE).observe(120.0)
-
-
-def heartbeats_stopped(m: Metrics) -> None:
-    m.heartbeat_age.labels(FLOW).set(900)
-
-
-def lost(m: Metrics) -> None:
-    m.records_lost.labels(REMOTE, "orders").inc(17)
-
-
-def malformed(m: Metrics) -> None:
-    m.records_skipped.labels(REMOTE, "orders", "malformed_provenance").inc(2)
-
-
-def undecodable(m: Metrics) -> None:
-    m.records_undecodable.labels(REMOTE, "orders").inc()
-    halted(m)
-
-
-def dead_lettered(m: Metrics) -> None:
-    m.records_dead_lettered.labels(REMOTE, "orders").inc()
-
-
-def reset_below_log_start(m: Metrics) -> None:
-    m.offset_resets.labels(REMOTE, "orders", "below_log_start").inc()
-    lost(m)
-
-
-def duplicates(m: Metrics) -> None:
-    m.duplicates_written.labels(REMOTE, "orders", "destination_replaced").inc(40)
-
-
-def replaced(m: Metrics) -> None:
-    m.partitions_replaced.labels(REMOTE, "orders").inc()
-
-
-def send_errors(m: Metrics) -> None:
-    m.send_errors.labels(REMOTE, "orders", "KafkaTimeoutError").inc(5)
-
-
-def commit_failures(m: Metrics) -> None:
-    m.commits.labels(REMOTE, "failed").inc(3)
-
-
-def config_sync_refused(m: Metrics) -> None:
-    m.topic_config_sync_failures.labels(REMOTE).inc()
-
-
-def checkpoints_stale(m: Metrics) -> None:
-    m.checkpoint_age.labels("billing", "dc1", "dc2").set(3600)
-    m.checkpoint_failures.labels("dc1", "dc2").inc()
-
-
-REMOTE_LEG = {"leg": REMOTE}
-ORDERS = {"leg": REMOTE, "topic": "orders"}
-NOT_READY = "ReplicatorLegNotReady"
-HALTED = "ReplicatorPartitionsHalted"
-SCENARIOS = [
-    Scenario("a remote leg is down", remote_down, (NOT_READY,), REMOTE_LEG),
-    Scenario("partitions halted", halted, (HALTED, NOT_READY), REMOTE_LEG),
-    Scenario(
-        "a partition stalled", stalled, ("ReplicatorPartitionsStalled", NOT_READY), REMOTE_LEG
-    ),
-    Scenario(
-        "partitions starting",
-        starting,
-        ("ReplicatorPartitionsStuckStarting", NOT_READY),
-        REMOTE_LEG,
-    ),
-    Scenario(
-        "a topic blocked", blocked, ("ReplicatorTopicsBlocked", HALTED, NOT_READY), REMOTE_LEG
-    ),
-    Scenario("lag summed over the replicas", backlog, ("ReplicatorLagHigh",), ORDERS),
-    Scenario("one partition lags", hot_partition, ("ReplicatorPartitionLagHigh",), REMOTE_LEG),
-    Scenario("latency p99 two minutes", slow, ("ReplicatorLatencyHigh",), REMOTE_LEG),
-    Scenario(
-        "heartbeats stopped", heartbeats_stopped, ("ReplicatorHeartbeatStale",), {"flow": FLOW}
-    ),
-    Scenario("the first loss since the start", lost, ("ReplicatorRecordsLost",), ORDERS),
-    Scenario("another loss", lost, ("ReplicatorRecordsLost",), ORDERS, before=lost),
-    Scenario(
-        "malformed provenance skipped",
-        malformed,
-        ("ReplicatorRecordsSkipped",),
-        {**ORDERS, "reason": "malformed_provenance"},
-    ),
-    Scenario(
-        "more malformed provenance",
-        malformed,
-        ("ReplicatorRecordsSkipped",),
-        {**ORDERS, "reason": "malformed_provenance"},
-        before=malformed,
-    ),
-    Scenario(
-        "an undecodable record",
-        undecodable,
-        ("ReplicatorRecordsUndecodable", HALTED, NOT_READY),
-        ORDERS,
-    ),
-    Scenario("a record dead-lettered", dead_lettered, ("ReplicatorRecordsDeadLettered",), ORDERS),
-    Scenario(
-        "positions reset below the log start",
-        reset_below_log_start,
-        ("ReplicatorOffsetResets", "ReplicatorRecordsLost"),
-        {**ORDERS, "reason": "below_log_start"},
-    ),
-    Scenario(
-        "duplicates written",
-        duplicates,
-        ("ReplicatorDuplicatesWritten",),
-        {**ORDERS, "reason": "destination_replaced"},
-    ),
-    Scenario(
-        "a destination partition replaced",
-        replaced,
-        ("ReplicatorDestinationPartitionReplaced",),
-        ORDERS,
-    ),
-    Scenario(
-        "send errors go on",
-        send_errors,
-        ("ReplicatorSendErrors",),
-        {**ORDERS, "error": "KafkaTimeoutError"},
-        before=send_errors,
-    ),
-    Scenario(
-        "commits fail",
-        commit_failures,
-        ("ReplicatorCommitsFailing",),
-        REMOTE_LEG,
-        before=commit_failures,
-    ),
-    Scenario(
-        "topic config sync refused",
-        config_sync_refused,
-        ("ReplicatorTopicConfigSyncFailing",),
-        REMOTE_LEG,
-    ),
-    Scenario(
-        "checkpoints stale",
-        checkpoints_stale,
-        ("ReplicatorCheckpointsStale",),
-        {"group": "billing", "source": "dc1", "cluster": "dc2"},
-    ),
-]
-
-
-def firing(world: World) -> dict[str, list[dict[str, str]]]:
-    """Alert name -> the label sets it fires with (rule labels added)."""
-    found: dict[str, list[dict[str, str]]] = {}
-    for rule in alerts():
-        for labels in evaluate(rule["expr"], world):
-            found.setdefault(rule["alert"], []).append({**dict(labels), **rule["labels"]})
-    return found
-
-
-def replicas(change: Callable[[Metrics], None]) -> list[Metrics]:
-    """Two replicas of a datacenter, both healthy, then ``change`` applied to both."""
-    found = []
-    for _ in range(2):
-        metrics = Metrics()
-        healthy(metrics)
-        change(metrics)
-        found.append(metrics)
-    return found
-
-
-def world_of(before: list[Metrics | None], now: list[Metrics | None]) -> World:
-    def merged(targets: list[Metrics | None]) -> Scrape:
-        scrapes: Scrape = {}
-        for index, metrics in enumerate(targets):
-            scrapes.update(scrape(metrics, f"replicator-{index}:8080"))
-        return scrapes
-
-    return World(now=merged(now), before=merged(before))
-
-
-def test_a_healthy_replicator_fires_nothing() -> None:
-    earlier = replicas(lambda m: None)
-    later = replicas(lambda m: None)
-    for metrics in later:  # more traffic, more loop skips, more possible duplicates
-        healthy(metrics)
-        metrics.leg_ready.labels(REMOTE).set(1)
-    assert firing(world_of(list(earlier), list(later))) == {}
-
-
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
-def test_alert_fires_on_the_products_exposition(scenario: Scenario) -> None:
-    earlier = replicas(scenario.before)
-    later = replicas(scenario.before)
-    for metrics in later:
-        scenario.change(metrics)
-    fired = firing(world_of(list(earlier), list(later)))
-    assert set(fired) == set(scenario.fires)
-    main = fired[scenario.fires[0]]
-    assert any(scenario.labels.items() <= labels.items() for labels in main), main
-    for alert in scenario.fires:
-        for labels in fired[alert]:
-            rendered = render(alert, labels)
-            assert "{{" not in rendered and "<no value>" not in rendered, rendered
-
-
-def render(alert: str, labels: dict[str, str]) -> str:
-    """The alert's summary and description as Alertmanager would show them."""
-    (rule,) = [r for r in alerts() if r["alert"] == alert]
-    text = rule["annotations"]["summary"] + " " + rule["annotations"]["description"]
-
-    def label(match: re.Match[str]) -> str:
-        return labels.get(match.group(1), "<no value>")
-
-    text = re.sub(r"\{\{\s*\$labels\.(\w+)\s*\}\}", label, text)
-    return re.sub(r"\{\{\s*\$value\s*\}\}", "1", text)
-
-
-def test_every_alert_is_proven_by_a_scenario_or_a_target_state() -> None:
-    proven = {name for s in SCENARIOS for name in s.fires}
-    proven |= {"ReplicatorDown", "ReplicatorMetricsAbsent"}  # the next test
+def test_every_alert_is_proven_to_fire_by_a_promtool_test() -> None:
+    proven = {
+        test["alertname"]
+        for case in promtool_cases()
+        for test in case.get("alert_rule_test", [])
+        if test.get("exp_alerts")
+    }
     assert proven == {rule["alert"] for rule in alerts()}
 
 
-def test_a_replicator_down_and_no_replicator_at_all_fire() -> None:
-    one, two = replicas(lambda m: None)
-    fired = firing(world_of([one, two], [one, None]))
-    assert set(fired) == {"ReplicatorDown"}
-    assert fired["ReplicatorDown"][0]["instance"] == "replicator-1:8080"
-    fired = firing(World(now={}, before={}))
-    assert set(fired) == {"ReplicatorMetricsAbsent"}
-    assert fired["ReplicatorMetricsAbsent"] == [{"job": JOB, "severity": "warning"}]
+def test_each_promtool_case_names_every_alert_firing_and_none_before() -> None:
+    """Where a case expects an alert, the set of all firing alerts at that time is checked too
+    (no other alert fires with it), and a case that changes a healthy replicator fires nothing
+    before the change."""
+    for case in promtool_cases():
+        exact = {
+            test["eval_time"]: test["exp_samples"]
+            for test in case.get("promql_expr_test", [])
+            if test["expr"] == FIRING
+        }
+        assert exact, f"{case['name']}: no check of every alert firing"
+        for test in case.get("alert_rule_test", []):
+            if test.get("exp_alerts"):
+                assert test["eval_time"] in exact, f"{case['name']}: {test['eval_time']}"
+                assert exact[test["eval_time"]], case["name"]
+        if case["input_series"] and case.get("alert_rule_test"):
+            assert any(samples == [] for samples in exact.values()), case["name"]
 
 
-def test_an_old_loss_does_not_fire_again() -> None:
-    earlier, later = replicas(lost), replicas(lost)
-    assert firing(world_of(list(earlier), list(later))) == {}
-
-
-def test_the_evaluator_follows_promql_on_counters_and_histograms() -> None:
-    series: Labels = (("__name__", "c_total"), ("leg", "a"))
-    world = World(now={series: 5.0}, before={})
-    assert evaluate("increase(c_total[5m]) > 0", world) == {}, "one sample: no increase"
-    assert evaluate("c_total > 0 unless c_total offset 5m", world) == {series: 5.0}
-    world = World(now={series: 2.0}, before={series: 7.0})
-    assert evaluate("increase(c_total[5m])", world) == {(("leg", "a"),): 2.0}, "a reset"
-    assert evaluate("rate(c_total[1m])", world) == {(("leg", "a"),): 2.0 / 60}
-    buckets: Scrape = {
-        (("__name__", "h_bucket"), ("le", le)): count
-        for le, count in (("1.0", 50.0), ("10.0", 100.0), ("+Inf", 100.0))
+def test_each_promtool_case_waits_out_the_alerts_for() -> None:
+    """An alert with a ``for:`` is expected not to fire a minute before it has held that long."""
+    waits = {rule["alert"] for rule in alerts() if str(rule["for"]) not in ("0", "0m", "0s")}
+    quiet = {
+        test["alertname"]
+        for case in promtool_cases()
+        for test in case.get("alert_rule_test", [])
+        if not test.get("exp_alerts")
     }
-    world = World(now=buckets, before={})
-    assert evaluate("histogram_quantile(0.5, h_bucket)", world) == {(): 1.0}
-    assert evaluate("histogram_quantile(0.75, h_bucket)", world) == {(): 5.5}
-    with pytest.raises(AssertionError):
-        evaluate("predict_linear(c_total[5m], 60) > 0", world)
+    assert waits <= quiet, f"no case shows these still pending: {sorted(waits - quiet)}"
+
+
+def test_the_promtool_inputs_are_series_the_product_exports() -> None:
+    """The cases feed the rules the series and labels the product exports, with the scrape's."""
+    exported = catalogue()
+    for case in promtool_cases():
+        for item in case["input_series"]:
+            match = SERIES.match(item["series"])
+            assert match, item["series"]
+            name, matchers = match.groups()
+            labels = set(re.findall(r"(\w+)=\"", matchers))
+            assert name in exported, f"{case['name']}: {name} is not exported"
+            assert labels == exported[name], f"{case['name']}: {item['series']}"
+
+
+def test_the_expected_annotations_are_fully_rendered() -> None:
+    for case in promtool_cases():
+        for test in case.get("alert_rule_test", []):
+            for alert in test.get("exp_alerts", []):
+                for text in alert["exp_annotations"].values():
+                    assert "{{" not in text and "<no value>" not in text, text
 
 
 if __name__ == "__main__":
