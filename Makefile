@@ -23,10 +23,11 @@ $(DEMO_STAMP): pyproject.toml
 
 install: $(STAMP) kafka promtool
 
-## Apache Kafka's jars (broker, tools, MirrorMaker 2) from Maven Central into ~/.cache/replicator
+## Apache Kafka's jars (broker, tools, both MirrorMakers) from Maven Central into ~/.cache/replicator
 ## (once; later runs are offline). Needs Java 17+ and Maven 3.8+.
 kafka: $(STAMP)
 	$(BIN)/python -m replicator.devtools.apache_kafka
+	$(BIN)/python -m replicator.devtools.mirror_makers
 
 ## Prometheus' promtool 2.42.0 (the alert rules' checks and unit tests) into ~/.cache/replicator
 ## (once): Debian's prometheus package where apt offers that release (seconds), else a Go build.
