@@ -66,6 +66,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check replicator tests benchmarks examples
 	$(BIN)/ruff format --check replicator tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 unit: $(STAMP) promtool
 	$(BIN)/pytest -q -m "not integration"
@@ -85,4 +86,4 @@ docs-serve: $(STAMP)
 	$(BIN)/mkdocs serve
 
 clean:
-	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -5,7 +5,7 @@ on the local cluster and on every remote cluster, tagged with provenance headers
 is ever mirrored twice.
 
 The package map, lowest layer first (a package imports only from those above it in this list;
-``tests/repository/test_layout.py`` checks it):
+import-linter's layers contract in pyproject.toml enforces it, ``lint-imports``):
 
 ``errors``, ``lifecycle``
     The one error tree; stopping, closing and waiting in long-lived tasks.
