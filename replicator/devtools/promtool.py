@@ -5,7 +5,7 @@ Owns the one fetch, into the cache Apache Kafka's jars use (``$KAFKA_JARS_CACHE`
 ``~/.cache/replicator``), offline once the cache holds it: Debian's ``prometheus`` package when
 apt offers it at the pinned release (a download of about 20 MB and an unpack, seconds; no
 install, no root, unless apt's package lists are missing and must be read first), else a build
-of the same release from the Go module proxy with ``go install`` (minutes: the module graph of
+of the same release from the Go module proxy with ``go build`` (minutes: the module graph of
 Prometheus is large). Either way the release is the pinned one: the package's version names it,
 the Go module version is it (a Go build reports no version of its own).
 
@@ -15,6 +15,7 @@ Nothing here is used by ``replicator run``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -87,14 +88,20 @@ def _from_debian(staging: Path, version: str) -> str:
 
 
 def _from_go(staging: Path, version: str) -> str:
-    """``promtool`` built by ``go install`` from the Go module proxy into ``staging``; else why
-    not."""
+    """``promtool`` built with Go into ``staging``, from the release's module as the Go module
+    proxy serves it; else why not. The build runs inside the module, as its own main module:
+    ``go install module@version`` refuses a go.mod with ``replace`` directives, as 2.x's has."""
     go = shutil.which("go")
     if go is None:
         return "Go build: no go on the PATH"
-    module = f"{GO_MODULE}/cmd/promtool@{go_version(version)}"
-    env = {**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0"}
-    done = _run([go, "install", module], env=env, timeout=3600)
+    module = f"{GO_MODULE}@{go_version(version)}"
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
+    fetched = _run([go, "mod", "download", "-json", module], env=env, timeout=1800)
+    if fetched.returncode != 0:
+        return f"Go download of {module} failed: {fetched.stdout.strip()[-2000:]}"
+    source = json.loads(fetched.stdout)["Dir"]
+    command = [go, "build", "-o", str(staging / "promtool"), "./cmd/promtool"]
+    done = _run(command, cwd=Path(source), env=env, timeout=3600)
     if done.returncode != 0:
         return f"Go build of {module} failed: {done.stderr.strip()[-2000:]}"
     return ""
