@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: install kafka demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve clean
+.PHONY: install kafka promtool demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve clean
 
 # Everything: the tests, the Spark jobs and the documentation site.
 $(STAMP): pyproject.toml
@@ -21,12 +21,18 @@ $(DEMO_STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[embedded]"
 	touch $(DEMO_STAMP)
 
-install: $(STAMP) kafka
+install: $(STAMP) kafka promtool
 
-## Apache Kafka's jars (broker, tools, MirrorMaker 2) from Maven Central into ~/.cache/replicator
+## Apache Kafka's jars (broker, tools, both MirrorMakers) from Maven Central into ~/.cache/replicator
 ## (once; later runs are offline). Needs Java 17+ and Maven 3.8+.
 kafka: $(STAMP)
 	$(BIN)/python -m replicator.devtools.apache_kafka
+	$(BIN)/python -m replicator.devtools.mirror_makers
+
+## Prometheus' promtool 2.42.0 (the alert rules' checks and unit tests) into ~/.cache/replicator
+## (once): Debian's prometheus package where apt offers that release (seconds), else a Go build.
+promtool: $(STAMP)
+	$(BIN)/python -m replicator.devtools.promtool
 
 ## The embedded two-datacenter demo: two local brokers, two replicators, live traffic.
 ## Afterwards the command is .venv/bin/replicator (or `source .venv/bin/activate`).
@@ -35,7 +41,7 @@ demo: $(DEMO_STAMP)
 
 ## The whole test suite: static checks, unit tests, integration tests on Apache Kafka, then the
 ## smoke subset on the embedded broker (the demo's).
-test: lint $(STAMP) kafka
+test: lint $(STAMP) kafka promtool
 	$(BIN)/pytest -q -n 2 --dist worksteal --durations=25
 	REPLICATOR_TEST_BROKER=embedded $(BIN)/pytest -q -n 2 --dist worksteal -m smoke tests/integration
 
@@ -60,8 +66,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check replicator tests benchmarks examples
 	$(BIN)/ruff format --check replicator tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
-unit: $(STAMP)
+unit: $(STAMP) promtool
 	$(BIN)/pytest -q -m "not integration"
 
 integration: $(STAMP) kafka
@@ -79,4 +86,4 @@ docs-serve: $(STAMP)
 	$(BIN)/mkdocs serve
 
 clean:
-	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

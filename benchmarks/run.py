@@ -26,9 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +41,6 @@ from typing import Any, TypeVar
 import aiohttp
 import uvloop
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from rich.console import Console
 from rich.table import Table
 
 from benchmarks.brokers import add_broker_option, broker_name, choose, clusters, lists_offsets
@@ -57,6 +53,16 @@ from benchmarks.peers import (
     start_peer,
 )
 from benchmarks.resume import create_topics, resume_cost
+from benchmarks.scale import Layout, scale_comparison
+from benchmarks.shared import (
+    TOPIC,
+    Monitored,
+    Watermarks,
+    add_setting_option,
+    child_env,
+    console,
+    value_of,
+)
 from replicator.devtools.apache_kafka import ApacheKafkaCluster
 from replicator.devtools.embedded import (
     LocalBroker,
@@ -69,12 +75,9 @@ from replicator.devtools.wan import Link
 from replicator.kafka.readers import read_topic
 
 T = TypeVar("T")
-TOPIC = "bench"
 SOURCE = f"{TOPIC}_REPLICA"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Extra replicator settings for every run (--setting KEY=VALUE), to compare tunings.
 SETTINGS: dict[str, str] = {}
-console = Console(stderr=True)
 
 
 @dataclass(frozen=True)
@@ -123,64 +126,6 @@ class LatencyResult:
 # -- processes ----------------------------------------------------------------------------------
 
 
-class Monitored:
-    """A contender process, with its peak RSS and CPU time read from /proc."""
-
-    def __init__(self, args: list[str], env: dict[str, str], name: str) -> None:
-        fd, self.log_path = tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")
-        with os.fdopen(fd, "wb") as log:
-            self.process: subprocess.Popen[bytes] = subprocess.Popen(
-                args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        self.peak_rss_kb = 0
-        self.started = time.monotonic()
-
-    @classmethod
-    def adopt(cls, process: subprocess.Popen[bytes], log_path: str) -> Monitored:
-        """A process started elsewhere (a MirrorMaker JVM), monitored the same way."""
-        monitored = cls.__new__(cls)
-        monitored.process, monitored.log_path = process, log_path
-        monitored.peak_rss_kb, monitored.started = 0, time.monotonic()
-        return monitored
-
-    def cpu_seconds(self) -> float:
-        try:
-            with open(f"/proc/{self.process.pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-    def sample_rss(self) -> None:
-        try:
-            with open(f"/proc/{self.process.pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmHWM:"):
-                        self.peak_rss_kb = max(self.peak_rss_kb, int(line.split()[1]))
-        except FileNotFoundError:
-            pass
-
-    @property
-    def peak_rss_mb(self) -> float:
-        return self.peak_rss_kb / 1024
-
-    def stop(self) -> None:
-        self.sample_rss()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
-    env.update(extra or {})
-    return env
-
-
 def start_contender(name: str, brokers: dict[str, LocalBroker], workload: Workload) -> Monitored:
     if name in PEERS:
         assert workload.one_way, f"{name} copies one way only"
@@ -205,11 +150,6 @@ def start_contender(name: str, brokers: dict[str, LocalBroker], workload: Worklo
 
 
 # -- data ---------------------------------------------------------------------------------------
-
-
-def value_of(i: int, size: int) -> bytes:
-    head = i.to_bytes(8, "big")
-    return head + b"v" * (size - len(head))
 
 
 async def preload(broker: LocalBroker, workload: Workload) -> None:
@@ -244,58 +184,6 @@ async def preload(broker: LocalBroker, workload: Workload) -> None:
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
-
-
-class Watermarks:
-    """Log-end offsets of a topic on some clusters: one ListOffsets request per broker where it
-    answers truly (Apache Kafka), else from fetch responses (cheap polling)."""
-
-    def __init__(
-        self, brokers: dict[str, LocalBroker], partitions: int, topic: str = TOPIC
-    ) -> None:
-        self._brokers = brokers
-        self._partitions = [TopicPartition(topic, p) for p in range(partitions)]
-        self._consumers: dict[str, AIOKafkaConsumer] = {}
-
-    async def __aenter__(self) -> Watermarks:
-        for alias, broker in self._brokers.items():
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=broker.bootstrap_servers,
-                enable_auto_commit=False,
-                auto_offset_reset="none",
-                fetch_max_wait_ms=10,
-            )
-            await consumer.start()
-            self._consumers[alias] = consumer
-            consumer.assign(self._partitions)  # metadata for them: ListOffsets in one go
-            if lists_offsets():
-                consumer.pause(*self._partitions)  # asked, never fetched
-                continue
-            for tp in self._partitions:
-                consumer.seek(tp, 1 << 40)  # past the end: fetches return no data, only watermarks
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        for consumer in self._consumers.values():
-            await consumer.stop()
-
-    async def totals(self) -> dict[str, int]:
-        """Records on each cluster, once every partition has reported its log end."""
-        if lists_offsets():
-            return {
-                alias: sum((await consumer.end_offsets(self._partitions)).values())
-                for alias, consumer in self._consumers.items()
-            }
-        result = {}
-        for alias, consumer in self._consumers.items():
-            deadline = time.monotonic() + 30
-            while True:
-                await consumer.getmany(timeout_ms=10)
-                ends = [consumer.highwater(tp) for tp in self._partitions]
-                if all(end is not None for end in ends) or time.monotonic() > deadline:
-                    break
-            result[alias] = sum(end or 0 for end in ends)
-        return result
 
 
 async def verify_replica(brokers: dict[str, LocalBroker], expected: int) -> str:
@@ -1126,9 +1014,6 @@ async def _scale_phase(args: argparse.Namespace, failures: dict[str, str]) -> di
     """The scale comparison (:mod:`benchmarks.scale`); its failures join ``failures``."""
     scale = None
     if args.scale_records > 0:
-        # Imported here: benchmarks.scale builds on this module.
-        from benchmarks.scale import Layout, scale_comparison
-
         layouts = [Layout.parse(token) for token in args.scale_sizes.split(",")]
         console.print(f"[bold]scale[/] {args.scale_records:,} records over {args.scale_sizes}")
         comparison = scale_comparison(layouts, args.scale_records, settings=SETTINGS)
@@ -1146,17 +1031,6 @@ async def phase(name: str, work: Coroutine[Any, Any, T], failures: dict[str, str
         failures[name] = repr(exc)
         console.print(f"[red]{name} failed:[/] {exc!r}")
         return None
-
-
-def add_setting_option(parser: argparse.ArgumentParser) -> None:
-    """``--setting KEY=VALUE`` (repeatable): a replicator setting for every run."""
-    parser.add_argument(
-        "--setting",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a replicator setting for every run, e.g. linger_ms=10 (REPLICATOR_LINGER_MS)",
-    )
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -1240,8 +1114,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.latency_seconds, args.outage_records, args.rounds = 10, 30_000, 1
         args.resume_records = args.failover_records = 200_000
         args.scale_records = 60_000
-    from benchmarks.scale import Layout
-
     try:
         for token in args.scale_sizes.split(","):
             Layout.parse(token)

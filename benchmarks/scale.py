@@ -59,7 +59,7 @@ from rich.table import Table
 
 from benchmarks.brokers import add_broker_option, broker_name, choose, clusters, lists_offsets
 from benchmarks.resume import create_topics, produce_batches
-from benchmarks.run import (
+from benchmarks.shared import (
     Monitored,
     Watermarks,
     add_setting_option,
@@ -158,7 +158,7 @@ class ScaleResult:
 
 
 class PausedWatermarks(Watermarks):
-    """:class:`~benchmarks.run.Watermarks` over many topics, fetching only while asked.
+    """:class:`~benchmarks.shared.Watermarks` over many topics, fetching only while asked.
 
     A consumer assigned thousands of partitions and left fetching costs the broker and this
     process most of a core (measured: about half a core each at 1,200 partitions), which the

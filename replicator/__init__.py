@@ -5,11 +5,12 @@ on the local cluster and on every remote cluster, tagged with provenance headers
 is ever mirrored twice.
 
 The package map, lowest layer first (a package imports only from those above it in this list;
-``tests/unit/test_layout.py`` checks it):
+import-linter's layers contract in pyproject.toml enforces it, ``lint-imports``):
 
-``errors``, ``clock``, ``lifecycle``
-    The one error tree; the clocks every duration is read on; stopping, closing and waiting in
-    long-lived tasks.
+``clock``
+    The clocks every duration is read on (the event loop's, fake in the unit tests).
+``errors``, ``lifecycle``
+    The one error tree; stopping, closing and waiting in long-lived tasks.
 ``config``
     Settings (the only reader of the environment) and the topology they describe.
 ``telemetry``

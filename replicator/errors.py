@@ -43,6 +43,8 @@ may succeed later without anyone changing anything::
                               not start; no
         LocalKafkaError       Apache Kafka's jars could not be fetched, or a local Apache Kafka
                               node (tests, benchmarks) did not start; no
+      PromtoolError           Prometheus's promtool could not be fetched at its pinned release
+                              (the alert rules' tests); no
     Stopped                   not an error: a stop came first and the work was abandoned
                               (:func:`replicator.lifecycle.unless_stopped`); never retried, never
                               reported
@@ -176,6 +178,11 @@ class EmbeddedBrokerError(ReplicatorError, RuntimeError):
 class LocalKafkaError(EmbeddedBrokerError):
     """Apache Kafka's jars could not be fetched (no Java, no Maven, no Maven Central), or a
     local Apache Kafka node did not start (its log is in the message)."""
+
+
+class PromtoolError(ReplicatorError, RuntimeError):
+    """Prometheus's ``promtool`` could not be fetched at the pinned release (neither Debian's
+    package nor a Go build)."""
 
 
 class Stopped(Exception):

@@ -10,6 +10,9 @@
 ``mirror_makers``
     MirrorMaker 2 (dedicated mode) and MirrorMaker 1 themselves, as local JVMs from Maven
     Central's jars: the peers the tests and the benchmarks compare the replicator with.
+``promtool``
+    Prometheus's ``promtool`` at a pinned release, fetched once, for the test suite's checks
+    of the alerting rules.
 ``wan``
     A relay adding a fixed latency to every connection across a simulated wide-area link,
     for the benchmarks across datacenters.

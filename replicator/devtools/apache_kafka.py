@@ -688,13 +688,6 @@ def grant(
     )
 
 
-if __name__ == "__main__":  # ``python -m replicator.devtools.apache_kafka``: fetch the jars
-    from replicator.devtools.mirror_makers import mm1_libs
-
-    print(kafka_libs())
-    print(mm1_libs())  # MirrorMaker 1's, in a directory of their own
-
-
 @contextlib.contextmanager
 def local_clusters(
     *aliases: str, broker: str = "kafka", heap_mb: int = 0, wan: bool = False
@@ -721,3 +714,7 @@ def local_clusters(
     finally:
         for cluster in clusters.values():
             cluster.remove()
+
+
+if __name__ == "__main__":  # ``python -m replicator.devtools.apache_kafka``: fetch the jars
+    print(kafka_libs())

@@ -256,3 +256,7 @@ def start_mm1(
         heap_mb,
     )
     return MirrorMakerProcess("MirrorMaker 1", process, log_path, workdir)
+
+
+if __name__ == "__main__":  # ``python -m replicator.devtools.mirror_makers``: fetch MM1's jars
+    print(mm1_libs())  # in a directory of their own

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiokafka.errors as kerr
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import IncompatibleBrokerVersion
@@ -116,6 +117,12 @@ async def grow_topics(
         except Exception as exc:
             found[topic] = exc
     return found
+
+
+def already_grown(error: BaseException | None) -> bool:
+    """Whether a topic's growth was refused because it already has that many partitions
+    (another client grew it first)."""
+    return isinstance(error, kerr.InvalidPartitionsError)
 
 
 def _entry(raw: Any) -> ConfigEntry:

@@ -304,34 +304,45 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             wait = idle.after(bool(fetched), self.last_poll)
             if wait is not None:
                 set_fetch_wait(consumer, wait)
-            fetched_ms = int(clock.wall() * 1000)
-            for tp, records in (fetched or {}).items():
-                fanout = self._fanouts.get(tp)
-                if fanout is not None and records:
-                    fanout.deliver(records, fetched_ms)
-                    self._pass_over(consumer, fanout)
-            for poison in take_poisoned(consumer):
-                self._undecodable(poison)
-            touched = set(fetched or ()) | self._changed
-            self._changed = set()
-            # Every partition is looked at in turn, a bounded slice per fetch: a log shorter than
-            # a position already reached (some brokers do not answer OFFSET_OUT_OF_RANGE to a
-            # fetch past the end, and a leg may be further on), and anything a change did not
-            # announce. Few partitions: all of them at every fetch.
-            for tp in self._sweep_slice():
-                fanout = self._fanouts.get(tp)
-                if fanout is None:
-                    continue
-                touched.add(tp)
+            await self._deliver(consumer, fetched or {})
+
+    async def _deliver(
+        self, consumer: AIOKafkaConsumer, fetched: dict[TopicPartition, list[Any]]
+    ) -> None:
+        """Fan a fetch out to the legs, then settle every partition it or a change touched."""
+        fetched_ms = int(clock.wall() * 1000)
+        for tp, records in fetched.items():
+            fanout = self._fanouts.get(tp)
+            if fanout is not None and records:
+                fanout.deliver(records, fetched_ms)
                 self._pass_over(consumer, fanout)
-                beyond = fanout.beyond_log_end(self._highwater(tp), self._polled_ms(tp))
-                if beyond is not None:
-                    await self._out_of_range(tp, beyond)
-            for tp in touched:
-                fanout = self._fanouts.get(tp)
-                if fanout is not None:
-                    fanout.settle()
-                    self._hold(fanout)
+        for poison in take_poisoned(consumer):
+            self._undecodable(poison)
+        touched = set(fetched) | self._changed
+        self._changed = set()  # what changes while the sweep waits is the next round's
+        touched |= await self._sweep(consumer)
+        for tp in touched:
+            fanout = self._fanouts.get(tp)
+            if fanout is not None:
+                fanout.settle()
+                self._hold(fanout)
+
+    async def _sweep(self, consumer: AIOKafkaConsumer) -> set[TopicPartition]:
+        """Every partition is looked at in turn, a bounded slice per fetch: a log shorter than
+        a position already reached (some brokers do not answer OFFSET_OUT_OF_RANGE to a fetch
+        past the end, and a leg may be further on), and anything a change did not announce. Few
+        partitions: all of them at every fetch. The partitions looked at are returned."""
+        looked: set[TopicPartition] = set()
+        for tp in self._sweep_slice():
+            fanout = self._fanouts.get(tp)
+            if fanout is None:
+                continue
+            looked.add(tp)
+            self._pass_over(consumer, fanout)
+            beyond = fanout.beyond_log_end(self._highwater(tp), self._polled_ms(tp))
+            if beyond is not None:
+                await self._out_of_range(tp, beyond)
+        return looked
 
     def _pass_over(self, consumer: AIOKafkaConsumer, fanout: PartitionFanout) -> None:
         """Move ``fanout`` past what the consumer read without handing it over (a fetch that

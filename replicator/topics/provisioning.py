@@ -31,7 +31,6 @@ from typing import Protocol
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import InvalidPartitionsError
 
 from replicator.config.values import ConfigSync, DefaultsFrom
 from replicator.errors import (
@@ -46,6 +45,7 @@ from replicator.kafka.admin import (
     BrokerErrors,
     ConfigEntry,
     TopicSpec,
+    already_grown,
     alter_topic_configs,
     create_topics,
     describe_partitions,
@@ -164,8 +164,8 @@ class TopicAdmin(Protocol):
 
     async def grow(self, counts: dict[str, int]) -> dict[str, BaseException | None]:
         """Grow each topic to its partition count (CreatePartitions): per topic, the error
-        (``None``: grown; :class:`InvalidPartitionsError`: it already has that many, another
-        client grew it first)."""
+        (``None``: grown; one that :func:`~replicator.kafka.admin.already_grown` says: it
+        already has that many, another client grew it first)."""
         ...
 
     async def alter(self, configs: dict[str, dict[str, str | None]]) -> None:
@@ -471,7 +471,7 @@ class TopicProvisioner:
             if refusal is None:
                 self._grown(spec.name, existing[spec.name].partitions, spec.partitions)
                 continue
-            if isinstance(refusal, InvalidPartitionsError):
+            if already_grown(refusal):
                 # Already that many (another replicator of this datacenter grew it first): not
                 # counted as this leg's.
                 log.info(

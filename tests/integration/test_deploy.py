@@ -21,7 +21,7 @@ from tests.integration.harness import (
     start_clusters,
     wait_until,
 )
-from tests.unit.deployment import EXAMPLES, compose, healthcheck_command
+from tests.repository.deployment import EXAMPLES, compose, healthcheck_command
 
 # Also run on the embedded broker (make smoke): the demo's path stays proven.
 pytestmark = pytest.mark.smoke

@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from replicator.config.loading import load_settings
 from replicator.config.settings import Settings
 from replicator.telemetry.metrics import Metrics
-from tests.unit.deployment import (
+from tests.repository.deployment import (
     DEPLOY,
     EXAMPLES,
     KUBERNETES,
@@ -323,7 +323,7 @@ def test_prometheus_scrapes_every_replicator_and_grafana_gets_the_dashboard() ->
 def kubernetes_resources() -> list[Path]:
     """Manifests of built-in kinds. The monitoring component's PrometheusRule and ServiceMonitor
     are custom resources kubernetes-validate has no schema for (it would only warn and pass):
-    tests/unit/test_alerts.py validates them against the operator's CRDs."""
+    tests/repository/test_alerts.py validates them against the operator's CRDs."""
     return sorted(
         p
         for p in KUBERNETES.rglob("*.yaml")

@@ -19,7 +19,7 @@ from replicator.config.topology import TopicRules, legs_for
 from replicator.config.values import SecurityProtocol
 from replicator.model import provenance
 from replicator.model.provenance import Provenance, Tagger
-from tests.unit.deployment import EXAMPLES, env_file
+from tests.repository.deployment import EXAMPLES, env_file
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.env")), ids=lambda p: p.name)

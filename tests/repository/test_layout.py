@@ -2,15 +2,29 @@
 
 The layers are the order of ``replicator/__init__.py``'s package map: a package imports only from
 packages listed before it (or on its own line), never from a later one, so the import graph
-between packages is acyclic by construction. Each package's ``__init__`` docstring names every
-module in it, and the module map of docs/development.md names every package and module.
+between packages is acyclic by construction. import-linter enforces that (``lint-imports``, in
+``make lint``), with the other import contracts of pyproject.toml: no cycle among the modules of
+a package, aiokafka's internals only in ``replicator.kafka``. The tests here keep the contracts'
+layer list equal to the map, show each contract failing on a planted violation, and check the
+maps: each package's ``__init__`` docstring names every module in it, and the module map of
+docs/development.md names every package and module.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import pkgutil
 import re
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
+from typing import Any
+
+import aiokafka
+import pytest
 
 import replicator
 
@@ -29,37 +43,6 @@ def _layers() -> dict[str, int]:
     return ranks
 
 
-def _imports(path: Path) -> set[str]:
-    """Every ``replicator.*`` module or package ``path`` imports, at any depth (deferred and
-    ``TYPE_CHECKING`` imports included)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "replicator" or node.module.startswith("replicator."):
-                found.add(node.module)
-                found.update(
-                    f"{node.module}.{alias.name}"
-                    for alias in node.names
-                    if (PACKAGE.parent / f"{node.module}.{alias.name}".replace(".", "/")).is_dir()
-                    or (
-                        PACKAGE.parent / (f"{node.module}.{alias.name}".replace(".", "/") + ".py")
-                    ).is_file()
-                )
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("replicator."))
-    return found
-
-
-def _top(module: str) -> str:
-    """The package (or foundation module) a dotted ``replicator.*`` name belongs to."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else ""
-
-
-def _sources() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
-
-
 def test_every_module_lives_in_a_package_named_in_the_map() -> None:
     ranks = _layers()
     top_level = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
@@ -69,27 +52,88 @@ def test_every_module_lives_in_a_package_named_in_the_map() -> None:
     assert not differ, f"replicator/__init__.py's map and the tree differ: {differ}"
 
 
-def test_packages_import_only_from_lower_layers() -> None:
+def import_contracts() -> list[dict[str, Any]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts: list[dict[str, Any]] = config["tool"]["importlinter"]["contracts"]
+    return contracts
+
+
+def contract(contract_id: str) -> dict[str, Any]:
+    (found,) = [c for c in import_contracts() if c["id"] == contract_id]
+    return found
+
+
+def test_the_layers_contract_is_the_package_map() -> None:
+    """The import contract's layers, top first, are the package map's lines, bottom first."""
+    layers = contract("layers")["layers"]
     ranks = _layers()
-    upward: list[str] = []
-    for path in _sources():
-        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        own = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
-        if own in {"__init__", "__main__"}:
-            continue
-        for imported in _imports(path):
-            other = _top(imported)
-            if other and other != own and ranks[other] > ranks[own]:
-                upward.append(f"{module} imports {imported} ({other} is above {own})")
-    assert not upward, "imports against the layers:\n" + "\n".join(sorted(upward))
+    by_rank: dict[int, list[str]] = {}
+    for name, rank in ranks.items():
+        by_rank.setdefault(rank, []).append(name)
+    mapped = [" : ".join(by_rank[rank]) for rank in sorted(by_rank, reverse=True)]
+    assert layers == mapped
 
 
-def test_the_layering_check_sees_an_upward_import(tmp_path: Path) -> None:
-    """The check reads deferred imports too: a model module importing the data path is found."""
-    probe = tmp_path / "probe.py"
-    probe.write_text("def later() -> None:\n    from replicator.replication.leg import LegRunner\n")
-    assert "replicator.replication.leg" in _imports(probe)
-    assert _layers()["replication"] > _layers()["model"]
+def test_the_aiokafka_contract_names_every_private_module() -> None:
+    """aiokafka's modules are its public API (the package, ``admin``, ``helpers``) or protected:
+    a module a new aiokafka adds fails here until it is placed."""
+    public = {"admin", "helpers"}
+    protected = {
+        name.removeprefix("aiokafka.").removesuffix(".*")
+        for name in contract("aiokafka-internals")["protected_modules"]
+    }
+    modules = {m.name for m in pkgutil.iter_modules(aiokafka.__path__)}
+    assert protected | public == modules  # "admin" in both: the package public, its modules not
+    assert "helpers" not in protected
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on the tree at ``root`` (its pyproject.toml, its packages first)."""
+    command = [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        command, cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "broken", "shown"),
+    [
+        (
+            "model/batching.py",
+            "from replicator.cli import main",
+            "replicator's packages are layered",
+            "replicator.model.batching -> replicator.cli",
+        ),
+        (
+            "model/provenance.py",
+            "from replicator.model import batching",
+            "no import cycle among the sibling modules",
+            "No cycles are allowed in replicator.model",
+        ),
+        (
+            "service/app.py",
+            "from aiokafka.protocol.api import Request",
+            "aiokafka beyond its public API",
+            "replicator.service.app -> aiokafka.protocol.api",
+        ),
+    ],
+    ids=["upward import", "cycle in a package", "aiokafka internals"],
+)
+def test_a_planted_violation_breaks_its_import_contract(
+    tmp_path: Path, module: str, line: str, broken: str, shown: str
+) -> None:
+    for name in ("replicator", "benchmarks"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with (tmp_path / "replicator" / module).open("a") as source:
+        source.write(f"\n{line}  # planted\n")
+    done = lint_imports(tmp_path)
+    output = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 1, output
+    assert shown in output, output
+    assert re.search(rf"{re.escape(broken)}[^\n]*? BROKEN", output), output
+    assert output.count(" BROKEN") == (2 if "cli" in line else 1), output
 
 
 def test_each_package_docstring_maps_its_modules() -> None:

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from replicator.telemetry.metrics import Metrics
-from tests.unit.deployment import DEPLOY
+from tests.repository.deployment import DEPLOY
 
 # Families deliberately left off the dashboard, each with the reason. Empty today: every family
 # has a panel. Adding one here needs a reason a reviewer accepts.
