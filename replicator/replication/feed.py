@@ -101,7 +101,7 @@ class PartitionFanout:
             elif fit is Fit.BEHIND:
                 partition.detach()
         for partition in [p for p in joining if p.placement is not None]:
-            partition.take_chunk(records, end, fetched_ms)  # placed by key: built by its sender
+            partition.take_chunk(records, end, fetched_ms)  # placed by key: its own batches
         joining = [p for p in joining if p.placement is None]
         if joining:
             targets = [p.target() for p in joining]

@@ -19,7 +19,8 @@ and the committer act on it and wait on the events it exposes.
   batches) and its tail read (:mod:`replicator.replication.resume`: the position moves past what the
   destination already holds of this origin); nothing is fed yet.
 - ``ATTACHED``: the shared feed builds this partition's batches together with the other legs'
-  (a partition placed by key gets the feed's records and its sender builds them).
+  (a partition placed by key gets the feed's records and builds its own batches as they enter
+  its queue, as records of the catch-up fetch are: every queued :class:`Work` is built).
 - ``ALONE``: the leg's catch-up fetch feeds it (it is behind the shared feed, or was too slow
   for it); it attaches again when a chunk of the feed continues exactly where it stands, or
   when it is ahead of the feed (it then waits for the feed).
