@@ -42,8 +42,9 @@ from replicator.config.values import TakeOver
 from replicator.errors import ConfigError, HandBackRefused
 from replicator.failover.group_positions import active_members
 from replicator.kafka.admin import TopicSpec, describe_partitions, replication_factor
-from replicator.kafka.clients import ClusterClient, GroupOffsets, client_options, translate
+from replicator.kafka.clients import ClusterClient, GroupOffsets, client_options
 from replicator.kafka.readers import partitions_of
+from replicator.kafka.translation import translate
 from replicator.replication.takeover import (
     HANDED_BACK,
     connect_key,

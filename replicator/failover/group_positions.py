@@ -29,8 +29,9 @@ from replicator.failover.positions import (
     SyncPoint,
     TargetIndex,
 )
-from replicator.kafka.clients import ClusterClient, GroupOffsets, broker_error, make_reader, said
+from replicator.kafka.clients import ClusterClient, GroupOffsets, make_reader
 from replicator.kafka.readers import cluster_partitions
+from replicator.kafka.translation import broker_error, said
 from replicator.lifecycle import close_quietly
 from replicator.model.handover import Handover
 

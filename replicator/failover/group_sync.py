@@ -36,8 +36,9 @@ from replicator.errors import Stopped, TopicRefused
 from replicator.failover import checkpoints
 from replicator.failover.checkpoints import Checkpoint
 from replicator.failover.group_positions import GroupTranslator, PartitionMove, active_members
-from replicator.kafka.clients import ClusterClient, GroupOffsets, said
+from replicator.kafka.clients import ClusterClient, GroupOffsets
 from replicator.kafka.producer import make_producer
+from replicator.kafka.translation import said
 from replicator.lifecycle import close_quietly, sleep_unless_stopped, unless_stopped
 from replicator.model.handover import Handover
 from replicator.telemetry.metrics import Metrics

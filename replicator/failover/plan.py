@@ -32,8 +32,9 @@ from replicator.failover.group_positions import (
     PartitionMove,
     active_members,
 )
-from replicator.kafka.clients import ClusterClient, GroupOffsets, said, translate
+from replicator.kafka.clients import ClusterClient, GroupOffsets
 from replicator.kafka.readers import cluster_partitions
+from replicator.kafka.translation import said, translate
 from replicator.lifecycle import close_quietly
 from replicator.model.handover import Handover
 from replicator.telemetry.logs import print_table

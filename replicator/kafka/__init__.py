@@ -6,7 +6,10 @@ functions with product-level arguments.
 ``clients``
     Client factories from a cluster's settings (security, credentials and timeouts in one place),
     cluster probes, what is learnt once per cluster (whether it grants idempotent producers),
-    group offsets, and the translation of every aiokafka error into :mod:`replicator.errors`.
+    group offsets.
+``translation``
+    Every aiokafka error, and every broker error code, in the product's terms
+    (:mod:`replicator.errors`).
 ``retry``
     The one retry policy: :func:`~replicator.kafka.retry.retrying` and its backoff.
 ``producer``

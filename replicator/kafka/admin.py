@@ -23,8 +23,8 @@ from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
 
 from replicator.errors import KafkaFailure
-from replicator.kafka.clients import broker_error, error_name
 from replicator.kafka.internals import kafka_client
+from replicator.kafka.translation import broker_error, error_name
 
 # Where a config's value comes from, as DescribeConfigs (v1 and later) says.
 TOPIC_OVERRIDE = 1  # DYNAMIC_TOPIC_CONFIG: set on the topic itself

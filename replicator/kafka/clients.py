@@ -1,8 +1,8 @@
-"""The boundary with aiokafka: client factories, cluster probes, and error translation.
+"""The boundary with aiokafka: client factories and cluster probes.
 
 Every Kafka client the replicator uses is built here from a :class:`ClusterSettings` (so security
-options, per-cluster credentials and timeouts are applied in one place), and every aiokafka
-exception is translated here into :mod:`replicator.errors`, so callers only ask ``retriable``.
+options, per-cluster credentials and timeouts are applied in one place); its exceptions are
+translated into :mod:`replicator.errors` by :mod:`replicator.kafka.translation`.
 What is learnt about a cluster is kept once for it, in its :class:`ClusterClient`: whether it
 last answered, and whether it grants idempotent producers.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -30,102 +29,16 @@ from replicator.config.clusters import ClusterSettings
 from replicator.config.settings import Settings
 from replicator.config.views import ClientTimings, Timings
 from replicator.errors import (
-    AuthenticationFailed,
-    AuthorizationFailed,
     ClusterUnavailable,
-    KafkaFailure,
-    RecordRefused,
     ReplicatorError,
-    first_error,
 )
 from replicator.kafka import internals
 from replicator.kafka.decoding import as_fetched
+from replicator.kafka.translation import translate
 from replicator.lifecycle import LISTING_MS_PER_PARTITION, close_quietly, walk_interval
 from replicator.model.offsets import OutOfRange, out_of_range
 
 log = structlog.get_logger(__name__)
-
-_REFUSED = (
-    kerr.MessageSizeTooLargeError,
-    kerr.RecordListTooLargeError,
-    kerr.RecordTooLargeError,
-    kerr.InvalidTopicError,
-    kerr.CorruptRecordException,
-    kerr.InvalidTimestampError,
-    kerr.UnsupportedForMessageFormatError,
-    kerr.PolicyViolationError,
-)
-_AUTH = (
-    kerr.AuthenticationFailedError,
-    kerr.AuthenticationMethodNotSupported,
-    kerr.SaslAuthenticationFailed,
-    kerr.UnsupportedSaslMechanismError,
-    kerr.IllegalSaslStateError,
-)
-# Authenticated, but an ACL denies the operation: a different fix (grant it) than a bad password.
-_AUTHORIZATION = (
-    kerr.TopicAuthorizationFailedError,
-    kerr.GroupAuthorizationFailedError,
-    kerr.ClusterAuthorizationFailedError,
-    kerr.TransactionalIdAuthorizationFailed,
-    kerr.DelegationTokenAuthorizationFailed,
-)
-_UNAVAILABLE = (
-    kerr.KafkaConnectionError,
-    kerr.NodeNotReadyError,
-    kerr.NoBrokersAvailable,
-    kerr.KafkaTimeoutError,
-    kerr.RequestTimedOutError,
-    kerr.KafkaUnavailableError,
-    kerr.BrokerNotAvailableError,
-)
-
-
-# aiokafka's SCRAM client fails with a bare KeyError/ValueError when the broker answers the
-# exchange with an error (unknown user, wrong password) instead of its signature.
-_SCRAM_STEPS = frozenset({"process_server_first_message", "process_server_final_message"})
-
-
-def _in_scram_exchange(exc: BaseException) -> bool:
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_name in _SCRAM_STEPS:
-            return True
-        tb = tb.tb_next
-    return False
-
-
-def translate(exc: BaseException) -> ReplicatorError:
-    """The replicator's view of an exception raised by aiokafka (or the network under it)."""
-    if isinstance(exc, ReplicatorError):
-        return exc
-    name = type(exc).__name__
-    if _in_scram_exchange(exc):
-        return AuthenticationFailed(
-            "authentication refused (SCRAM exchange): check the username, password and SASL "
-            "mechanism"
-        )
-    if isinstance(exc, _AUTH):
-        return AuthenticationFailed(
-            f"authentication refused ({name}): check the username, password and SASL mechanism"
-        )
-    if isinstance(exc, _AUTHORIZATION):
-        return AuthorizationFailed(f"{name}: operation denied by the cluster's ACLs")
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        # "unable to get local issuer certificate", "IP address mismatch, certificate is not
-        # valid for 'localhost'.": the certificate the broker showed was not accepted.
-        why = exc.verify_message or exc.reason or name
-        return AuthenticationFailed(f"TLS handshake failed: broker certificate refused: {why}")
-    if isinstance(exc, ssl.SSLError):
-        # ``reason`` is set only on errors raised by OpenSSL, not on those raised in Python.
-        return AuthenticationFailed(f"TLS handshake failed: {getattr(exc, 'reason', None) or name}")
-    if isinstance(exc, _REFUSED):
-        return RecordRefused(name)
-    if isinstance(exc, (*_UNAVAILABLE, OSError, TimeoutError)):
-        return ClusterUnavailable(name)
-    if isinstance(exc, kerr.KafkaError):
-        return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))
-    return KafkaFailure(name, retriable=False)
 
 
 async def why_unreachable(
@@ -169,25 +82,6 @@ async def why_unreachable(
             continue
         connection.close()
     return error
-
-
-def said(exc: BaseException) -> str:
-    """A failure in one line, as the error tree names it (the first one inside task groups)."""
-    first = first_error(exc)
-    if not isinstance(first, Exception):
-        return str(first) or type(first).__name__
-    return str(translate(first)) or type(first).__name__
-
-
-def broker_error(code: int) -> ReplicatorError:
-    """The replicator's view of an error code in a broker's answer (per topic, in CreateTopics)."""
-    return translate(kerr.for_code(code)())
-
-
-def error_name(code: int) -> str:
-    """Kafka's name for a broker error code (``TopicAuthorizationFailedError`` for 29)."""
-    name: str = kerr.for_code(code).__name__
-    return name
 
 
 # Clients that do not discover topics (producers, readers, a leg's own consumer) refresh their

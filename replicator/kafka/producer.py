@@ -55,12 +55,7 @@ from replicator.errors import (
     ReplicatorError,
     TopicGone,
 )
-from replicator.kafka.clients import (
-    client_options,
-    idempotence_refused,
-    track_topics,
-    translate,
-)
+from replicator.kafka.clients import client_options, idempotence_refused, track_topics
 from replicator.kafka.internals import (
     BatchFactory,
     FencingPolicy,
@@ -70,6 +65,7 @@ from replicator.kafka.internals import (
     install_fencing,
     unfence,
 )
+from replicator.kafka.translation import translate
 
 __all__ = [
     "BatchFactory",

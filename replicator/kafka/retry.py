@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from replicator import clock
 from replicator.errors import ReplicatorError, Stopped
-from replicator.kafka.clients import translate
+from replicator.kafka.translation import translate
 from replicator.lifecycle import sleep_unless_stopped, unless_stopped
 
 T = TypeVar("T")

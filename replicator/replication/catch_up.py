@@ -25,10 +25,10 @@ from replicator.kafka.clients import (
     fetched_position,
     out_of_range_positions,
     set_fetch_wait,
-    translate,
 )
 from replicator.kafka.decoding import take_poisoned, undecodable_reason
 from replicator.kafka.retry import retrying
+from replicator.kafka.translation import translate
 from replicator.lifecycle import IdleWait, wait_any
 from replicator.model.records import SourceRecord
 from replicator.replication.offset_reset import OffsetResets

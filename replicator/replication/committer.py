@@ -19,7 +19,7 @@ from typing import Protocol
 import structlog
 from aiokafka import TopicPartition
 
-from replicator.kafka.clients import translate
+from replicator.kafka.translation import translate
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.replication.partition import LegPartition
 from replicator.telemetry.metrics import Metrics

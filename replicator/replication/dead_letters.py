@@ -19,8 +19,9 @@ from aiokafka import AIOKafkaProducer
 
 from replicator.config.views import DeadLetterSettings
 from replicator.kafka.admin import TopicSpec, describe_partitions, replication_factor
-from replicator.kafka.clients import ClusterClient, translate
+from replicator.kafka.clients import ClusterClient
 from replicator.kafka.producer import make_producer
+from replicator.kafka.translation import translate
 from replicator.lifecycle import close_quietly
 from replicator.topics.provisioning import create_topic
 

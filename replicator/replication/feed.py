@@ -43,10 +43,10 @@ from replicator.kafka.clients import (
     pace_metadata,
     set_fetch_wait,
     start_consumer,
-    translate,
 )
 from replicator.kafka.decoding import Poison, take_poisoned, undecodable_reason
 from replicator.kafka.retry import retrying
+from replicator.kafka.translation import translate
 from replicator.lifecycle import IdleWait, StopDeadline, close_quietly, wait_any
 from replicator.model import batching
 from replicator.model.records import SourceRecord

@@ -29,8 +29,8 @@ from replicator.errors import (
     Stopped,
     TopicMismatch,
 )
-from replicator.kafka.clients import said, translate
 from replicator.kafka.retry import Backoff, retrying
+from replicator.kafka.translation import said, translate
 from replicator.lifecycle import unless_stopped
 from replicator.model.batching import Placement
 from replicator.replication.destination import Destination

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from replicator.kafka.clients import said
+from replicator.kafka.translation import said
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.replication.partition import LegPartition
 from replicator.replication.preparing import Loss

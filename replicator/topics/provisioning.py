@@ -53,8 +53,9 @@ from replicator.kafka.admin import (
     grow_topics,
     replication_factor,
 )
-from replicator.kafka.clients import ClusterClient, broker_error, error_name, said, translate
+from replicator.kafka.clients import ClusterClient
 from replicator.kafka.coalesce import Coalescer
+from replicator.kafka.translation import broker_error, error_name, said, translate
 from replicator.topics.configs import (
     as_kafka_reports,
     creation_configs,

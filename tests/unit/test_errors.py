@@ -26,7 +26,7 @@ from replicator.errors import (
     TopicMissing,
     TopicRefused,
 )
-from replicator.kafka.clients import broker_error, error_name, translate
+from replicator.kafka.translation import broker_error, error_name, translate
 from replicator.topics.provisioning import creation_failure, describe_errors, partition_shortfall
 
 _ERROR_CLASSES = {
