@@ -2,8 +2,8 @@
 
 Every failure the data path can meet is one of these. Each carries a ``retriable`` flag: callers ask
 it instead of matching exception types. aiokafka's exceptions are translated into this tree at one
-boundary, :func:`replicator.kafka.translation.translate`. ``retriable`` says whether the same attempt
-may succeed later without anyone changing anything::
+boundary, :func:`replicator.kafka.translation.translate`. ``retriable`` says whether the same
+attempt may succeed later without anyone changing anything::
 
     ReplicatorError           base of all; retriable: no (subclasses say otherwise)
       ConfigError             invalid configuration, naming the variable (exit 2); no

@@ -18,6 +18,14 @@ functions with product-level arguments.
 ``decoding``
     How fetched records reach the data path: unwrapped, and stopped at a record aiokafka cannot
     decode.
+``fetching``
+    What a fetch loop needs of its source consumer, in product terms (the
+    :class:`~replicator.kafka.fetching.FetchSource` Protocol: fetch, seek, pause, resume, where
+    a fetch left off, undecodable records, log bounds), and its aiokafka implementation.
+``testing``
+    In-memory stand-ins for the boundary's seams, shipped for tests: a
+    :class:`~replicator.kafka.testing.MemorySource` (source logs read as a consumer reads them,
+    with scripted undecodable records and failures).
 ``admin``
     The topic requests made of a cluster in product terms: metadata, CreateTopics,
     CreatePartitions, DescribeConfigs (typed :class:`~replicator.kafka.admin.ConfigEntry`) and

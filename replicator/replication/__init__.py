@@ -39,7 +39,9 @@
 ``committer``
     Committing upstream offsets that every destination acknowledgement covers.
 ``catch_up``
-    A leg's own reads of the source for partitions the shared feed cannot serve.
+    A leg's own reads of the source for partitions the shared feed cannot serve, through the
+    :class:`~replicator.kafka.fetching.FetchSource` seam (the unit tests through an in-memory
+    one, :class:`~replicator.kafka.testing.MemorySource`).
 ``offset_reset``
     What a position outside the source log becomes; never silent.
 ``dead_letters``

@@ -7,7 +7,8 @@ the partitions the shared feed owns), paused for every partition except those wh
 with the partitions (:meth:`CatchUpFetch.reconcile`), so the partitions' state alone decides what
 is fetched and from where. A position found below the source log start applies the leg's
 offset-reset policy; one beyond the log end is left to the shared feed, which is further on and
-resets the partition on every leg.
+resets the partition on every leg. The consumer is read through the
+:class:`~replicator.kafka.fetching.FetchSource` seam (by the unit tests, an in-memory one).
 """
 
 from __future__ import annotations
@@ -16,19 +17,13 @@ import asyncio
 from collections.abc import Callable, Mapping
 
 import structlog
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.errors import ReplicatorError
-from replicator.kafka.clients import (
-    check_position,
-    fetched_position,
-    out_of_range_positions,
-    set_fetch_wait,
-)
-from replicator.kafka.decoding import take_poisoned, undecodable_reason
+from replicator.kafka.decoding import undecodable_reason
+from replicator.kafka.fetching import FetchSource
 from replicator.kafka.retry import retrying
-from replicator.kafka.translation import translate
 from replicator.lifecycle import IdleWait, wait_any
 from replicator.model.records import SourceRecord
 from replicator.replication.offset_reset import OffsetResets
@@ -47,12 +42,12 @@ class CatchUpFetch:
     def __init__(
         self,
         leg: str,
-        consumer: Callable[[], AIOKafkaConsumer],
+        source: Callable[[], FetchSource],
         partitions: Mapping[TopicPartition, LegPartition],
         resets: OffsetResets,
     ) -> None:
-        """``consumer``: the leg's source consumer (started before :meth:`run`)."""
-        self._source = consumer
+        """``source``: the leg's source consumer (started before :meth:`run`)."""
+        self._source = source
         self._partitions = partitions
         self._resets = resets
         # Where the consumer fetches each partition it is resuming (absent: paused).
@@ -87,7 +82,7 @@ class CatchUpFetch:
             if idle is not None:
                 wait = idle.after(bool(fetched), clock.monotonic())
                 if wait is not None:
-                    set_fetch_wait(self._source(), wait)
+                    self._source().set_wait(wait)
             if fetched:
                 self._deliver(fetched)
 
@@ -99,12 +94,12 @@ class CatchUpFetch:
     def reconcile(self) -> bool:
         """Resume, seek or pause each partition that changed or is being fetched, as its state
         says; ``True`` if any is to be fetched."""
-        consumer = self._source()
+        source = self._source()
         check = self._dirty | set(self._positions)
         self._dirty = set()
         if not check:
             return False
-        assignment = consumer.assignment()
+        assignment = source.assignment()
         fetching = False
         for tp in sorted(check):
             partition = self._partitions.get(tp)
@@ -117,12 +112,12 @@ class CatchUpFetch:
             if wanted and partition.position is not None:
                 self._held.pop(tp, None)
                 if at != partition.position:
-                    consumer.seek(tp, partition.position)
+                    source.seek(tp, partition.position)
                     self._positions[tp] = partition.position
-                    consumer.resume(tp)
+                    source.resume(tp)
                 fetching = True
             elif at is not None:
-                consumer.pause(tp)
+                source.pause(tp)
                 del self._positions[tp]
         return fetching
 
@@ -133,19 +128,13 @@ class CatchUpFetch:
         self._wake.set()
 
     async def _fetch(self) -> dict[TopicPartition, list[SourceRecord]]:
-        try:
-            fetched: dict[TopicPartition, list[SourceRecord]] = await self._source().getmany(
-                timeout_ms=FETCH_TIMEOUT_MS
-            )
-        except Exception as exc:
-            positions = out_of_range_positions(exc)
-            if positions is None:
-                raise
-            await self._out_of_range(positions)
+        fetched = await self._source().fetch(FETCH_TIMEOUT_MS)
+        if fetched.out_of_range:
+            await self._out_of_range(fetched.out_of_range)
             return {}
         self.last_poll = clock.monotonic()
         self.last_error = None
-        return fetched
+        return fetched.records
 
     def _deliver(self, fetched: Mapping[TopicPartition, list[SourceRecord]]) -> None:
         fetched_ms = int(clock.wall() * 1000)
@@ -160,12 +149,12 @@ class CatchUpFetch:
             partition.take_fetched(records, start, end, fetched_ms)
         for tp, start in list(self._positions.items()):
             # Past records the client never hands over (transaction markers, aborted records).
-            position = fetched_position(self._source(), tp)
+            position = self._source().position_after(tp)
             partition = self._partitions.get(tp)
             if partition is not None and position is not None and position > start:
                 self._positions[tp] = position
                 partition.pass_over(start, position)
-        for poison in take_poisoned(self._source()):
+        for poison in self._source().poisoned():
             # Stopped at a record it cannot decode: the partition halts there (kafka/decoding.py).
             self._source().pause(poison.tp)
             self._positions.pop(poison.tp, None)
@@ -193,10 +182,10 @@ class CatchUpFetch:
             self._positions.pop(tp, None)
             partition = self._partitions.get(tp)
             try:
-                found = await check_position(self._source(), tp, position)
-            except Exception as exc:
+                found = await self._source().bounds(tp, position)
+            except ReplicatorError as exc:
                 self._log.warning(
-                    "cannot read the source log bounds", error=str(translate(exc)), topic=tp.topic
+                    "cannot read the source log bounds", error=str(exc), topic=tp.topic
                 )
                 continue
             if partition is None or found is None:

@@ -45,6 +45,7 @@ from replicator.kafka.clients import (
     start_consumer,
     why_unreachable,
 )
+from replicator.kafka.fetching import ConsumerSource, FetchSource
 from replicator.kafka.producer import make_producer
 from replicator.kafka.retry import Backoff, retrying
 from replicator.lifecycle import (
@@ -119,6 +120,7 @@ class LegRunner:
         self._client_id = f"replicator-{route}" if leg.flow is None else f"replicator-{leg.flow}"
         self.group = leg.group_id(plan.leg_group_prefix)
         self._consumer: AIOKafkaConsumer | None = None
+        self._fetching: ConsumerSource | None = None  # the consumer as the catch-up reads it
         self.destination = KafkaDestination(
             self._new_producer(),
             self._new_reader(),
@@ -166,7 +168,7 @@ class LegRunner:
             self._preserve_partitions,
             self.resets,
         )
-        self._catch_up = CatchUpFetch(leg.name, self._source, self.partitions, self.resets)
+        self._catch_up = CatchUpFetch(leg.name, self._fetch_source, self.partitions, self.resets)
         self._committer = Committer(
             leg.name,
             self,  # commits through the source consumer, once started
@@ -241,6 +243,13 @@ class LegRunner:
         if self._consumer is None:
             raise ClusterUnavailable(f"{self.leg.source}: the source consumer is not started")
         return self._consumer
+
+    def _fetch_source(self) -> FetchSource:
+        """The started source consumer as the catch-up fetch reads it (one adapter for it)."""
+        consumer = self._source()
+        if self._fetching is None or self._fetching.consumer is not consumer:
+            self._fetching = ConsumerSource(consumer)
+        return self._fetching
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` to the leg's group (the committer's :class:`OffsetCommits`)."""

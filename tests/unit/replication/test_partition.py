@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replicator.config.values import OffsetResetPolicy
+from replicator.kafka.fetching import ConsumerSource
 from replicator.lifecycle import PartitionEvent
 from replicator.model import batching
 from replicator.model.batching import Target
@@ -814,7 +815,8 @@ async def test_catch_up_fetches_exactly_the_partitions_fed_alone_with_room(
         real.seek(tp, 0)
         real.pause(tp)
     consumer.take_seeks()
-    fetch = CatchUpFetch(LEG, lambda: real, partitions, resets()[0])
+    source = ConsumerSource(real)
+    fetch = CatchUpFetch(LEG, lambda: source, partitions, resets()[0])
     for each in partitions.values():  # as the leg wires them: changes reach the fetch
         each.watch(fetch.changed)
 

@@ -1,0 +1,98 @@
+"""The aiokafka side of the fetch seam (:class:`ConsumerSource`): a fetch's out-of-range answer
+becomes a result, every other failure a :mod:`replicator.errors` error; and the in-memory source
+answers as that consumer does (:class:`MemorySource`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiokafka.errors as kerr
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from replicator.errors import ClusterUnavailable, KafkaFailure
+from replicator.kafka.decoding import Poison
+from replicator.kafka.fetching import ConsumerSource, Fetched
+from replicator.kafka.testing import MemorySource
+from replicator.model.offsets import OutOfRange
+from tests.unit.sample import Record
+
+TP = TopicPartition("orders_REPLICA", 0)
+
+
+@pytest.fixture
+async def consumer() -> AsyncIterator[AIOKafkaConsumer]:
+    """A real consumer, never started (its ``getmany`` replaced per test)."""
+    real = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9", enable_auto_commit=False)
+    try:
+        yield real
+    finally:
+        await real.stop()
+
+
+def raising(exc: BaseException) -> Any:
+    async def getmany(*_: Any, **__: Any) -> Any:
+        raise exc
+
+    return getmany
+
+
+async def test_a_fetch_out_of_range_is_a_result(consumer: AIOKafkaConsumer) -> None:
+    consumer.getmany = raising(kerr.OffsetOutOfRangeError({TP: 42}))
+    assert await ConsumerSource(consumer).fetch(200) == Fetched(out_of_range={TP: 42})
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (kerr.KafkaConnectionError(), ClusterUnavailable),
+        (kerr.OffsetOutOfRangeError("no positions"), KafkaFailure),
+        (ClusterUnavailable("already ours"), ClusterUnavailable),
+    ],
+)
+async def test_any_other_fetch_failure_is_raised_translated(
+    consumer: AIOKafkaConsumer, raised: Exception, expected: type[Exception]
+) -> None:
+    consumer.getmany = raising(raised)
+    with pytest.raises(expected) as caught:
+        await ConsumerSource(consumer).fetch(200)
+    assert caught.value is raised or caught.value.__cause__ is raised
+
+
+async def test_records_are_handed_over_as_fetched(consumer: AIOKafkaConsumer) -> None:
+    records = {TP: [Record(5), Record(6)]}
+
+    async def getmany(*, timeout_ms: int) -> Any:
+        assert timeout_ms == 200
+        return records
+
+    consumer.getmany = getmany
+    assert await ConsumerSource(consumer).fetch(200) == Fetched(records)  # type: ignore[arg-type]
+
+
+async def test_memory_source_reads_from_positions_and_reports_what_a_consumer_would() -> None:
+    other = TopicPartition("orders_REPLICA", 1)
+    source = MemorySource({TP: [Record(o) for o in range(10)], other: []}, per_fetch=4)
+    assert source.assignment() == {TP, other} and source.paused() == {TP, other}
+    assert await source.fetch(200) == Fetched()  # everything paused: nothing, after the wait
+    source.seek(TP, 2)
+    source.resume(TP)
+    fetched = await source.fetch(200)
+    assert [r.offset for r in fetched.records[TP]] == [2, 3, 4, 5]
+    assert source.position_after(TP) == 6
+    source.markers(TP, 3)
+    assert [r.offset for r in (await source.fetch(200)).records[TP]] == [6, 7, 8, 9]
+    assert source.position_after(TP) == 13  # past the markers after the last record
+    source.poison(TP, 14)
+    source.append(TP, [Record(13), Record(14), Record(15)])
+    assert [r.offset for r in (await source.fetch(200)).records[TP]] == [13]
+    assert source.poisoned() == [Poison(TP, 14, "undecodable")] and source.poisoned() == []
+    assert source.position_after(TP) == 14
+    source.delete_before(TP, 15)
+    assert await source.fetch(200) == Fetched(out_of_range={TP: 14})
+    assert await source.bounds(TP, 14) == OutOfRange(14, 15, 16)
+    assert await source.bounds(TP, 16) is None
+    assert source.fetches_of(TP) == [2, 6, 13, 14]
+    with pytest.raises(LookupError):
+        source.seek(TopicPartition("elsewhere", 0), 0)
