@@ -34,6 +34,8 @@ log = structlog.get_logger(__name__)
 FETCH_TIMEOUT_MS = 200
 # Without changes the fetch still wakes this often, to show it is alive (liveness).
 _IDLE_S = 5.0
+# A partition whose out-of-range answer could not be settled is fetched again after this long.
+_AGAIN_S = 1.0
 
 
 class CatchUpFetch:
@@ -57,6 +59,11 @@ class CatchUpFetch:
         # Partitions that changed since the last reconcile (LegPartition.watch): all of them at
         # first and after the consumer was assigned again.
         self._dirty: set[TopicPartition] = set(partitions)
+        # Paused after an out-of-range answer that could not be settled (the log bounds could
+        # not be read, or the position was in range after all): looked at again from
+        # ``_later_at`` on (every partition waiting shares that one time).
+        self._later: set[TopicPartition] = set()
+        self._later_at = 0.0
         self._wake = asyncio.Event()
         self.last_poll = clock.monotonic()
         self.last_error: str | None = None
@@ -95,6 +102,9 @@ class CatchUpFetch:
         """Resume, seek or pause each partition that changed or is being fetched, as its state
         says; ``True`` if any is to be fetched."""
         source = self._source()
+        if self._later and clock.monotonic() >= self._later_at:
+            self._dirty |= self._later
+            self._later = set()
         check = self._dirty | set(self._positions)
         self._dirty = set()
         if not check:
@@ -185,15 +195,28 @@ class CatchUpFetch:
                 found = await self._source().bounds(tp, position)
             except ReplicatorError as exc:
                 self._log.warning(
-                    "cannot read the source log bounds", error=str(exc), topic=tp.topic
+                    "cannot read the source log bounds: fetching it again shortly",
+                    error=str(exc),
+                    topic=tp.topic,
                 )
+                self._again(tp)
                 continue
-            if partition is None or found is None:
-                continue  # in range after all: reconcile() resumes it
+            if partition is None:
+                continue
+            if found is None:
+                self._again(tp)  # in range after all: fetched again shortly
+                continue
             if found.below_log_start:
                 self._resets.apply(partition, found)
             else:
                 self._held[tp] = partition.position
+
+    def _again(self, tp: TopicPartition) -> None:
+        """Look at ``tp`` again after :data:`_AGAIN_S` (a paused partition nothing else would
+        change): reconciled with the partitions that changed once that time has come."""
+        if not self._later:
+            self._later_at = clock.monotonic() + _AGAIN_S
+        self._later.add(tp)
 
     def _failed(self, error: ReplicatorError) -> None:
         self.last_error = f"catch-up fetch failed: {error}"
