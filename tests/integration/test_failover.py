@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -116,12 +117,18 @@ def active_member(broker: Broker, topic: str, group: str) -> Iterator[None]:
         await consumer.getmany(timeout_ms=3000)
         return consumer
 
+    # The member's loop runs in a thread while inside, so it keeps heartbeating: a loop left
+    # idle would let the coordinator evict the member after its session timeout (10 s).
     loop = asyncio.new_event_loop()
     consumer = loop.run_until_complete(join())
+    running = threading.Thread(target=loop.run_forever, name=f"member of {group}", daemon=True)
+    running.start()
     try:
         yield
     finally:
-        loop.run_until_complete(consumer.stop())
+        asyncio.run_coroutine_threadsafe(consumer.stop(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        running.join(timeout=30)
         loop.close()
 
 

@@ -249,23 +249,27 @@ def test_replicator_takes_over_from_a_killed_mirrormaker_2_that_saved_no_positio
 def test_mirrormaker_1_to_the_replicator_and_back_and_again_under_a_stream(
     replicators: Start, tmp_path: Path
 ) -> None:
-    """MM1 (its consumer's default, auto.offset.reset=latest) copies under a stream and is
-    stopped; ``replicator mirror-maker`` on the same command line starts at the offsets MM1
-    committed under its group (the records written between the stop and the start are copied,
-    none twice); ``replicator hand-back`` commits the flow's positions under MM1's group, MM1
-    resumes from them, and the replicator takes over again."""
+    """MM1 copies under a stream and is stopped; ``replicator mirror-maker`` on the same
+    command line starts at the offsets MM1 committed under its group (the records written
+    between the stop and the start are copied, none twice); ``replicator hand-back`` commits
+    the flow's positions under MM1's group, MM1 resumes from them, and the replicator takes
+    over again."""
     with start_clusters("primary", "backup") as brokers:
         primary, backup = brokers["primary"], brokers["backup"]
         create_topics(primary, orders=PARTITIONS)
         create_topics(backup, orders=PARTITIONS)  # MM1 creates no topics
         consumer = tmp_path / "consumer.properties"
-        consumer.write_text(f"bootstrap.servers={primary.bootstrap_servers}\ngroup.id=mm1-orders\n")
+        # earliest: with its consumer's default (latest), MM1 resolves a partition's position
+        # only at its first fetch, after joining, and misses what the stream wrote before.
+        consumer.write_text(
+            f"bootstrap.servers={primary.bootstrap_servers}\ngroup.id=mm1-orders\n"
+            "auto.offset.reset=earliest\n"
+        )
         producer = tmp_path / "producer.properties"
         producer.write_text(f"bootstrap.servers={backup.bootstrap_servers}\n")
         args = ["--include", "orders", "--offset.commit.interval.ms", "1000"]
         line = ["--consumer.config", str(consumer), "--producer.config", str(producer), *args]
         mm1 = start_mm1([consumer], producer, args, tmp_path / "mm1")
-        # MM1 starts at the latest offsets: wait for it to hold its partitions before writing.
         wait_until(lambda: group_assigned(primary, "mm1-orders"), 120, "MM1 joined", mm1.log)
         with Stream(primary, "orders", PARTITIONS, per_tick=20) as stream:
             copying_on(backup, "orders", 200, mm1.log)
