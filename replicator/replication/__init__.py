@@ -2,6 +2,8 @@
 
 ``feed``
     A source feed: one fetch of a source cluster, fanned out to the legs of its feed plan.
+``fanout``
+    One source partition's fetched chunks built into batches for every attached leg at once.
 ``leg``
     One direction of replication, from one feed into one destination cluster: owns the
     destination's producer, topics, partitions and senders (:class:`~replicator.replication.leg.
@@ -9,6 +11,8 @@
 ``partition``
     One source partition on one leg, its single owner of state: mode, queue, acknowledgements,
     with named transitions (:class:`~replicator.replication.partition.LegPartition`).
+``states``
+    A partition's modes (who feeds it), why it halted, how a chunk fits it, its queue entries.
 ``in_flight``
     What one partition has handed to its destination and not yet had answered (ranges, batches,
     destination log ends), owned by the partition.

@@ -37,7 +37,8 @@ from aiokafka import TopicPartition
 from replicator import clock
 from replicator.config.topology import Leg
 from replicator.replication.accounting import Duplicates
-from replicator.replication.partition import FED_ALONE, Halt, LegPartition, Mode
+from replicator.replication.partition import LegPartition
+from replicator.replication.states import FED_ALONE, Halt, Mode
 from replicator.telemetry.metrics import Metrics
 
 log = structlog.get_logger(__name__)

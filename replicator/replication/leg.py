@@ -65,10 +65,11 @@ from replicator.replication.dead_letters import DeadLetters
 from replicator.replication.destination import KafkaDestination
 from replicator.replication.health import LegHealth
 from replicator.replication.offset_reset import OffsetResets
-from replicator.replication.partition import LegPartition, resume_position
+from replicator.replication.partition import LegPartition
 from replicator.replication.resume import marks_group
 from replicator.replication.sender import PartitionSender
 from replicator.replication.sending import LegSending
+from replicator.replication.states import resume_position
 from replicator.replication.takeover import HANDED_BACK, Takeover, default_offsets_topic
 from replicator.telemetry.metrics import Metrics
 from replicator.topics.provisioning import (

@@ -34,9 +34,10 @@ from replicator.kafka.translation import said, translate
 from replicator.lifecycle import unless_stopped
 from replicator.model.batching import Placement
 from replicator.replication.destination import Destination
-from replicator.replication.partition import Halt, LegPartition, Mode
+from replicator.replication.partition import LegPartition
 from replicator.replication.resume import Tail, destination_lost, rolled_back_to
 from replicator.replication.sending import LegSending
+from replicator.replication.states import Halt, Mode
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,10 +42,11 @@ from replicator.replication.accounting import Said, count_marked
 from replicator.replication.in_flight import Outstanding
 from replicator.replication.outcomes import Outcomes
 from replicator.replication.oversize import OversizePolicy
-from replicator.replication.partition import Halt, LegPartition, Mode, Work
+from replicator.replication.partition import LegPartition
 from replicator.replication.preparing import REPLACED, Loss, Refused, Resumption
 from replicator.replication.replay import Halted, Replay, saved
 from replicator.replication.sending import LegSending
+from replicator.replication.states import Halt, Mode, Work
 
 log = structlog.get_logger(__name__)
 

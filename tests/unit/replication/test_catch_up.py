@@ -25,7 +25,8 @@ from replicator.lifecycle import IdleWait
 from replicator.model.records import SourceRecord
 from replicator.replication.catch_up import FETCH_TIMEOUT_MS, CatchUpFetch
 from replicator.replication.offset_reset import OffsetResets
-from replicator.replication.partition import LegPartition, Mode, Work
+from replicator.replication.partition import LegPartition
+from replicator.replication.states import Mode, Work
 from replicator.telemetry.metrics import Metrics
 from tests.unit.replication.test_partition import gaps, offsets, partition, queued, ranges
 from tests.unit.sample import Record

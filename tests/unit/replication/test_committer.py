@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.replication import committer as committer_module
 from replicator.replication.committer import Committer
-from replicator.replication.partition import LegPartition, Mode
+from replicator.replication.partition import LegPartition
 from replicator.replication.resume import Tail
+from replicator.replication.states import Mode
 from replicator.telemetry.metrics import Metrics
 from tests.unit.model.test_batching import new_batch
 

@@ -31,7 +31,8 @@ from replicator.replication.health import (
     LegHealth,
     PartitionQuery,
 )
-from replicator.replication.partition import Halt, LegPartition
+from replicator.replication.partition import LegPartition
+from replicator.replication.states import Halt
 from replicator.service.http import build_app
 from replicator.telemetry.metrics import Metrics
 from tests.unit.model.test_batching import new_batch

@@ -27,9 +27,10 @@ from replicator.model.batching import Target
 from replicator.model.offsets import OffsetTracker, OutOfRange
 from replicator.model.records import SourceRecord
 from replicator.replication.catch_up import CatchUpFetch
-from replicator.replication.feed import PartitionFanout
+from replicator.replication.fanout import PartitionFanout
 from replicator.replication.offset_reset import OffsetResets
-from replicator.replication.partition import FED_ALONE, Fit, Halt, LegPartition, Mode, Work
+from replicator.replication.partition import LegPartition
+from replicator.replication.states import FED_ALONE, Fit, Halt, Mode, Work
 from replicator.telemetry.metrics import Metrics
 from tests.unit.model.test_batching import contents, new_batch
 from tests.unit.sample import Record

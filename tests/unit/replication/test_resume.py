@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from replicator.model.offsets import OffsetTracker
 from replicator.model.provenance import ORIGIN, Provenance, Tagger
-from replicator.replication.partition import Mode
 from replicator.replication.resume import (
     Tail,
     _Window,
@@ -19,6 +18,7 @@ from replicator.replication.resume import (
     resume_after,
     rolled_back_to,
 )
+from replicator.replication.states import Mode
 from tests.unit.replication.test_partition import partition
 from tests.unit.sample import Record as Sample
 

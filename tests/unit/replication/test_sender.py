@@ -24,9 +24,10 @@ from replicator.model.records import SourceRecord
 from replicator.replication.accounting import Duplicates
 from replicator.replication.committer import Committer
 from replicator.replication.offset_reset import OffsetResets
-from replicator.replication.partition import Halt, LegPartition, Mode
+from replicator.replication.partition import LegPartition
 from replicator.replication.sender import PartitionSender
 from replicator.replication.sending import LegSending
+from replicator.replication.states import Halt, Mode
 from replicator.telemetry.metrics import Metrics
 from tests.unit.replication.destinations import (
     MemoryCommits,

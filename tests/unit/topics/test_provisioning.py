@@ -21,7 +21,7 @@ from replicator.kafka.admin import BrokerErrors, ConfigEntry, TopicSpec
 from replicator.kafka.clients import assign_keeping_topics, pace_metadata
 from replicator.kafka.coalesce import Coalescer
 from replicator.lifecycle import IdleWait
-from replicator.replication.feed import PartitionFanout
+from replicator.replication.fanout import PartitionFanout
 from replicator.replication.partition import LegPartition
 from replicator.topics.provisioning import TopicLayout, TopicProvisioner
 from tests.unit.model.test_batching import new_batch
