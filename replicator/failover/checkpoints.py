@@ -27,6 +27,7 @@ from replicator.config.settings import Settings
 from replicator.failover.positions import Frontier, SyncPoint, TargetIndex
 from replicator.kafka.clients import client_options
 from replicator.kafka.mm2_wire import checkpoint_record
+from replicator.kafka.producer import append
 from replicator.kafka.readers import read_topic
 from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
 from replicator.topics.provisioning import ensure_single_partition
@@ -127,18 +128,7 @@ async def ensure_topic(admin: AIOKafkaAdminClient, topic: str, factor: int | Non
 
 async def write(producer: AIOKafkaProducer, topic: str, checkpoints: Iterable[Checkpoint]) -> int:
     """Append ``checkpoints`` to the topic and wait for every acknowledgement."""
-    return await _append(producer, topic, ((cp.key, cp.encode()) for cp in checkpoints))
-
-
-async def _append(
-    producer: AIOKafkaProducer, topic: str, records: Iterable[tuple[bytes, bytes]]
-) -> int:
-    """Send ``(key, value)`` records to the topic's one partition, then wait for every
-    acknowledgement; how many."""
-    sent = [await producer.send(topic, key=k, value=v, partition=0) for k, v in records]
-    for future in sent:
-        await future
-    return len(sent)
+    return await append(producer, topic, ((cp.key, cp.encode()) for cp in checkpoints))
 
 
 def mm2_topic(settings: Settings, source: str, target: str) -> str:
@@ -170,7 +160,7 @@ async def write_mm2(
     producer: AIOKafkaProducer, topic: str, checkpoints: Iterable[Checkpoint]
 ) -> int:
     """Append ``checkpoints`` to MirrorMaker 2's checkpoints topic, each acknowledged."""
-    return await _append(producer, topic, (mm2_record(cp) for cp in checkpoints))
+    return await append(producer, topic, (mm2_record(cp) for cp in checkpoints))
 
 
 async def read_latest(

@@ -40,6 +40,7 @@ the mechanics in aiokafka's sender are :mod:`replicator.kafka.internals`'s.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import aiokafka.errors as kerr
@@ -69,6 +70,7 @@ from replicator.kafka.translation import translate
 
 __all__ = [
     "BatchFactory",
+    "append",
     "batch_factory",
     "batch_records",
     "idempotence_refused",
@@ -173,6 +175,17 @@ async def send_batch(
 
     sent.add_done_callback(settle)
     return answered
+
+
+async def append(
+    producer: AIOKafkaProducer, topic: str, records: Iterable[tuple[bytes, bytes]]
+) -> int:
+    """Send ``(key, value)`` records to ``topic``'s one partition (the replicator's internal
+    topics: checkpoints, handovers), then wait for every acknowledgement; how many."""
+    sent = [await producer.send(topic, key=k, value=v, partition=0) for k, v in records]
+    for future in sent:
+        await future
+    return len(sent)
 
 
 def knows_topic(producer: AIOKafkaProducer, topic: str) -> bool:

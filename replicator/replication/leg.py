@@ -46,7 +46,7 @@ from replicator.kafka.clients import (
     why_unreachable,
 )
 from replicator.kafka.fetching import ConsumerSource, FetchSource
-from replicator.kafka.producer import make_producer
+from replicator.kafka.producer import append, make_producer
 from replicator.kafka.retry import Backoff, retrying
 from replicator.lifecycle import (
     IdleWait,
@@ -567,12 +567,7 @@ class LegRunner:
         refused = await ensure_single_partition(admin, topic, factor, CHECKPOINTS_TOPIC_CONFIGS)
         if refused:
             raise TopicRefused(f"checkpoints topic {topic} not created: {refused}")
-        producer = self.destination.producer
-        sent = [
-            await producer.send(topic, key=h.key, value=h.encode(), partition=0) for h in handovers
-        ]
-        for future in sent:
-            await future
+        await append(self.destination.producer, topic, ((h.key, h.encode()) for h in handovers))
         self.handovers.extend(handovers)
 
     async def _first_positions(
