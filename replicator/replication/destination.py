@@ -26,7 +26,6 @@ from replicator.kafka.coalesce import Coalescer
 from replicator.kafka.producer import (
     batch_factory,
     idempotent,
-    knows_topic,
     learn_partitions,
     send_batch,
     unfence,
@@ -158,10 +157,6 @@ class KafkaDestination:
     def unfence(self, tp: TopicPartition) -> None:
         """Let the producer send to ``tp`` again (what is still queued for it is dropped)."""
         unfence(self.producer, tp)
-
-    def knows(self, topic: str) -> bool:
-        """Whether the producer's metadata lists ``topic``."""
-        return knows_topic(self.producer, topic)
 
     def connected(self) -> None:
         """The producer and the reader started: senders may read and send."""
