@@ -22,6 +22,11 @@ functions with product-level arguments.
     What a fetch loop needs of its source consumer, in product terms (the
     :class:`~replicator.kafka.fetching.FetchSource` Protocol: fetch, seek, pause, resume, where
     a fetch left off, undecodable records, log bounds), and its aiokafka implementation.
+``roles``
+    The clients the layers above hold, as Protocols of the roles they play (a
+    :class:`~replicator.kafka.roles.LogReader`, a :class:`~replicator.kafka.roles.RecordProducer`,
+    the destination's :class:`~replicator.kafka.roles.BatchProducer`): only this package makes
+    them and names aiokafka's client classes.
 ``testing``
     In-memory stand-ins for the boundary's seams, shipped for tests: a
     :class:`~replicator.kafka.testing.MemorySource` (source logs read as a consumer reads them,

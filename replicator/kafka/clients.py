@@ -348,7 +348,7 @@ class ClusterClient:
         self, alias: str, cluster: ClusterSettings, timings: ClientTimings, idempotence: bool = True
     ) -> None:
         self.alias = alias
-        self._cluster = cluster
+        self.cluster = cluster
         self._timings = timings
         self._admin: AIOKafkaAdminClient | None = None
         self._lock = asyncio.Lock()
@@ -363,13 +363,13 @@ class ClusterClient:
         """The connected admin client; raises a translated error if the cluster is unreachable."""
         async with self._lock:
             if self._admin is None:
-                admin = make_admin(self._cluster, self._timings, f"replicator-admin-{self.alias}")
+                admin = make_admin(self.cluster, self._timings, f"replicator-admin-{self.alias}")
                 try:
                     await admin.start()
                 except BaseException as exc:
                     await close_quietly(admin.close())
                     if isinstance(exc, Exception):
-                        raise await why_unreachable(exc, self._cluster, self._timings) from exc
+                        raise await why_unreachable(exc, self.cluster, self._timings) from exc
                     raise
                 self._admin = admin
             return self._admin
@@ -430,7 +430,7 @@ class ClusterClient:
     @property
     def bootstrap_servers(self) -> str:
         """Where this cluster is contacted (host:port list; never holds credentials)."""
-        return self._cluster.bootstrap_servers
+        return self.cluster.bootstrap_servers
 
     def describe_failure(self, error: ReplicatorError, exc: BaseException) -> str:
         """One line for logs, ``/status`` and ``check-config``: what failed, and where.
@@ -441,7 +441,7 @@ class ClusterClient:
         cause = str(error) or type(exc).__name__
         if isinstance(error, ClusterUnavailable):
             hint = ""
-            if self._cluster.uses_ssl and self._cluster.ssl_certfile is None:
+            if self.cluster.uses_ssl and self.cluster.ssl_certfile is None:
                 # A broker that requires client certificates (ssl.client.auth=required) ends
                 # the TLS 1.3 session after the handshake: to the client, a closed connection.
                 hint = (

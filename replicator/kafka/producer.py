@@ -56,7 +56,12 @@ from replicator.errors import (
     ReplicatorError,
     TopicGone,
 )
-from replicator.kafka.clients import client_options, idempotence_refused, track_topics
+from replicator.kafka.clients import (
+    ClusterClient,
+    client_options,
+    idempotence_refused,
+    track_topics,
+)
 from replicator.kafka.internals import (
     BatchFactory,
     FencingPolicy,
@@ -66,7 +71,9 @@ from replicator.kafka.internals import (
     install_fencing,
     unfence,
 )
+from replicator.kafka.roles import RecordProducer
 from replicator.kafka.translation import translate
+from replicator.lifecycle import close_quietly
 
 __all__ = [
     "BatchFactory",
@@ -259,3 +266,31 @@ def make_producer(
     )
     install_fencing(producer, _POLICY)
     return producer
+
+
+async def start_producer(
+    client: ClusterClient,
+    settings: ProducerSettings,
+    client_id: str,
+    max_request_size: int | None = None,
+) -> RecordProducer:
+    """Start a producer of ``client``'s cluster (:func:`make_producer`): idempotent until the
+    cluster refuses a producer id, which is learnt once for the cluster
+    (:meth:`ClusterClient.producer_failed`), and the producer made again without. A failure to
+    start is raised in the product's terms."""
+    asked = client.idempotence
+    producer = make_producer(
+        client.cluster, settings, client_id, max_request_size, enable_idempotence=asked
+    )
+    try:
+        await producer.start()
+    except BaseException as exc:
+        await close_quietly(producer.stop())
+        if not isinstance(exc, Exception):
+            raise
+        client.producer_failed(exc)
+        if asked and not client.idempotence:  # refused: again without
+            return await start_producer(client, settings, client_id, max_request_size)
+        raise translate(exc) from exc
+    started: RecordProducer = producer
+    return started

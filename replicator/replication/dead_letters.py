@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaProducer
 
 from replicator.config.views import DeadLetterSettings
 from replicator.kafka.admin import TopicSpec, describe_partitions, replication_factor
 from replicator.kafka.clients import ClusterClient
-from replicator.kafka.producer import make_producer
-from replicator.kafka.translation import translate
+from replicator.kafka.producer import start_producer
+from replicator.kafka.roles import RecordProducer
 from replicator.lifecycle import close_quietly
 from replicator.topics.provisioning import create_topic
 
@@ -41,7 +40,7 @@ class DeadLetters:
         self.topic = settings.topic
         self._settings = settings
         self._local = local
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: RecordProducer | None = None
         self._lock = asyncio.Lock()
 
     async def park(self, records: Sequence[Any], destination: str, reason: str) -> None:
@@ -63,22 +62,18 @@ class DeadLetters:
         ]
         await asyncio.gather(*sent)
 
-    async def _started(self) -> AIOKafkaProducer:
+    async def _started(self) -> RecordProducer:
         async with self._lock:
             if self._producer is None:
                 await self._ensure_topic()
-                producer = make_producer(
-                    self._settings.cluster,
+
+                # Idempotent until the local cluster refuses a producer id (learnt once).
+                self._producer = await start_producer(
+                    self._local,
                     self._settings.producer,
                     "replicator-dead-letters",
                     max_request_size=_MAX_REQUEST_BYTES,
                 )
-                try:
-                    await producer.start()
-                except Exception as exc:
-                    await close_quietly(producer.stop())
-                    raise translate(exc) from exc
-                self._producer = producer
             return self._producer
 
     async def _ensure_topic(self) -> None:

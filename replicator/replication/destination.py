@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator.errors import TopicMissing
 from replicator.kafka.coalesce import Coalescer
@@ -30,6 +30,7 @@ from replicator.kafka.producer import (
     send_batch,
     unfence,
 )
+from replicator.kafka.roles import BatchProducer, LogReader
 from replicator.model.batching import BatchMaker
 from replicator.model.provenance import Tagger
 from replicator.replication.resume import DestinationTail, SavedMark, Tail
@@ -109,8 +110,8 @@ class KafkaDestination:
 
     def __init__(
         self,
-        producer: AIOKafkaProducer,
-        reader: AIOKafkaConsumer,
+        producer: BatchProducer,
+        reader: LogReader,
         timeout: float,
         marks_group: str,
     ) -> None:
@@ -123,7 +124,7 @@ class KafkaDestination:
         self.idempotent: bool | None = None  # known once connected
         self._learning: Coalescer[_Known, Exception | None] = Coalescer(self._learn)
 
-    def replace(self, producer: AIOKafkaProducer, reader: AIOKafkaConsumer) -> None:
+    def replace(self, producer: BatchProducer, reader: LogReader) -> None:
         """New clients take the place of those that failed to start (not started yet)."""
         self.producer = producer
         self.reader = reader

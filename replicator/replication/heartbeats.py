@@ -45,7 +45,7 @@ from functools import partial
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.config.settings import Settings
@@ -55,8 +55,9 @@ from replicator.errors import ProvenanceError, ReplicatorError
 from replicator.kafka.admin import describe_partitions
 from replicator.kafka.clients import ClusterClient, make_reader
 from replicator.kafka.mm2_wire import heartbeat_record
-from replicator.kafka.producer import make_producer
+from replicator.kafka.producer import start_producer
 from replicator.kafka.retry import Backoff, retrying
+from replicator.kafka.roles import LogReader, RecordProducer
 from replicator.lifecycle import close_quietly, sleep_unless_stopped
 from replicator.model import provenance
 from replicator.telemetry.metrics import Metrics
@@ -222,7 +223,7 @@ class FlowHeartbeat:
     # -- emitting into the source ---------------------------------------------------------------
 
     async def _emit(self, stop: asyncio.Event, emission: Emission) -> None:
-        producer: AIOKafkaProducer | None = None
+        producer: RecordProducer | None = None
 
         async def emit() -> int:
             nonlocal producer
@@ -294,25 +295,11 @@ class FlowHeartbeat:
         else:
             self._log.info("heartbeat topic created", cluster=emission.alias, topic=self.topic)
 
-    async def _start_producer(self, emission: Emission) -> AIOKafkaProducer:
+    async def _start_producer(self, emission: Emission) -> RecordProducer:
         await self._ensure_topic(emission)
-        cluster = self._settings.clusters[emission.alias]
         client_id = f"replicator-{self.plan.name}-heartbeat"
-        # Idempotent until the cluster refuses a producer id (heartbeats need no deduplication).
-        asked = emission.client.idempotence
-        producer = make_producer(cluster, self._settings, client_id, enable_idempotence=asked)
-        try:
-            await producer.start()
-        except Exception as exc:
-            await close_quietly(producer.stop())
-            emission.client.producer_failed(exc)
-            if asked and not emission.client.idempotence:
-                return await self._start_producer(emission)  # refused: again without
-            raise
-        except BaseException:
-            await close_quietly(producer.stop())
-            raise
-        return producer
+        # Idempotent where the cluster grants it (heartbeats need no deduplication).
+        return await start_producer(emission.client, self._settings, client_id)
 
     # -- watching the target's copy -------------------------------------------------------------
 
@@ -329,7 +316,7 @@ class FlowHeartbeat:
     async def _watch_source(self, stop: asyncio.Event) -> None:
         """Read which origins' heartbeats arrive in the source (identity flows: see above)."""
 
-        async def start() -> AIOKafkaConsumer | None:
+        async def start() -> LogReader | None:
             return await self._start_reader(self._source, self.plan.source, self.topic, "source")
 
         def seen(records: list[Any]) -> None:
@@ -344,12 +331,12 @@ class FlowHeartbeat:
     async def _read(
         self,
         stop: asyncio.Event,
-        start: Callable[[], Awaitable[AIOKafkaConsumer | None]],
+        start: Callable[[], Awaitable[LogReader | None]],
         seen: Callable[[list[Any]], None],
     ) -> None:
         """Hand what ``start``'s reader fetches to ``seen`` until ``stop``; a failed reader is
         reported and started again; ``None`` from ``start``: the topic does not exist yet."""
-        consumer: AIOKafkaConsumer | None = None
+        consumer: LogReader | None = None
 
         async def fetch() -> list[Any] | None:
             nonlocal consumer
@@ -424,7 +411,7 @@ class FlowHeartbeat:
             for origin in self.unforwarded
         ]
 
-    async def _start_watch(self) -> AIOKafkaConsumer | None:
+    async def _start_watch(self) -> LogReader | None:
         assert self.target_topic is not None
         target = self.plan.legs[0].destination
         consumer = await self._start_reader(self._target, target, self.target_topic, "watch")
@@ -434,7 +421,7 @@ class FlowHeartbeat:
 
     async def _start_reader(
         self, client: ClusterClient, alias: str, topic: str, role: str
-    ) -> AIOKafkaConsumer | None:
+    ) -> LogReader | None:
         """A reader of ``topic`` in cluster ``alias`` from its newest records; ``None`` while
         the topic does not exist."""
         admin = await client.admin()
@@ -443,7 +430,9 @@ class FlowHeartbeat:
             return None
         cluster = self._settings.clusters[alias]
         client_id = f"replicator-{self.plan.name}-heartbeat-{role}"
-        consumer = make_reader(cluster, self._settings, client_id, fetch_max_wait_ms=_POLL_MS)
+        consumer: LogReader = make_reader(
+            cluster, self._settings, client_id, fetch_max_wait_ms=_POLL_MS
+        )
         try:
             await consumer.start()
             assigned = [TopicPartition(topic, p["partition"]) for p in partitions]

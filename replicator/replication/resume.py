@@ -77,13 +77,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.errors import ClusterUnavailable
 from replicator.kafka.clients import GroupOffsets, answered_at, assign_keeping_topics, track_topics
 from replicator.kafka.coalesce import Coalescer, Rounds
 from replicator.kafka.internals import kafka_client
+from replicator.kafka.roles import LogReader
 from replicator.model.provenance import Tagger
 
 _FIRST_CHUNK = 1_000
@@ -241,7 +242,7 @@ class DestinationTail:
     (:class:`_SharedReads`), so N starting partitions cost a handful of requests per round, not N.
     """
 
-    def __init__(self, consumer: AIOKafkaConsumer, timeout: float, marks_group: str) -> None:
+    def __init__(self, consumer: LogReader, timeout: float, marks_group: str) -> None:
         self._consumer = consumer
         self._timeout = timeout
         self._client = kafka_client(consumer)
@@ -449,7 +450,7 @@ class _SharedReads:
     bytes.
     """
 
-    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+    def __init__(self, consumer: LogReader) -> None:
         self._consumer = consumer
         self._open: dict[TopicPartition, _Window] = {}
         self._partition_locks: dict[TopicPartition, asyncio.Lock] = {}

@@ -33,12 +33,13 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.config.values import TakeOver
 from replicator.kafka.clients import GroupOffsets
 from replicator.kafka.readers import StoredRecord, partitions_of, read_ranges
+from replicator.kafka.roles import LogReader
 from replicator.model.handover import Handover
 from replicator.model.provenance import HEADER_NAMES
 from replicator.replication.resume import DestinationTail
@@ -119,7 +120,7 @@ def _connect_offset(value: bytes | None) -> int | None:
 
 
 async def read_connect_positions(
-    reader: AIOKafkaConsumer, topic: str, source: str, timeout: float
+    reader: LogReader, topic: str, source: str, timeout: float
 ) -> dict[TopicPartition, int]:
     """:func:`connect_positions` of MirrorMaker 2's offsets ``topic``, read whole by ``reader``
     (a started consumer of no group on the target); nothing if the topic does not exist."""
@@ -205,7 +206,7 @@ class Takeover:
     topic: str
     target: Callable[[str], str | None]
     preserve_partitions: bool
-    new_reader: Callable[[str], Awaitable[AIOKafkaConsumer]]
+    new_reader: Callable[[str], Awaitable[LogReader]]
     tail: DestinationTail
     commit: Callable[[dict[TopicPartition, int]], Awaitable[None]]
     keep_handovers: Callable[[list[Handover]], Awaitable[None]]
@@ -222,7 +223,7 @@ class Takeover:
 
     async def take(
         self,
-        consumer: AIOKafkaConsumer,
+        consumer: LogReader,
         committed: dict[TopicPartition, int | None],
         handed_back: frozenset[TopicPartition] = frozenset(),
     ) -> dict[TopicPartition, int]:
@@ -244,8 +245,8 @@ class Takeover:
 
     async def _take(
         self,
-        consumer: AIOKafkaConsumer,
-        target_reader: AIOKafkaConsumer,
+        consumer: LogReader,
+        target_reader: LogReader,
         committed: dict[TopicPartition, int | None],
         handed_back: frozenset[TopicPartition],
     ) -> dict[TopicPartition, int]:
@@ -300,8 +301,8 @@ class Takeover:
 
     async def _positions(
         self,
-        consumer: AIOKafkaConsumer,
-        target_reader: AIOKafkaConsumer,
+        consumer: LogReader,
+        target_reader: LogReader,
         partitions: list[TopicPartition],
     ) -> dict[TopicPartition, int]:
         """The positions the predecessor saved: MirrorMaker 1's group offsets of ``partitions``
@@ -313,7 +314,7 @@ class Takeover:
 
     async def _by_target(
         self,
-        target_reader: AIOKafkaConsumer,
+        target_reader: LogReader,
         partitions: list[TopicPartition],
         saved: dict[TopicPartition, int],
         targets: dict[TopicPartition, TopicPartition],
@@ -385,7 +386,7 @@ class Takeover:
             )
 
     async def _existing_targets(
-        self, target_reader: AIOKafkaConsumer, partitions: list[TopicPartition]
+        self, target_reader: LogReader, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, TopicPartition]:
         """The target partition of each of ``partitions`` that exists (same number)."""
         named = {tp: self.target(tp.topic) for tp in partitions}
@@ -399,7 +400,7 @@ class Takeover:
 
     async def _confirm(
         self,
-        target_reader: AIOKafkaConsumer,
+        target_reader: LogReader,
         partitions: list[TopicPartition],
         saved: dict[TopicPartition, int],
         targets: dict[TopicPartition, TopicPartition],

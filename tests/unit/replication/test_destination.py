@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import aiokafka.errors as kerr
 import pytest
@@ -106,7 +106,7 @@ async def test_topics_learnt_together_all_stay_in_the_producers_metadata(
     kafka, _, _ = destination(monkeypatch)
     broker = MetadataOfBroker({"bench": 8, "heartbeats": 1, "other": 3})
     broker.known = {"bench": 8, "other": 3}  # heartbeats created after the producer started
-    client = kafka.producer.client
+    client = cast(Any, kafka.producer).client  # the aiokafka producer behind the role
     monkeypatch.setattr(client, "add_topic", broker.add_topic)
     monkeypatch.setattr(client, "force_metadata_update", broker.refresh)
     monkeypatch.setattr(client.cluster, "partitions_for_topic", broker.partitions_for_topic)
