@@ -188,15 +188,9 @@ class PartitionSender:
             if not await self._hand_over(work.epoch, group):
                 return
         if work.marked:
-            target = self.partition.target_topic
+            target, metrics = self.partition.target_topic, self._sending.metrics
             self._said = count_marked(
-                self.leg,
-                target,
-                self._sending.metrics,
-                work.marked,
-                work.batches,
-                self._said,
-                self._log,
+                self.leg, target, metrics, work.marked, work.batches, self._said, self._log
             )
 
     async def _hand_over(self, epoch: int, group: list[OutboundBatch]) -> bool:
