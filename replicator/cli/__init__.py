@@ -5,6 +5,12 @@
     by MirrorMaker's options or properties file), ``demo``, ``sandbox``, the operator commands and
     the Spark jobs; ``--version``; invalid configuration exits 2 naming the variable, and a
     command whose extra is not installed exits 2 saying how to install it.
+``arguments``
+    What the commands share: the configuration each reads (the REPLICATOR_* variables, or a
+    MirrorMaker file or command line), the options selecting it, the checks of cluster aliases
+    and topic names, the extras a command needs; each exits 2 naming what is at fault.
+``jobs``
+    The Spark jobs' commands, ``backfill`` and ``audit`` (their work: :mod:`replicator.spark`).
 ``operations``
     The operator commands' work: ``check-config``, ``lag``, ``topics ensure``.
 ``helptext``

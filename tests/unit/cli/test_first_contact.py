@@ -21,7 +21,7 @@ from rich.table import Table
 from typer.testing import CliRunner
 
 import replicator
-from replicator.cli import commands as cli
+from replicator.cli import arguments
 from replicator.cli.commands import app
 from replicator.cli.operations import PartitionLag, TopicOutcome, ensure_table, lag_table
 from replicator.devtools.demo import report_table
@@ -230,7 +230,7 @@ def test_the_extras_named_are_the_packages_extras() -> None:
     from importlib.metadata import metadata
 
     provided = set(metadata("replicator").get_all("Provides-Extra") or [])
-    assert set(cli.EXTRAS) <= provided
+    assert set(arguments.EXTRAS) <= provided
 
 
 @pytest.mark.parametrize("command", ["check-config", "run"])

@@ -225,7 +225,7 @@ def test_operator_commands_read_a_mirror_maker_command_line_as_mirror_maker_runs
     """``--mirror-maker 'OPTIONS'`` gives the operator commands the configuration that
     ``replicator mirror-maker OPTIONS`` runs; with --mm2 too, or a line a shell could not
     split, they exit 2 and say why."""
-    from replicator.cli.commands import _settings
+    from replicator.cli.arguments import configuration as _settings
 
     line = "--consumer.config src.properties --producer.config dst.properties --whitelist 'a|b'"
     settings = _settings(mirror_maker_line=line)
