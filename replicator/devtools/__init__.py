@@ -3,6 +3,9 @@
 ``embedded``
     Embedded Kafka-protocol brokers on loopback (the ``embedded`` extra), for the demo, the
     sandbox and the test suite.
+``jvm``
+    Java tools from Maven Central's jars: copied once into a cache, run as JVMs that die with
+    the process that started them.
 ``apache_kafka``
     Apache Kafka itself from Maven Central's jars, as local JVMs (KRaft, one or three nodes,
     TLS, SCRAM and ACLs on request), for the test suite, the benchmarks and

@@ -1,13 +1,13 @@
 """Apache Kafka itself on loopback, from Maven Central's jars: the brokers the suite and the
 benchmarks prove the product on, and ``replicator sandbox --broker kafka``.
 
-Owns the jars (one Maven copy step into a cache, offline once the cache holds them), the broker's
+Owns the pinned release and its jars (copied through :mod:`replicator.devtools.jvm`), the broker's
 configuration (KRaft combined mode: every node is broker and controller), and the JVM processes:
 one node per datacenter by default, three for leader failover. Listeners beyond PLAINTEXT (SSL,
 SASL_SSL, SASL_PLAINTEXT) with a test certificate authority, SCRAM users and the standard
 authorizer are switched on per cluster. Each node keeps its data on disk, so a restart keeps the
 log; its output goes to a file that :meth:`ApacheKafkaCluster.log` shows. A node's JVM dies with
-the process that started it (``PR_SET_PDEATHSIG``), so no broker outlives a killed test run.
+the process that started it, so no broker outlives a killed test run.
 
 Nothing here is used by ``replicator run``.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -29,6 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from replicator.devtools.embedded import LocalBroker, embedded_clusters, free_port
+from replicator.devtools.jvm import (
+    cache_root,
+    copy_jars,
+    die_with_parent,
+    ensure_dir,
+    java,
+    log4j2_config,
+    spawn_jvm,
+)
 from replicator.errors import LocalKafkaError
 
 BROKERS = ("kafka", "embedded")
@@ -41,148 +49,13 @@ lack ``connect-mirror-client`` there)."""
 
 POM = Path(__file__).parent / "maven" / "kafka.pom.xml"
 _READY = "Kafka Server started (kafka.server.KafkaRaftServer)"
-_PR_SET_PDEATHSIG = 1
-
-JVM_FLAGS = (
-    "-XX:+UseSerialGC",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-XX:-UsePerfData",
-    "-Djava.awt.headless=true",
-    "-Xshare:auto",
-)
-
-_LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = {root}
-rootLogger.appenderRef.out.ref = out
-logger.raft.name = kafka.server.KafkaRaftServer
-logger.raft.level = INFO
-logger.config.name = org.apache.kafka.common.config.AbstractConfig
-logger.config.level = WARN
-logger.request.name = kafka.request.logger
-logger.request.level = WARN
-logger.state.name = state.change.logger
-logger.state.level = WARN
-"""
-
-
-def cache_root() -> Path:
-    """Where fetched jars live: ``$KAFKA_JARS_CACHE`` (not a ``REPLICATOR_*`` name:
-    the product refuses unknown ones), else ``~/.cache/replicator``."""
-    configured = os.environ.get("KAFKA_JARS_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "replicator"
 
 
 def kafka_libs(version: str = KAFKA_VERSION) -> Path:
     """The directory holding Apache Kafka's jars (broker, tools, MirrorMaker 2), fetched through
     Maven the first time (offline from ``~/.m2`` when it can, else from Maven Central)."""
     libs = cache_root() / f"kafka-{version}" / "libs"
-    return _copy_jars(POM, libs, {"kafka.version": version})
-
-
-def _copy_jars(pom: Path, libs: Path, properties: dict[str, str]) -> Path:
-    """``libs``, holding the runtime jars of ``pom`` (its ``-D`` ``properties`` given), copied
-    by Maven the first time (offline from ``~/.m2`` when it can, else from Maven Central); a
-    ``complete`` file beside it marks a finished copy."""
-    done = libs.parent / "complete"
-    if done.exists():
-        return libs
-    maven = shutil.which("mvn")
-    if maven is None:
-        raise LocalKafkaError("Apache Kafka's jars come through Maven: install mvn (3.8+)")
-    staging = Path(tempfile.mkdtemp(prefix="libs-", dir=_ensure(libs.parent)))
-    command = [
-        maven,
-        "-B",
-        "-q",
-        "-f",
-        str(pom),
-        "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={staging}",
-        *(f"-D{key}={value}" for key, value in properties.items()),
-    ]
-    failure = ""
-    for offline in (["-o"], []):
-        done_run = subprocess.run(
-            [command[0], *offline, *command[1:]],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=900,
-        )
-        if done_run.returncode == 0:
-            break
-        failure = (done_run.stdout + done_run.stderr)[-3000:]
-    else:
-        shutil.rmtree(staging, ignore_errors=True)
-        given = " ".join(f"{key}={value}" for key, value in properties.items())
-        raise LocalKafkaError(f"Maven could not fetch the jars of {pom.name} ({given}):\n{failure}")
-    # Another process may have finished first: its copy is as good as ours.
-    with contextlib.suppress(OSError):
-        staging.rename(libs)
-    shutil.rmtree(staging, ignore_errors=True)
-    done.touch()
-    return libs
-
-
-def _ensure(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def java() -> str:
-    """The ``java`` to run Kafka with (17 or later): ``$JAVA_HOME/bin/java``, else the PATH's."""
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if found is None:
-        raise LocalKafkaError("Apache Kafka needs Java 17 or later: no java on the PATH")
-    return found
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the parent dies, so no JVM outlives the tests."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def spawn_jvm(
-    args: list[str], log_path: Path, tmpdir: Path, heap_mb: int = 512
-) -> subprocess.Popen[bytes]:
-    """Start one JVM with its output in ``log_path`` (an unread pipe would block it), its own
-    native-library tmpdir, its own session, dying with this process."""
-    with log_path.open("ab") as log:
-        return subprocess.Popen(
-            [
-                java(),
-                "-Xms64m",
-                f"-Xmx{heap_mb}m",
-                *JVM_FLAGS,
-                f"-Djava.io.tmpdir={_ensure(tmpdir)}",
-                f"-XX:ErrorFile={log_path.parent}/hs_err_%p.log",
-                *args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads touch state in between)
-        )
-
-
-def log4j2_config(directory: Path, root: str = "INFO") -> Path:
-    path = directory / "log4j2.properties"
-    path.write_text(_LOG4J2.format(root=root))
-    return path
+    return copy_jars(POM, libs, {"kafka.version": version})
 
 
 def new_cluster_id() -> str:
@@ -485,7 +358,7 @@ class ApacheKafkaCluster:
         """Write the node's configuration and format its storage, once."""
         if (node.directory / "data" / "meta.properties").exists():
             return
-        _ensure(node.directory)
+        ensure_dir(node.directory)
         (node.directory / "server.properties").write_text(
             "".join(f"{k}={v}\n" for k, v in self.properties(node).items())
         )
@@ -654,7 +527,7 @@ def kafka_tool(main_class: str, *args: str, timeout: float = 120.0) -> str:
             text=True,
             check=False,
             timeout=timeout,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
     if done.returncode != 0:
         raise LocalKafkaError(

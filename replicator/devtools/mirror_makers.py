@@ -23,13 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from replicator.devtools.apache_kafka import (
-    _copy_jars,
-    _ensure,
-    cache_root,
-    kafka_libs,
-    spawn_jvm,
-)
+from replicator.devtools.apache_kafka import kafka_libs
+from replicator.devtools.jvm import cache_root, copy_jars, ensure_dir, spawn_jvm
 from replicator.errors import LocalKafkaError
 
 MM1_VERSION = "3.9.1"
@@ -69,7 +64,7 @@ def mm1_libs(version: str = MM1_VERSION) -> Path:
     """The directory holding MirrorMaker 1's jars (Kafka ``version``'s core with reload4j),
     fetched through Maven the first time into the cache that holds Kafka's own jars."""
     libs = cache_root() / f"mirror-maker-1-{version}" / "libs"
-    return _copy_jars(MM1_POM, libs, {"kafka.version": version})
+    return copy_jars(MM1_POM, libs, {"kafka.version": version})
 
 
 @dataclass
@@ -205,7 +200,7 @@ def start_mm2(
     this process drives; all when ``None``), its output in ``workdir/mm2.log``. Its
     ``Kafka MirrorMaker started`` line comes before any connector runs: wait on data instead."""
     libs = kafka_libs()
-    _ensure(workdir)
+    ensure_dir(workdir)
     log4j2 = workdir / "mm2-log4j2.properties"
     log4j2.write_text(_MM2_LOG4J2)
     log_path = workdir / "mm2.log"
@@ -236,7 +231,7 @@ def start_mm1(
     ``--consumer.config`` per file, the ``--producer.config`` and the other options ``args``
     (``--include``, ``--num.streams`` ...), its output in ``workdir/mm1.log``."""
     libs = mm1_libs()
-    _ensure(workdir)
+    ensure_dir(workdir)
     log4j = workdir / "mm1-log4j.properties"
     log4j.write_text(_MM1_LOG4J)
     log_path = workdir / "mm1.log"

@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from replicator.devtools.apache_kafka import _ensure, cache_root
+from replicator.devtools.jvm import cache_root, ensure_dir
 from replicator.errors import PromtoolError
 
 PROMTOOL_VERSION = "2.42.0"
@@ -46,7 +46,7 @@ def promtool(version: str = PROMTOOL_VERSION) -> Path:
     binary = home / "promtool"
     if binary.is_file():
         return binary
-    staging = Path(tempfile.mkdtemp(prefix="promtool-", dir=_ensure(cache_root())))
+    staging = Path(tempfile.mkdtemp(prefix="promtool-", dir=ensure_dir(cache_root())))
     try:
         failures = [_from_debian(staging, version)]
         if not (staging / "promtool").is_file():
