@@ -3,15 +3,15 @@
 A leg owns everything that is per destination, so that a slow or unreachable destination stalls
 only its own leg (contract point 4), each piece in its own module:
 
-- its two connections, each retried by the service's one retry policy
-(:mod:`replicator.kafka.retry`):
-  the *source consumer* (group ``<prefix>.<source>.<destination>``, the prefix being the group
-  prefix in the ``_REPLICA`` mode and the flow's group for a flow, holding the leg's committed
-  offsets) and the *destination producer* (:class:`KafkaDestination`);
+- its two connections, through the seam of :mod:`replicator.replication.connections` (on
+  aiokafka: :mod:`replicator.replication.kafka_connections`), each retried by the service's one
+  retry policy (:mod:`replicator.kafka.retry`): the *source consumer* (group
+  ``<prefix>.<source>.<destination>``, holding the leg's committed offsets) and the
+  *destination* (its producer and its reader of tails);
 - one :class:`LegPartition` (:mod:`replicator.replication.partition`) and one
-:class:`PartitionSender` per
-  assigned source partition;
-- the catch-up fetch (:mod:`replicator.replication.catch_up`) for partitions behind the shared feed;
+  :class:`PartitionSender` per assigned source partition;
+- the catch-up fetch (:mod:`replicator.replication.catch_up`) for partitions behind the shared
+  feed;
 - the offset-reset policy (:mod:`replicator.replication.offset_reset`) and the committer
   (:mod:`replicator.replication.committer`);
 - the operator's view (:mod:`replicator.replication.health`).
@@ -26,27 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Leg
 from replicator.config.values import StartPosition, TakeOver
-from replicator.errors import ClusterUnavailable, ReplicatorError, TopicRefused
-from replicator.kafka.clients import (
-    ClusterClient,
-    check_position,
-    committed_offsets,
-    make_reader,
-    start_consumer,
-    why_unreachable,
-)
-from replicator.kafka.fetching import ConsumerSource, FetchSource
-from replicator.kafka.producer import append, make_producer
+from replicator.errors import ClusterUnavailable, ReplicatorError
+from replicator.kafka.fetching import FetchSource
 from replicator.kafka.retry import Backoff, retrying
 from replicator.lifecycle import (
     IdleWait,
@@ -56,27 +47,22 @@ from replicator.lifecycle import (
     wait_any,
     walk_interval,
 )
-from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
+from replicator.model.handover import Handover
 from replicator.model.offsets import OutOfRange
 from replicator.replication.accounting import Duplicates
 from replicator.replication.catch_up import CatchUpFetch
 from replicator.replication.committer import Committer
+from replicator.replication.connections import LegConnections, LegDestination, LegSource
 from replicator.replication.dead_letters import DeadLetters
-from replicator.replication.destination import KafkaDestination
 from replicator.replication.health import LegHealth
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition
-from replicator.replication.resume import marks_group
 from replicator.replication.sender import PartitionSender
 from replicator.replication.sending import LegSending
 from replicator.replication.states import resume_position
-from replicator.replication.takeover import HANDED_BACK, Takeover, default_offsets_topic
+from replicator.replication.takeover import HANDED_BACK
 from replicator.telemetry.metrics import Metrics
-from replicator.topics.provisioning import (
-    ClusterAdmin,
-    TopicProvisioner,
-    ensure_single_partition,
-)
+from replicator.topics.provisioning import TopicProvisioner
 
 log = structlog.get_logger(__name__)
 
@@ -98,11 +84,12 @@ class LegRunner:
         settings: Settings,
         plan: FeedPlan,
         metrics: Metrics,
-        source_client: ClusterClient,
-        destination_client: ClusterClient,
+        connections: LegConnections,
         dead_letters: DeadLetters | None = None,
         stopping: StopDeadline | None = None,
     ) -> None:
+        """``connections``: the leg's clients of both clusters
+        (:class:`~replicator.replication.kafka_connections.KafkaLegConnections` in the service)."""
         self.leg = leg
         # The service's stop deadline (its own when run alone): waits at stop take what is left.
         self._stopping = stopping or StopDeadline(settings.shutdown_grace_ms / 1000)
@@ -116,21 +103,13 @@ class LegRunner:
         self._home_marks = plan.home_marks
         self._metrics = metrics
         self._dead_letters = dead_letters
-        self._destination_client = destination_client
-        route = f"{leg.source}-to-{leg.destination}"
-        self._client_id = f"replicator-{route}" if leg.flow is None else f"replicator-{leg.flow}"
+        self._connections = connections
         self.group = leg.group_id(plan.leg_group_prefix)
-        self._consumer: AIOKafkaConsumer | None = None
-        self._fetching: ConsumerSource | None = None  # the consumer as the catch-up reads it
-        self.destination = KafkaDestination(
-            self._new_producer(),
-            self._new_reader(),
-            settings.request_timeout_ms / 1000,
-            marks_group(self.group),
-        )
+        self._consumer: LegSource | None = None  # the source consumer, once started
+        self.destination: LegDestination = connections.destination
         self._topics = TopicProvisioner(
-            ClusterAdmin(source_client),
-            ClusterAdmin(destination_client),
+            connections.source_admin,
+            connections.destination_admin,
             plan.replication_factor,
             plan.preserve_partitions,
             re.compile(settings.topic_configs_exclude),
@@ -194,7 +173,7 @@ class LegRunner:
     @property
     def destination_error(self) -> str | None:
         """The destination cluster's last probe failure (an idle leg learns of an outage here)."""
-        return self._destination_client.error
+        return self._connections.destination_error
 
     @property
     def destination_up(self) -> bool:
@@ -217,40 +196,23 @@ class LegRunner:
 
     # -- connections ----------------------------------------------------------------------------
 
-    def _new_producer(self) -> AIOKafkaProducer:
-        destination = self._settings.clusters[self.leg.destination]
-        # Idempotent until the destination cluster refuses a producer id (then never again).
-        return make_producer(
-            destination,
-            self._settings,
-            self._client_id,
-            enable_idempotence=self._destination_client.idempotence,
-        )
-
-    def _new_reader(self) -> AIOKafkaConsumer:
-        destination = self._settings.clusters[self.leg.destination]
-        return make_reader(destination, self._settings, f"{self._client_id}-resume", data_path=True)
-
     async def log_start(self, tp: TopicPartition) -> int:
         """The first offset ``tp``'s source log still holds (a sender's :class:`SourceLog`)."""
-        return int((await self._source().beginning_offsets([tp]))[tp])
+        return int((await self._source().log_starts([tp]))[tp])
 
     async def outside(self, tp: TopicPartition, position: int) -> OutOfRange | None:
         """Whether ``position`` is outside ``tp``'s source log (a sender's :class:`SourceLog`)."""
-        return await check_position(self._source(), tp, position)
+        return await self._source().outside(tp, position)
 
-    def _source(self) -> AIOKafkaConsumer:
+    def _source(self) -> LegSource:
         """The started source consumer (the catch-up fetch's and the committer's)."""
         if self._consumer is None:
             raise ClusterUnavailable(f"{self.leg.source}: the source consumer is not started")
         return self._consumer
 
     def _fetch_source(self) -> FetchSource:
-        """The started source consumer as the catch-up fetch reads it (one adapter for it)."""
-        consumer = self._source()
-        if self._fetching is None or self._fetching.consumer is not consumer:
-            self._fetching = ConsumerSource(consumer)
-        return self._fetching
+        """The started source consumer, as the catch-up fetch reads it."""
+        return self._source()
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` to the leg's group (the committer's :class:`OffsetCommits`)."""
@@ -258,19 +220,12 @@ class LegRunner:
 
     async def start_source(self, stop: asyncio.Event) -> bool:
         """Start the source consumer; retry until it is up (``True``) or stop (``False``)."""
-        source = self._settings.clusters[self.leg.source]
-
-        def connect() -> Awaitable[AIOKafkaConsumer]:
-            # Assigned by the feed, never subscribed: its metadata need not follow new topics.
-            return start_consumer(
-                source, self._settings, self.group, self._client_id, discovers_topics=False
-            )
 
         def failed(error: ReplicatorError) -> None:
             self.last_error = f"cannot connect to {self.leg.source}: {error}"
 
         self._consumer = await retrying(
-            connect,
+            self._connections.start_source,
             stop=stop,
             what="reach the source",
             log=self._log,
@@ -283,22 +238,9 @@ class LegRunner:
 
     async def _connect_destination(self, stop: asyncio.Event) -> None:
         async def connect() -> None:
-            destination = self.destination
-            try:
-                await destination.producer.start()
-                await destination.reader.start()
-            except BaseException as exc:
-                await close_quietly(destination.producer.stop())
-                await close_quietly(destination.reader.stop())
-                self._destination_client.producer_failed(exc)  # refused idempotence?
-                destination.replace(self._new_producer(), self._new_reader())
-                if isinstance(exc, Exception):
-                    cluster = self._settings.clusters[self.leg.destination]
-                    raise await why_unreachable(exc, cluster, self._settings) from exc
-                raise
-            destination.connected()
+            await self._connections.connect_destination()
             self._metrics.idempotent_producer.labels(self.leg.name).set(
-                1 if destination.idempotent else 0
+                1 if self.destination.idempotent else 0
             )
 
         def failed(error: ReplicatorError) -> None:
@@ -429,15 +371,16 @@ class LegRunner:
         # would wait for ever to flush; what it holds was not committed, so nothing is lost).
         left = self._stopping.left()
         name = self.leg.name
+        connections = self._connections
         closing = [
-            close_quietly(self.destination.reader.stop(), left, f"{name} destination reader"),
+            close_quietly(connections.close_reader(), left, f"{name} destination reader"),
         ]
         if not self._producer_closed:
             self._producer_closed = True
-            producer = self.destination.producer.stop()
+            producer = connections.close_producer()
             closing.append(close_quietly(producer, left, f"{name} destination producer"))
         if self._consumer is not None:
-            closing.append(close_quietly(self._consumer.stop(), left, f"{name} source consumer"))
+            closing.append(close_quietly(self._consumer.close(), left, f"{name} source consumer"))
         await asyncio.gather(*closing)
         self._metrics.assigned_partitions.labels(self.leg.name).set(0)
         self._log.info("leg stopped")
@@ -451,7 +394,7 @@ class LegRunner:
             return
         self._producer_closed = True
         await close_quietly(
-            self.destination.producer.stop(),
+            self._connections.close_producer(),
             self._stopping.left(),
             f"{self.leg.name} destination producer",
         )
@@ -478,7 +421,7 @@ class LegRunner:
             if target is not None:
                 self._topics.forget_refusal(target)
         self._assign_consumer(replicated)
-        points = await committed_offsets(consumer, replicated)
+        points = await consumer.committed(replicated)
         committed = {tp: offset for tp, (offset, _) in points.items()}
         if self._plan.take_over is not TakeOver.NONE and committed:
             handed_back = frozenset(tp for tp, (_, tag) in points.items() if tag == HANDED_BACK)
@@ -503,43 +446,19 @@ class LegRunner:
 
     async def _take_over(
         self,
-        consumer: AIOKafkaConsumer,
+        consumer: LegSource,
         committed: dict[TopicPartition, int | None],
         handed_back: frozenset[TopicPartition],
     ) -> dict[TopicPartition, int] | None:
         """Where the MirrorMaker this flow replaces left the assigned partitions
         (takeover.py), committed; retried until it is read (never started by policy over a
         position it could not read: that would copy twice or skip). ``None`` if stop came
-        first."""
-        plan, settings = self._plan, self._settings
-
-        async def new_reader(side: str) -> AIOKafkaConsumer:
-            alias = self.leg.destination if side == "target" else self.leg.source
-            reader = make_reader(settings.clusters[alias], settings, f"{self._client_id}-takeover")
-            await reader.start()
-            return reader
-
-        # MirrorMaker 2's alias as its file spells it: its keys and topic names use it.
-        alias = settings.clusters[self.leg.source].topic_alias or self.leg.source
-        takeover = Takeover(
-            kind=plan.take_over,
-            source=alias,
-            group=plan.group,
-            topic=plan.take_over_topic or default_offsets_topic(alias),
-            target=self._rules.target,
-            preserve_partitions=self._preserve_partitions,
-            new_reader=new_reader,
-            tail=self.destination.tail,
-            commit=consumer.commit,
-            keep_handovers=self._keep_handovers,
-            clusters=(self.leg.source, self.leg.destination),
-            timeout=settings.request_timeout_ms / 1000,
-            log=self._log,
-        )
+        first. The handovers it finds are kept for this process's group sync."""
+        takeover = self._connections.predecessor(consumer, self.handovers.extend, self._log)
 
         async def attempt() -> dict[TopicPartition, int]:
             await self.destination.ready.wait()
-            return await takeover.take(consumer, committed, handed_back)
+            return await takeover.take(committed, handed_back)
 
         taken = await retrying(
             attempt,
@@ -554,24 +473,8 @@ class LegRunner:
                 self._metrics.partitions_taken_over.labels(self.leg.name, outcome).inc(count)
         return taken
 
-    async def _keep_handovers(self, handovers: list[Handover]) -> None:
-        """Append the handovers to the checkpoints topic of the destination (created as the
-        group sync creates it, if it is not yet), each acknowledged; kept here too, for this
-        process's group sync."""
-        if not handovers:
-            return
-        settings = self._settings
-        topic = settings.checkpoints_topic
-        admin = await self._destination_client.admin()
-        factor = settings.destination_replication_factor
-        refused = await ensure_single_partition(admin, topic, factor, CHECKPOINTS_TOPIC_CONFIGS)
-        if refused:
-            raise TopicRefused(f"checkpoints topic {topic} not created: {refused}")
-        await append(self.destination.producer, topic, ((h.key, h.encode()) for h in handovers))
-        self.handovers.extend(handovers)
-
     async def _first_positions(
-        self, consumer: AIOKafkaConsumer, new: list[TopicPartition]
+        self, consumer: LegSource, new: list[TopicPartition]
     ) -> dict[TopicPartition, int]:
         """Where partitions the leg never committed start: the log start, or (a flow told to
         start from the latest records) the log end, committed at once so that a restart before
@@ -579,11 +482,11 @@ class LegRunner:
         latest = self._start_from is StartPosition.LATEST
         try:
             if latest:
-                ends: dict[TopicPartition, int] = await consumer.end_offsets(new)
+                ends = await consumer.log_ends(new)
                 await consumer.commit(ends)
                 self._log.info("no committed offset: starting at the latest", partitions=len(new))
                 return ends
-            starts: dict[TopicPartition, int] = await consumer.beginning_offsets(new)
+            starts = await consumer.log_starts(new)
             self._log.info("no committed offset: starting at log start", partitions=len(new))
             return starts
         except Exception as exc:  # never lose the assignment over it: the feed decides
