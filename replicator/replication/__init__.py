@@ -13,6 +13,8 @@
     LegConnections` Protocol: its source consumer, destination, topic admins, predecessor).
 ``kafka_connections``
     A leg's connections on aiokafka, built from the service's cluster clients.
+``testing``
+    A leg's connections in memory (source logs and group offsets), for the leg's unit tests.
 ``partition``
     One source partition on one leg, its single owner of state: mode, queue, acknowledgements,
     with named transitions (:class:`~replicator.replication.partition.LegPartition`).
