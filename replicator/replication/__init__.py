@@ -15,6 +15,8 @@
     A leg's connections on aiokafka, built from the service's cluster clients.
 ``testing``
     A leg's connections in memory (source logs and group offsets), for the leg's unit tests.
+``upkeep``
+    A leg's periodic tasks: health refresh, destination marks of idle partitions, config sync.
 ``partition``
     One source partition on one leg, its single owner of state: mode, queue, acknowledgements,
     with named transitions (:class:`~replicator.replication.partition.LegPartition`).

@@ -16,8 +16,9 @@ only its own leg (contract point 4), each piece in its own module:
   (:mod:`replicator.replication.committer`);
 - the operator's view (:mod:`replicator.replication.health`).
 
-Every task of the leg (senders, catch-up fetch, committer, destination connection, health
-refresh) belongs to the leg's own ``TaskGroup``, opened by :meth:`LegRunner.run`. The shared
+Every task of the leg (senders, catch-up fetch, committer, destination connection, and its
+upkeep: health refresh, destination marks, config sync, :mod:`replicator.replication.upkeep`)
+belongs to the leg's own ``TaskGroup``, opened by :meth:`LegRunner.run`. The shared
 feed assigns and releases partitions; once :meth:`LegRunner.close_partitions` ran (after stop)
 no partition is taken any more, so a rebalance that completes during shutdown starts nothing.
 """
@@ -38,14 +39,11 @@ from replicator.config.topology import FeedPlan, Leg
 from replicator.config.values import StartPosition, TakeOver
 from replicator.errors import ClusterUnavailable, ReplicatorError
 from replicator.kafka.fetching import FetchSource
-from replicator.kafka.retry import Backoff, retrying
+from replicator.kafka.retry import retrying
 from replicator.lifecycle import (
     IdleWait,
     StopDeadline,
     close_quietly,
-    sleep_unless_stopped,
-    wait_any,
-    walk_interval,
 )
 from replicator.model.handover import Handover
 from replicator.model.offsets import OutOfRange
@@ -61,18 +59,14 @@ from replicator.replication.sender import PartitionSender
 from replicator.replication.sending import LegSending
 from replicator.replication.states import resume_position
 from replicator.replication.takeover import HANDED_BACK
+from replicator.replication.upkeep import refresh_health, refresh_marks, sync_topic_configs
 from replicator.telemetry.metrics import Metrics
 from replicator.topics.provisioning import TopicProvisioner
 
 log = structlog.get_logger(__name__)
 
-_HEALTH_REFRESH_S = 1.0
-# How often the destination marks of idle partitions are raised to the destination's log end:
-# a resume then reads at most this long of what other origins wrote meanwhile.
-_MARK_REFRESH_S = 30.0
 _MARK_SAVE_TIMEOUT_S = 5.0
 _SENDER_END_S = 0.2  # at least this long for a drained sender to end before it is cancelled
-_CONFIG_SYNC_CEILING_S = 600.0
 
 
 class LegRunner:
@@ -283,10 +277,14 @@ class LegRunner:
                 tasks.create_task(
                     self._committer.run(stop, self.partitions, every), name=f"commit:{name}"
                 )
-                tasks.create_task(self._refresh_health(stop), name=f"health:{name}")
-                tasks.create_task(self._refresh_marks(stop), name=f"marks:{name}")
-                if self._settings.topic_config_sync_interval_ms:
-                    tasks.create_task(self._sync_topic_configs(stop), name=f"configs:{name}")
+                health = refresh_health(stop, self.health, self._health_due, self.partitions)
+                tasks.create_task(health, name=f"health:{name}")
+                marks = refresh_marks(stop, self.destination, self.partitions, self._log)
+                tasks.create_task(marks, name=f"marks:{name}")
+                if settings.topic_config_sync_interval_ms:
+                    configs = settings.topic_config_sync_interval_ms / 1000
+                    sync = sync_topic_configs(stop, self._topics, configs)
+                    tasks.create_task(sync, name=f"configs:{name}")
                 self._running.set()
                 await stop.wait()
                 # Partitions are released (drained, committed) before the clients close.
@@ -294,18 +292,6 @@ class LegRunner:
         finally:
             self._tasks = None
             await self._close_clients()
-
-    async def _refresh_health(self, stop: asyncio.Event) -> None:
-        """The leg's gauges and transition logs, within a second of a partition's transition;
-        without one (a stall is found by time), a census of very many partitions is taken
-        less often (:func:`walk_interval`). Readiness and ``/status`` take their own."""
-        while not stop.is_set():
-            self._health_due.clear()
-            self.health.refresh(lambda _: None)
-            await sleep_unless_stopped(stop, _HEALTH_REFRESH_S)
-            rest = walk_interval(_HEALTH_REFRESH_S, len(self.partitions)) - _HEALTH_REFRESH_S
-            if rest > 0 and not self._health_due.is_set():
-                await wait_any((stop, self._health_due), rest)
 
     def _partition_changed(self, _partition: LegPartition) -> None:
         self._health_due.set()
@@ -322,49 +308,10 @@ class LegRunner:
             within = min(within, self._stopping.left())
         await self.destination.tail.save_marks(marks, within)
 
-    async def _sync_topic_configs(self, stop: asyncio.Event) -> None:
-        """Destination topics' configs follow their source's (topics/provisioning.py), every
-        interval."""
-        every = self._settings.topic_config_sync_interval_ms / 1000
-        # A destination that refuses (no AlterConfigs) is asked less and less often.
-        backoff = Backoff(base=every, ceiling=max(every, _CONFIG_SYNC_CEILING_S))
-        wait = every
-        while not stop.is_set():
-            await sleep_unless_stopped(stop, wait)
-            if not stop.is_set():
-                synced = await self._topics.sync_configs()
-                wait = backoff.delay(retriable=synced)
-
     @property
     def topic_config_sync(self) -> dict[str, object]:
         """What the config sync did: configs set per topic, and its last failure."""
         return {"synced": dict(self._topics.synced), "last_error": self._topics.sync_error}
-
-    async def _refresh_marks(self, stop: asyncio.Event) -> None:
-        """Raise the destination mark of each idle partition to the destination's log end."""
-        while not stop.is_set():
-            await sleep_unless_stopped(stop, _MARK_REFRESH_S)
-            if stop.is_set() or not self.destination.ready.is_set():
-                continue
-            idle = {
-                TopicPartition(p.target_topic, p.tp.partition): (p, tracker.last_end)
-                for p in self.partitions.values()
-                # Placed by key, no single destination partition holds the origin: no mark.
-                if p.open
-                and p.placement is None
-                and (tracker := p.tracker) is not None
-                and tracker.idle
-            }
-            if not idle:
-                continue
-            try:
-                ends = await self.destination.tail.log_ends(list(idle))
-            except Exception as exc:  # the next round tries again; marks only bound a read
-                self._log.debug("destination log ends unknown", error=repr(exc))
-                continue
-            for destination_tp, end in ends.items():
-                partition, last_end = idle[destination_tp]
-                partition.destination_end_seen(end, last_end)
 
     async def _close_clients(self) -> None:
         # Together, within what is left of the stop (a producer whose destination is down
