@@ -15,6 +15,9 @@
     A leg's connections on aiokafka, built from the service's cluster clients.
 ``testing``
     A leg's connections in memory (source logs and group offsets), for the leg's unit tests.
+``start_positions``
+    Where a leg's newly assigned partitions start: committed offsets, ``START_FROM``, or where
+    the MirrorMaker a flow replaces stood.
 ``upkeep``
     A leg's periodic tasks: health refresh, destination marks of idle partitions, config sync.
 ``partition``

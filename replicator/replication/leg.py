@@ -12,6 +12,8 @@ only its own leg (contract point 4), each piece in its own module:
   :class:`PartitionSender` per assigned source partition;
 - the catch-up fetch (:mod:`replicator.replication.catch_up`) for partitions behind the shared
   feed;
+- where its newly assigned partitions start (:mod:`replicator.replication.start_positions`,
+  with the takeover from a MirrorMaker);
 - the offset-reset policy (:mod:`replicator.replication.offset_reset`) and the committer
   (:mod:`replicator.replication.committer`);
 - the operator's view (:mod:`replicator.replication.health`).
@@ -36,7 +38,6 @@ from aiokafka import TopicPartition
 from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Leg
-from replicator.config.values import StartPosition, TakeOver
 from replicator.errors import ClusterUnavailable, ReplicatorError
 from replicator.kafka.fetching import FetchSource
 from replicator.kafka.retry import retrying
@@ -57,8 +58,7 @@ from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition
 from replicator.replication.sender import PartitionSender
 from replicator.replication.sending import LegSending
-from replicator.replication.states import resume_position
-from replicator.replication.takeover import HANDED_BACK
+from replicator.replication.start_positions import StartPositions
 from replicator.replication.upkeep import refresh_health, refresh_marks, sync_topic_configs
 from replicator.telemetry.metrics import Metrics
 from replicator.topics.provisioning import TopicProvisioner
@@ -89,8 +89,6 @@ class LegRunner:
         self._stopping = stopping or StopDeadline(settings.shutdown_grace_ms / 1000)
         self._settings = settings
         self._rules = plan.rules
-        self._start_from = plan.start_from
-        self._plan = plan
         self._preserve_partitions = plan.preserve_partitions
         # Flows: a renamed copy never goes back to the cluster it came from (provenance.py).
         self._home = leg.destination if plan.loop_home else None
@@ -117,13 +115,8 @@ class LegRunner:
         self.partitions: dict[TopicPartition, LegPartition] = {}
         self._senders: dict[TopicPartition, tuple[PartitionSender, asyncio.Task[None]]] = {}
         self.resets = OffsetResets(leg.name, settings.offset_reset_policy, metrics)
-        # What the last takeover from a MirrorMaker found (TAKE_OVER), for /status; and where
-        # it took partitions over, for the group sync (model/handover.py).
-        self.takeover: dict[str, Any] | None = None
-        self.handovers: list[Handover] = []
-        # Until its first assignment is taken (over): translating groups' positions before
-        # the handovers are known would take MirrorMaker's copies for unread records.
-        self.taking_over = plan.take_over is not TakeOver.NONE
+        self._log = log.bind(leg=leg.name)
+        self._starts = StartPositions(leg, plan, connections, metrics, self._log)
         self.health = LegHealth(self, metrics, settings.send_stall_timeout_ms / 1000)
         # Set by every partition transition: the health census is taken again within a second.
         self._health_due = asyncio.Event()
@@ -156,9 +149,24 @@ class LegRunner:
         self._closed = False
         self._producer_closed = False  # at a stop, before the feed leaves its group
         self._stop = asyncio.Event()  # the service's stop event, once run() started
-        self._log = log.bind(leg=leg.name)
 
     # -- read by the health view ----------------------------------------------------------------
+
+    @property
+    def takeover(self) -> dict[str, Any] | None:
+        """What the last takeover from a MirrorMaker found (``TAKE_OVER``), for ``/status``."""
+        return self._starts.takeover
+
+    @property
+    def handovers(self) -> list[Handover]:
+        """Where the takeover took partitions over, for the group sync (model/handover.py)."""
+        return self._starts.handovers
+
+    @property
+    def taking_over(self) -> bool:
+        """Until the first assignment is taken (over): translating groups' positions before
+        the handovers are known would take MirrorMaker's copies for unread records."""
+        return self._starts.taking_over
 
     @property
     def source_connected(self) -> bool:
@@ -368,82 +376,12 @@ class LegRunner:
             if target is not None:
                 self._topics.forget_refusal(target)
         self._assign_consumer(replicated)
-        points = await consumer.committed(replicated)
-        committed = {tp: offset for tp, (offset, _) in points.items()}
-        if self._plan.take_over is not TakeOver.NONE and committed:
-            handed_back = frozenset(tp for tp, (_, tag) in points.items() if tag == HANDED_BACK)
-            taken = await self._take_over(consumer, committed, handed_back)
-            if taken is None:
-                return  # stop came first: start nothing
-            committed.update(taken)
-        self.taking_over = False
-        new = [tp for tp, offset in committed.items() if offset is None]
-        log_start: dict[TopicPartition, int] = {}
-        if new:
-            log_start = await self._first_positions(consumer, new)
-        if self._closed or self._stop.is_set():
+        starts = await self._starts.read(consumer, replicated, self._stop)
+        if starts is None or self._closed or self._stop.is_set():
             return  # stop came while the offsets were read: start nothing
-        for tp in replicated:
-            self._start(
-                tp,
-                resume_position(committed[tp], log_start.get(tp)),
-                committed[tp] is not None,
-            )
+        for tp, (position, committed) in starts.items():
+            self._start(tp, position, committed)
         self._log.info("partitions assigned", partitions=len(self.partitions))
-
-    async def _take_over(
-        self,
-        consumer: LegSource,
-        committed: dict[TopicPartition, int | None],
-        handed_back: frozenset[TopicPartition],
-    ) -> dict[TopicPartition, int] | None:
-        """Where the MirrorMaker this flow replaces left the assigned partitions
-        (takeover.py), committed; retried until it is read (never started by policy over a
-        position it could not read: that would copy twice or skip). ``None`` if stop came
-        first. The handovers it finds are kept for this process's group sync."""
-        takeover = self._connections.predecessor(consumer, self.handovers.extend, self._log)
-
-        async def attempt() -> dict[TopicPartition, int]:
-            await self.destination.ready.wait()
-            return await takeover.take(committed, handed_back)
-
-        taken = await retrying(
-            attempt,
-            stop=self._stop,
-            what=f"take over from {takeover.predecessor}",
-            log=self._log,
-            interruptible=True,
-        )
-        if takeover.outcome is not None:
-            self.takeover = {**takeover.outcome, "at": clock.wall()}
-            for outcome, count in takeover.outcome["partitions"].items():
-                self._metrics.partitions_taken_over.labels(self.leg.name, outcome).inc(count)
-        return taken
-
-    async def _first_positions(
-        self, consumer: LegSource, new: list[TopicPartition]
-    ) -> dict[TopicPartition, int]:
-        """Where partitions the leg never committed start: the log start, or (a flow told to
-        start from the latest records) the log end, committed at once so that a restart before
-        the first record continues from there instead of from a later end."""
-        latest = self._start_from is StartPosition.LATEST
-        try:
-            if latest:
-                ends = await consumer.log_ends(new)
-                await consumer.commit(ends)
-                self._log.info("no committed offset: starting at the latest", partitions=len(new))
-                return ends
-            starts = await consumer.log_starts(new)
-            self._log.info("no committed offset: starting at log start", partitions=len(new))
-            return starts
-        except Exception as exc:  # never lose the assignment over it: the feed decides
-            self._log.warning(
-                "first position unknown: the feed starts these at its own position "
-                f"(the {'log end' if latest else 'log start'})",
-                partitions=len(new),
-                error=repr(exc),
-            )
-            return {}
 
     def _start(self, tp: TopicPartition, position: int | None, committed: bool = False) -> None:
         assert self._tasks is not None and self._consumer is not None
