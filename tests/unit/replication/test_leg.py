@@ -29,8 +29,9 @@ from replicator.replication.leg import LegRunner
 from replicator.replication.partition import LegPartition
 from replicator.replication.states import Mode
 from replicator.replication.testing import MemoryLegConnections, MemoryLegSource
+from replicator.replication.upkeep import MARK_REFRESH_S
 from replicator.telemetry.metrics import Metrics
-from tests.unit.replication.destinations import MemoryDestination
+from tests.unit.replication.destinations import MemoryDestination, Stored
 from tests.unit.sample import Record
 from tests.unit.topics.test_provisioning import MemoryAdmin
 
@@ -353,3 +354,37 @@ async def test_a_flow_taking_over_starts_new_partitions_where_its_predecessor_st
         await until(lambda: len(rig.held(P0)) == 5)
         assert rig.held(P0) == list(range(25, 30))
     assert rig.counted("replicator_partitions_taken_over_total", outcome="taken over") == 1
+
+
+async def test_an_idle_partitions_destination_mark_rises_to_the_destination_log_end() -> None:
+    source = MemoryLegSource({P0: log(0, 10)})
+    rig = Rig(source)
+    async with running(rig):
+        await rig.runner.assign([P0])
+        await rig.fed_alone(P0)
+        await until(lambda: source.committed_offset(P0) == 10)
+        assert rig.destination.marks[target(P0)] == 10  # saved with the commit: its log end
+        # Others write to the destination partition meanwhile (another origin's records).
+        written = rig.destination.logs[target(P0)]
+        written.extend(Stored(len(written) + i, b"k", b"v", ()) for i in range(5))
+        saved = len(rig.destination.saved)
+        await asyncio.sleep(MARK_REFRESH_S + 1)  # the next refresh, and the commit after it
+        assert rig.destination.marks[target(P0)] == 15
+        assert rig.destination.covers[target(P0)] == 10
+        assert len(rig.destination.saved) == saved + 1
+        assert source.committed_offset(P0) == 10
+
+
+async def test_a_takeover_waiting_for_the_destination_starts_nothing_when_stop_comes() -> None:
+    source = MemoryLegSource({P0: log(0, 30)})
+    rig = Rig(source, take_over=TakeOver.MIRRORMAKER1, predecessor={P0: 25})
+    rig.connections.fail_destination(*[DOWN] * 100)
+    async with running(rig):
+        assigning = asyncio.create_task(rig.runner.assign([P0]))
+        await asyncio.sleep(10)
+        assert not assigning.done()  # the takeover reads the target: it waits for it
+        assert rig.runner.taking_over
+    await asyncio.wait_for(assigning, 1)
+    assert rig.runner.partitions == {}
+    assert source.commits == []
+    assert rig.runner.takeover is None
