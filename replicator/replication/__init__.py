@@ -8,6 +8,18 @@
     One direction of replication, from one feed into one destination cluster: owns the
     destination's producer, topics, partitions and senders (:class:`~replicator.replication.leg.
     LegRunner`).
+``connections``
+    What a leg needs of its two clusters (the :class:`~replicator.replication.connections.
+    LegConnections` Protocol: its source consumer, destination, topic admins, predecessor).
+``kafka_connections``
+    A leg's connections on aiokafka, built from the service's cluster clients.
+``testing``
+    A leg's connections in memory (source logs and group offsets), for the leg's unit tests.
+``start_positions``
+    Where a leg's newly assigned partitions start: committed offsets, ``START_FROM``, or where
+    the MirrorMaker a flow replaces stood.
+``upkeep``
+    A leg's periodic tasks: health refresh, destination marks of idle partitions, config sync.
 ``partition``
     One source partition on one leg, its single owner of state: mode, queue, acknowledgements,
     with named transitions (:class:`~replicator.replication.partition.LegPartition`).

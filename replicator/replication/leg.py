@@ -3,21 +3,24 @@
 A leg owns everything that is per destination, so that a slow or unreachable destination stalls
 only its own leg (contract point 4), each piece in its own module:
 
-- its two connections, each retried by the service's one retry policy
-(:mod:`replicator.kafka.retry`):
-  the *source consumer* (group ``<prefix>.<source>.<destination>``, the prefix being the group
-  prefix in the ``_REPLICA`` mode and the flow's group for a flow, holding the leg's committed
-  offsets) and the *destination producer* (:class:`KafkaDestination`);
+- its two connections, through the seam of :mod:`replicator.replication.connections` (on
+  aiokafka: :mod:`replicator.replication.kafka_connections`), each retried by the service's one
+  retry policy (:mod:`replicator.kafka.retry`): the *source consumer* (group
+  ``<prefix>.<source>.<destination>``, holding the leg's committed offsets) and the
+  *destination* (its producer and its reader of tails);
 - one :class:`LegPartition` (:mod:`replicator.replication.partition`) and one
-:class:`PartitionSender` per
-  assigned source partition;
-- the catch-up fetch (:mod:`replicator.replication.catch_up`) for partitions behind the shared feed;
+  :class:`PartitionSender` per assigned source partition;
+- the catch-up fetch (:mod:`replicator.replication.catch_up`) for partitions behind the shared
+  feed;
+- where its newly assigned partitions start (:mod:`replicator.replication.start_positions`,
+  with the takeover from a MirrorMaker);
 - the offset-reset policy (:mod:`replicator.replication.offset_reset`) and the committer
   (:mod:`replicator.replication.committer`);
 - the operator's view (:mod:`replicator.replication.health`).
 
-Every task of the leg (senders, catch-up fetch, committer, destination connection, health
-refresh) belongs to the leg's own ``TaskGroup``, opened by :meth:`LegRunner.run`. The shared
+Every task of the leg (senders, catch-up fetch, committer, destination connection, and its
+upkeep: health refresh, destination marks, config sync, :mod:`replicator.replication.upkeep`)
+belongs to the leg's own ``TaskGroup``, opened by :meth:`LegRunner.run`. The shared
 feed assigns and releases partitions; once :meth:`LegRunner.close_partitions` ran (after stop)
 no partition is taken any more, so a rebalance that completes during shutdown starts nothing.
 """
@@ -26,67 +29,44 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Leg
-from replicator.config.values import StartPosition, TakeOver
-from replicator.errors import ClusterUnavailable, ReplicatorError, TopicRefused
-from replicator.kafka.clients import (
-    ClusterClient,
-    check_position,
-    committed_offsets,
-    make_reader,
-    start_consumer,
-    why_unreachable,
-)
-from replicator.kafka.fetching import ConsumerSource, FetchSource
-from replicator.kafka.producer import append, make_producer
-from replicator.kafka.retry import Backoff, retrying
+from replicator.errors import ClusterUnavailable, ReplicatorError
+from replicator.kafka.fetching import FetchSource
+from replicator.kafka.retry import retrying
 from replicator.lifecycle import (
     IdleWait,
     StopDeadline,
     close_quietly,
-    sleep_unless_stopped,
-    wait_any,
-    walk_interval,
 )
-from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
+from replicator.model.handover import Handover
 from replicator.model.offsets import OutOfRange
 from replicator.replication.accounting import Duplicates
 from replicator.replication.catch_up import CatchUpFetch
 from replicator.replication.committer import Committer
+from replicator.replication.connections import LegConnections, LegDestination, LegSource
 from replicator.replication.dead_letters import DeadLetters
-from replicator.replication.destination import KafkaDestination
 from replicator.replication.health import LegHealth
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition
-from replicator.replication.resume import marks_group
 from replicator.replication.sender import PartitionSender
 from replicator.replication.sending import LegSending
-from replicator.replication.states import resume_position
-from replicator.replication.takeover import HANDED_BACK, Takeover, default_offsets_topic
+from replicator.replication.start_positions import StartPositions
+from replicator.replication.upkeep import refresh_health, refresh_marks, sync_topic_configs
 from replicator.telemetry.metrics import Metrics
-from replicator.topics.provisioning import (
-    ClusterAdmin,
-    TopicProvisioner,
-    ensure_single_partition,
-)
+from replicator.topics.provisioning import TopicProvisioner
 
 log = structlog.get_logger(__name__)
 
-_HEALTH_REFRESH_S = 1.0
-# How often the destination marks of idle partitions are raised to the destination's log end:
-# a resume then reads at most this long of what other origins wrote meanwhile.
-_MARK_REFRESH_S = 30.0
 _MARK_SAVE_TIMEOUT_S = 5.0
 _SENDER_END_S = 0.2  # at least this long for a drained sender to end before it is cancelled
-_CONFIG_SYNC_CEILING_S = 600.0
 
 
 class LegRunner:
@@ -98,39 +78,30 @@ class LegRunner:
         settings: Settings,
         plan: FeedPlan,
         metrics: Metrics,
-        source_client: ClusterClient,
-        destination_client: ClusterClient,
+        connections: LegConnections,
         dead_letters: DeadLetters | None = None,
         stopping: StopDeadline | None = None,
     ) -> None:
+        """``connections``: the leg's clients of both clusters
+        (:class:`~replicator.replication.kafka_connections.KafkaLegConnections` in the service)."""
         self.leg = leg
         # The service's stop deadline (its own when run alone): waits at stop take what is left.
         self._stopping = stopping or StopDeadline(settings.shutdown_grace_ms / 1000)
         self._settings = settings
         self._rules = plan.rules
-        self._start_from = plan.start_from
-        self._plan = plan
         self._preserve_partitions = plan.preserve_partitions
         # Flows: a renamed copy never goes back to the cluster it came from (provenance.py).
         self._home = leg.destination if plan.loop_home else None
         self._home_marks = plan.home_marks
         self._metrics = metrics
         self._dead_letters = dead_letters
-        self._destination_client = destination_client
-        route = f"{leg.source}-to-{leg.destination}"
-        self._client_id = f"replicator-{route}" if leg.flow is None else f"replicator-{leg.flow}"
+        self._connections = connections
         self.group = leg.group_id(plan.leg_group_prefix)
-        self._consumer: AIOKafkaConsumer | None = None
-        self._fetching: ConsumerSource | None = None  # the consumer as the catch-up reads it
-        self.destination = KafkaDestination(
-            self._new_producer(),
-            self._new_reader(),
-            settings.request_timeout_ms / 1000,
-            marks_group(self.group),
-        )
+        self._consumer: LegSource | None = None  # the source consumer, once started
+        self.destination: LegDestination = connections.destination
         self._topics = TopicProvisioner(
-            ClusterAdmin(source_client),
-            ClusterAdmin(destination_client),
+            connections.source_admin,
+            connections.destination_admin,
             plan.replication_factor,
             plan.preserve_partitions,
             re.compile(settings.topic_configs_exclude),
@@ -144,13 +115,8 @@ class LegRunner:
         self.partitions: dict[TopicPartition, LegPartition] = {}
         self._senders: dict[TopicPartition, tuple[PartitionSender, asyncio.Task[None]]] = {}
         self.resets = OffsetResets(leg.name, settings.offset_reset_policy, metrics)
-        # What the last takeover from a MirrorMaker found (TAKE_OVER), for /status; and where
-        # it took partitions over, for the group sync (model/handover.py).
-        self.takeover: dict[str, Any] | None = None
-        self.handovers: list[Handover] = []
-        # Until its first assignment is taken (over): translating groups' positions before
-        # the handovers are known would take MirrorMaker's copies for unread records.
-        self.taking_over = plan.take_over is not TakeOver.NONE
+        self._log = log.bind(leg=leg.name)
+        self._starts = StartPositions(leg, plan, connections, metrics, self._log)
         self.health = LegHealth(self, metrics, settings.send_stall_timeout_ms / 1000)
         # Set by every partition transition: the health census is taken again within a second.
         self._health_due = asyncio.Event()
@@ -183,9 +149,24 @@ class LegRunner:
         self._closed = False
         self._producer_closed = False  # at a stop, before the feed leaves its group
         self._stop = asyncio.Event()  # the service's stop event, once run() started
-        self._log = log.bind(leg=leg.name)
 
     # -- read by the health view ----------------------------------------------------------------
+
+    @property
+    def takeover(self) -> dict[str, Any] | None:
+        """What the last takeover from a MirrorMaker found (``TAKE_OVER``), for ``/status``."""
+        return self._starts.takeover
+
+    @property
+    def handovers(self) -> list[Handover]:
+        """Where the takeover took partitions over, for the group sync (model/handover.py)."""
+        return self._starts.handovers
+
+    @property
+    def taking_over(self) -> bool:
+        """Until the first assignment is taken (over): translating groups' positions before
+        the handovers are known would take MirrorMaker's copies for unread records."""
+        return self._starts.taking_over
 
     @property
     def source_connected(self) -> bool:
@@ -194,7 +175,7 @@ class LegRunner:
     @property
     def destination_error(self) -> str | None:
         """The destination cluster's last probe failure (an idle leg learns of an outage here)."""
-        return self._destination_client.error
+        return self._connections.destination_error
 
     @property
     def destination_up(self) -> bool:
@@ -217,40 +198,23 @@ class LegRunner:
 
     # -- connections ----------------------------------------------------------------------------
 
-    def _new_producer(self) -> AIOKafkaProducer:
-        destination = self._settings.clusters[self.leg.destination]
-        # Idempotent until the destination cluster refuses a producer id (then never again).
-        return make_producer(
-            destination,
-            self._settings,
-            self._client_id,
-            enable_idempotence=self._destination_client.idempotence,
-        )
-
-    def _new_reader(self) -> AIOKafkaConsumer:
-        destination = self._settings.clusters[self.leg.destination]
-        return make_reader(destination, self._settings, f"{self._client_id}-resume", data_path=True)
-
     async def log_start(self, tp: TopicPartition) -> int:
         """The first offset ``tp``'s source log still holds (a sender's :class:`SourceLog`)."""
-        return int((await self._source().beginning_offsets([tp]))[tp])
+        return int((await self._source().log_starts([tp]))[tp])
 
     async def outside(self, tp: TopicPartition, position: int) -> OutOfRange | None:
         """Whether ``position`` is outside ``tp``'s source log (a sender's :class:`SourceLog`)."""
-        return await check_position(self._source(), tp, position)
+        return await self._source().outside(tp, position)
 
-    def _source(self) -> AIOKafkaConsumer:
+    def _source(self) -> LegSource:
         """The started source consumer (the catch-up fetch's and the committer's)."""
         if self._consumer is None:
             raise ClusterUnavailable(f"{self.leg.source}: the source consumer is not started")
         return self._consumer
 
     def _fetch_source(self) -> FetchSource:
-        """The started source consumer as the catch-up fetch reads it (one adapter for it)."""
-        consumer = self._source()
-        if self._fetching is None or self._fetching.consumer is not consumer:
-            self._fetching = ConsumerSource(consumer)
-        return self._fetching
+        """The started source consumer, as the catch-up fetch reads it."""
+        return self._source()
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` to the leg's group (the committer's :class:`OffsetCommits`)."""
@@ -258,19 +222,12 @@ class LegRunner:
 
     async def start_source(self, stop: asyncio.Event) -> bool:
         """Start the source consumer; retry until it is up (``True``) or stop (``False``)."""
-        source = self._settings.clusters[self.leg.source]
-
-        def connect() -> Awaitable[AIOKafkaConsumer]:
-            # Assigned by the feed, never subscribed: its metadata need not follow new topics.
-            return start_consumer(
-                source, self._settings, self.group, self._client_id, discovers_topics=False
-            )
 
         def failed(error: ReplicatorError) -> None:
             self.last_error = f"cannot connect to {self.leg.source}: {error}"
 
         self._consumer = await retrying(
-            connect,
+            self._connections.start_source,
             stop=stop,
             what="reach the source",
             log=self._log,
@@ -283,22 +240,9 @@ class LegRunner:
 
     async def _connect_destination(self, stop: asyncio.Event) -> None:
         async def connect() -> None:
-            destination = self.destination
-            try:
-                await destination.producer.start()
-                await destination.reader.start()
-            except BaseException as exc:
-                await close_quietly(destination.producer.stop())
-                await close_quietly(destination.reader.stop())
-                self._destination_client.producer_failed(exc)  # refused idempotence?
-                destination.replace(self._new_producer(), self._new_reader())
-                if isinstance(exc, Exception):
-                    cluster = self._settings.clusters[self.leg.destination]
-                    raise await why_unreachable(exc, cluster, self._settings) from exc
-                raise
-            destination.connected()
+            await self._connections.connect_destination()
             self._metrics.idempotent_producer.labels(self.leg.name).set(
-                1 if destination.idempotent else 0
+                1 if self.destination.idempotent else 0
             )
 
         def failed(error: ReplicatorError) -> None:
@@ -341,10 +285,14 @@ class LegRunner:
                 tasks.create_task(
                     self._committer.run(stop, self.partitions, every), name=f"commit:{name}"
                 )
-                tasks.create_task(self._refresh_health(stop), name=f"health:{name}")
-                tasks.create_task(self._refresh_marks(stop), name=f"marks:{name}")
-                if self._settings.topic_config_sync_interval_ms:
-                    tasks.create_task(self._sync_topic_configs(stop), name=f"configs:{name}")
+                health = refresh_health(stop, self.health, self._health_due, self.partitions)
+                tasks.create_task(health, name=f"health:{name}")
+                marks = refresh_marks(stop, self.destination, self.partitions, self._log)
+                tasks.create_task(marks, name=f"marks:{name}")
+                if settings.topic_config_sync_interval_ms:
+                    configs = settings.topic_config_sync_interval_ms / 1000
+                    sync = sync_topic_configs(stop, self._topics, configs)
+                    tasks.create_task(sync, name=f"configs:{name}")
                 self._running.set()
                 await stop.wait()
                 # Partitions are released (drained, committed) before the clients close.
@@ -352,18 +300,6 @@ class LegRunner:
         finally:
             self._tasks = None
             await self._close_clients()
-
-    async def _refresh_health(self, stop: asyncio.Event) -> None:
-        """The leg's gauges and transition logs, within a second of a partition's transition;
-        without one (a stall is found by time), a census of very many partitions is taken
-        less often (:func:`walk_interval`). Readiness and ``/status`` take their own."""
-        while not stop.is_set():
-            self._health_due.clear()
-            self.health.refresh(lambda _: None)
-            await sleep_unless_stopped(stop, _HEALTH_REFRESH_S)
-            rest = walk_interval(_HEALTH_REFRESH_S, len(self.partitions)) - _HEALTH_REFRESH_S
-            if rest > 0 and not self._health_due.is_set():
-                await wait_any((stop, self._health_due), rest)
 
     def _partition_changed(self, _partition: LegPartition) -> None:
         self._health_due.set()
@@ -380,64 +316,26 @@ class LegRunner:
             within = min(within, self._stopping.left())
         await self.destination.tail.save_marks(marks, within)
 
-    async def _sync_topic_configs(self, stop: asyncio.Event) -> None:
-        """Destination topics' configs follow their source's (topics/provisioning.py), every
-        interval."""
-        every = self._settings.topic_config_sync_interval_ms / 1000
-        # A destination that refuses (no AlterConfigs) is asked less and less often.
-        backoff = Backoff(base=every, ceiling=max(every, _CONFIG_SYNC_CEILING_S))
-        wait = every
-        while not stop.is_set():
-            await sleep_unless_stopped(stop, wait)
-            if not stop.is_set():
-                synced = await self._topics.sync_configs()
-                wait = backoff.delay(retriable=synced)
-
     @property
     def topic_config_sync(self) -> dict[str, object]:
         """What the config sync did: configs set per topic, and its last failure."""
         return {"synced": dict(self._topics.synced), "last_error": self._topics.sync_error}
-
-    async def _refresh_marks(self, stop: asyncio.Event) -> None:
-        """Raise the destination mark of each idle partition to the destination's log end."""
-        while not stop.is_set():
-            await sleep_unless_stopped(stop, _MARK_REFRESH_S)
-            if stop.is_set() or not self.destination.ready.is_set():
-                continue
-            idle = {
-                TopicPartition(p.target_topic, p.tp.partition): (p, tracker.last_end)
-                for p in self.partitions.values()
-                # Placed by key, no single destination partition holds the origin: no mark.
-                if p.open
-                and p.placement is None
-                and (tracker := p.tracker) is not None
-                and tracker.idle
-            }
-            if not idle:
-                continue
-            try:
-                ends = await self.destination.tail.log_ends(list(idle))
-            except Exception as exc:  # the next round tries again; marks only bound a read
-                self._log.debug("destination log ends unknown", error=repr(exc))
-                continue
-            for destination_tp, end in ends.items():
-                partition, last_end = idle[destination_tp]
-                partition.destination_end_seen(end, last_end)
 
     async def _close_clients(self) -> None:
         # Together, within what is left of the stop (a producer whose destination is down
         # would wait for ever to flush; what it holds was not committed, so nothing is lost).
         left = self._stopping.left()
         name = self.leg.name
+        connections = self._connections
         closing = [
-            close_quietly(self.destination.reader.stop(), left, f"{name} destination reader"),
+            close_quietly(connections.close_reader(), left, f"{name} destination reader"),
         ]
         if not self._producer_closed:
             self._producer_closed = True
-            producer = self.destination.producer.stop()
+            producer = connections.close_producer()
             closing.append(close_quietly(producer, left, f"{name} destination producer"))
         if self._consumer is not None:
-            closing.append(close_quietly(self._consumer.stop(), left, f"{name} source consumer"))
+            closing.append(close_quietly(self._consumer.close(), left, f"{name} source consumer"))
         await asyncio.gather(*closing)
         self._metrics.assigned_partitions.labels(self.leg.name).set(0)
         self._log.info("leg stopped")
@@ -451,7 +349,7 @@ class LegRunner:
             return
         self._producer_closed = True
         await close_quietly(
-            self.destination.producer.stop(),
+            self._connections.close_producer(),
             self._stopping.left(),
             f"{self.leg.name} destination producer",
         )
@@ -478,122 +376,12 @@ class LegRunner:
             if target is not None:
                 self._topics.forget_refusal(target)
         self._assign_consumer(replicated)
-        points = await committed_offsets(consumer, replicated)
-        committed = {tp: offset for tp, (offset, _) in points.items()}
-        if self._plan.take_over is not TakeOver.NONE and committed:
-            handed_back = frozenset(tp for tp, (_, tag) in points.items() if tag == HANDED_BACK)
-            taken = await self._take_over(consumer, committed, handed_back)
-            if taken is None:
-                return  # stop came first: start nothing
-            committed.update(taken)
-        self.taking_over = False
-        new = [tp for tp, offset in committed.items() if offset is None]
-        log_start: dict[TopicPartition, int] = {}
-        if new:
-            log_start = await self._first_positions(consumer, new)
-        if self._closed or self._stop.is_set():
+        starts = await self._starts.read(consumer, replicated, self._stop)
+        if starts is None or self._closed or self._stop.is_set():
             return  # stop came while the offsets were read: start nothing
-        for tp in replicated:
-            self._start(
-                tp,
-                resume_position(committed[tp], log_start.get(tp)),
-                committed[tp] is not None,
-            )
+        for tp, (position, committed) in starts.items():
+            self._start(tp, position, committed)
         self._log.info("partitions assigned", partitions=len(self.partitions))
-
-    async def _take_over(
-        self,
-        consumer: AIOKafkaConsumer,
-        committed: dict[TopicPartition, int | None],
-        handed_back: frozenset[TopicPartition],
-    ) -> dict[TopicPartition, int] | None:
-        """Where the MirrorMaker this flow replaces left the assigned partitions
-        (takeover.py), committed; retried until it is read (never started by policy over a
-        position it could not read: that would copy twice or skip). ``None`` if stop came
-        first."""
-        plan, settings = self._plan, self._settings
-
-        async def new_reader(side: str) -> AIOKafkaConsumer:
-            alias = self.leg.destination if side == "target" else self.leg.source
-            reader = make_reader(settings.clusters[alias], settings, f"{self._client_id}-takeover")
-            await reader.start()
-            return reader
-
-        # MirrorMaker 2's alias as its file spells it: its keys and topic names use it.
-        alias = settings.clusters[self.leg.source].topic_alias or self.leg.source
-        takeover = Takeover(
-            kind=plan.take_over,
-            source=alias,
-            group=plan.group,
-            topic=plan.take_over_topic or default_offsets_topic(alias),
-            target=self._rules.target,
-            preserve_partitions=self._preserve_partitions,
-            new_reader=new_reader,
-            tail=self.destination.tail,
-            commit=consumer.commit,
-            keep_handovers=self._keep_handovers,
-            clusters=(self.leg.source, self.leg.destination),
-            timeout=settings.request_timeout_ms / 1000,
-            log=self._log,
-        )
-
-        async def attempt() -> dict[TopicPartition, int]:
-            await self.destination.ready.wait()
-            return await takeover.take(consumer, committed, handed_back)
-
-        taken = await retrying(
-            attempt,
-            stop=self._stop,
-            what=f"take over from {takeover.predecessor}",
-            log=self._log,
-            interruptible=True,
-        )
-        if takeover.outcome is not None:
-            self.takeover = {**takeover.outcome, "at": clock.wall()}
-            for outcome, count in takeover.outcome["partitions"].items():
-                self._metrics.partitions_taken_over.labels(self.leg.name, outcome).inc(count)
-        return taken
-
-    async def _keep_handovers(self, handovers: list[Handover]) -> None:
-        """Append the handovers to the checkpoints topic of the destination (created as the
-        group sync creates it, if it is not yet), each acknowledged; kept here too, for this
-        process's group sync."""
-        if not handovers:
-            return
-        settings = self._settings
-        topic = settings.checkpoints_topic
-        admin = await self._destination_client.admin()
-        factor = settings.destination_replication_factor
-        refused = await ensure_single_partition(admin, topic, factor, CHECKPOINTS_TOPIC_CONFIGS)
-        if refused:
-            raise TopicRefused(f"checkpoints topic {topic} not created: {refused}")
-        await append(self.destination.producer, topic, ((h.key, h.encode()) for h in handovers))
-        self.handovers.extend(handovers)
-
-    async def _first_positions(
-        self, consumer: AIOKafkaConsumer, new: list[TopicPartition]
-    ) -> dict[TopicPartition, int]:
-        """Where partitions the leg never committed start: the log start, or (a flow told to
-        start from the latest records) the log end, committed at once so that a restart before
-        the first record continues from there instead of from a later end."""
-        latest = self._start_from is StartPosition.LATEST
-        try:
-            if latest:
-                ends: dict[TopicPartition, int] = await consumer.end_offsets(new)
-                await consumer.commit(ends)
-                self._log.info("no committed offset: starting at the latest", partitions=len(new))
-                return ends
-            starts: dict[TopicPartition, int] = await consumer.beginning_offsets(new)
-            self._log.info("no committed offset: starting at log start", partitions=len(new))
-            return starts
-        except Exception as exc:  # never lose the assignment over it: the feed decides
-            self._log.warning(
-                "first position unknown: the feed starts these at its own position "
-                f"(the {'log end' if latest else 'log start'})",
-                partitions=len(new),
-                error=repr(exc),
-            )
-            return {}
 
     def _start(self, tp: TopicPartition, position: int | None, committed: bool = False) -> None:
         assert self._tasks is not None and self._consumer is not None

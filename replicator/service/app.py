@@ -38,6 +38,7 @@ from replicator.replication.dead_letters import DeadLetters
 from replicator.replication.feed import SourceFeed
 from replicator.replication.health import PartitionQuery
 from replicator.replication.heartbeats import FlowHeartbeat
+from replicator.replication.kafka_connections import KafkaLegConnections
 from replicator.replication.leg import LegRunner
 from replicator.service.http import HttpServer
 from replicator.telemetry.metrics import Metrics
@@ -149,8 +150,13 @@ class ReplicatorService:
                     self.settings,
                     plan,
                     self.metrics,
-                    self.clusters[leg.source],
-                    self.clusters[leg.destination],
+                    KafkaLegConnections(
+                        leg,
+                        self.settings,
+                        plan,
+                        self.clusters[leg.source],
+                        self.clusters[leg.destination],
+                    ),
                     self.dead_letters,
                     self.stopping,
                 )

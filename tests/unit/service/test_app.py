@@ -1,11 +1,12 @@
 """The root service starts in dependency order and stops in reverse, whatever ends it.
 
-The service's collaborators (cluster clients, legs, feeds, flow heartbeats, the HTTP server) are
-replaced in :mod:`replicator.service.app` by in-memory fakes that write what happens to them into
-one journal, each keeping the contract of the real one that the order rests on: a leg's
-:meth:`~replicator.replication.leg.LegRunner.run` ends only after stop *and*
-:meth:`~replicator.replication.leg.LegRunner.close_partitions`; a feed's run ends at stop, after
-releasing its partitions. The journal is then read for the order ``app.py``'s docstring promises.
+The service's collaborators (cluster clients, legs and their connections, feeds, flow
+heartbeats, the HTTP server) are replaced in :mod:`replicator.service.app` by in-memory fakes
+that write what happens to them into one journal, each keeping the contract of the real one
+that the order rests on: a leg's :meth:`~replicator.replication.leg.LegRunner.run` ends only
+after stop *and* :meth:`~replicator.replication.leg.LegRunner.close_partitions`; a feed's run
+ends at stop, after releasing its partitions. The journal is then read for the order
+``app.py``'s docstring promises.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def journal(monkeypatch: pytest.MonkeyPatch) -> Journal:
         async def close(self) -> None:
             journal.add(f"close cluster {self.alias}")
 
+    class KafkaLegConnections:
+        """A leg's clients: the fake leg below connects nothing."""
+
+        def __init__(self, *_: Any) -> None:
+            pass
+
     class LegRunner:
         def __init__(self, leg: Leg, *_: Any) -> None:
             self.leg = leg
@@ -118,6 +125,7 @@ def journal(monkeypatch: pytest.MonkeyPatch) -> Journal:
 
     for name, fake in {
         "ClusterClient": Cluster,
+        "KafkaLegConnections": KafkaLegConnections,
         "LegRunner": LegRunner,
         "SourceFeed": SourceFeed,
         "FlowHeartbeat": FlowHeartbeat,

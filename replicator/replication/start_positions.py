@@ -1,0 +1,133 @@
+"""Where a leg's newly assigned partitions start (:class:`StartPositions`).
+
+A partition the leg committed resumes at its committed offset. One it never committed starts by
+the plan's ``START_FROM``: at the log start, or at the log end, committed at once so that a
+restart before the first record continues from there instead of from a later end. With
+``TAKE_OVER``, the partitions the MirrorMaker a flow replaces stood on start where it stood
+instead (:mod:`replicator.replication.takeover`, through the leg's
+:class:`~replicator.replication.connections.Predecessor`): read before any of them starts, and
+retried until read, never replaced by the start policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from replicator import clock
+from replicator.config.topology import FeedPlan, Leg
+from replicator.config.values import StartPosition, TakeOver
+from replicator.kafka.retry import retrying
+from replicator.model.handover import Handover
+from replicator.replication.connections import LegConnections, LegSource
+from replicator.replication.states import resume_position
+from replicator.replication.takeover import HANDED_BACK
+from replicator.telemetry.metrics import Metrics
+
+Start = tuple[int | None, bool]  # a partition's first position (None: the feed's), committed
+
+
+class StartPositions:
+    """Where one leg's assigned partitions start, and what its takeover found."""
+
+    def __init__(
+        self,
+        leg: Leg,
+        plan: FeedPlan,
+        connections: LegConnections,
+        metrics: Metrics,
+        log: Any,
+    ) -> None:
+        self._leg = leg
+        self._plan = plan
+        self._connections = connections
+        self._metrics = metrics
+        self._log = log
+        # What the last takeover from a MirrorMaker found (TAKE_OVER), for /status; and where
+        # it took partitions over, for the group sync (model/handover.py).
+        self.takeover: dict[str, Any] | None = None
+        self.handovers: list[Handover] = []
+        # Until its first assignment is taken (over): translating groups' positions before
+        # the handovers are known would take MirrorMaker's copies for unread records.
+        self.taking_over = plan.take_over is not TakeOver.NONE
+
+    async def read(
+        self, source: LegSource, partitions: list[TopicPartition], stop: asyncio.Event
+    ) -> dict[TopicPartition, Start] | None:
+        """Each of ``partitions``' first position and whether it was committed, in order;
+        ``None`` if stop came during a takeover (start nothing)."""
+        points = await source.committed(partitions)
+        committed = {tp: offset for tp, (offset, _) in points.items()}
+        if self._plan.take_over is not TakeOver.NONE and committed:
+            handed_back = frozenset(tp for tp, (_, tag) in points.items() if tag == HANDED_BACK)
+            taken = await self._take_over(source, committed, handed_back, stop)
+            if taken is None:
+                return None  # stop came first: start nothing
+            committed.update(taken)
+        self.taking_over = False
+        new = [tp for tp, offset in committed.items() if offset is None]
+        log_start: dict[TopicPartition, int] = {}
+        if new:
+            log_start = await self._first_positions(source, new)
+        return {
+            tp: (resume_position(committed[tp], log_start.get(tp)), committed[tp] is not None)
+            for tp in partitions
+        }
+
+    async def _take_over(
+        self,
+        source: LegSource,
+        committed: dict[TopicPartition, int | None],
+        handed_back: frozenset[TopicPartition],
+        stop: asyncio.Event,
+    ) -> dict[TopicPartition, int] | None:
+        """Where the MirrorMaker this flow replaces left the assigned partitions
+        (takeover.py), committed; retried until it is read (never started by policy over a
+        position it could not read: that would copy twice or skip). ``None`` if stop came
+        first. The handovers it finds are kept for this process's group sync."""
+        takeover = self._connections.predecessor(source, self.handovers.extend, self._log)
+        ready = self._connections.destination.ready
+
+        async def attempt() -> dict[TopicPartition, int]:
+            await ready.wait()
+            return await takeover.take(committed, handed_back)
+
+        taken = await retrying(
+            attempt,
+            stop=stop,
+            what=f"take over from {takeover.predecessor}",
+            log=self._log,
+            interruptible=True,
+        )
+        if takeover.outcome is not None:
+            self.takeover = {**takeover.outcome, "at": clock.wall()}
+            for outcome, count in takeover.outcome["partitions"].items():
+                self._metrics.partitions_taken_over.labels(self._leg.name, outcome).inc(count)
+        return taken
+
+    async def _first_positions(
+        self, source: LegSource, new: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Where partitions the leg never committed start: the log start, or (a flow told to
+        start from the latest records) the log end, committed at once so that a restart before
+        the first record continues from there instead of from a later end."""
+        latest = self._plan.start_from is StartPosition.LATEST
+        try:
+            if latest:
+                ends = await source.log_ends(new)
+                await source.commit(ends)
+                self._log.info("no committed offset: starting at the latest", partitions=len(new))
+                return ends
+            starts = await source.log_starts(new)
+            self._log.info("no committed offset: starting at log start", partitions=len(new))
+            return starts
+        except Exception as exc:  # never lose the assignment over it: the feed decides
+            self._log.warning(
+                "first position unknown: the feed starts these at its own position "
+                f"(the {'log end' if latest else 'log start'})",
+                partitions=len(new),
+                error=repr(exc),
+            )
+            return {}
