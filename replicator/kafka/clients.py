@@ -34,6 +34,7 @@ from replicator.errors import (
 )
 from replicator.kafka import internals
 from replicator.kafka.decoding import as_fetched
+from replicator.kafka.roles import LogReader
 from replicator.kafka.translation import translate
 from replicator.lifecycle import LISTING_MS_PER_PARTITION, close_quietly, walk_interval
 from replicator.model.offsets import OutOfRange, out_of_range
@@ -160,7 +161,7 @@ def make_reader(
     client_id: str,
     fetch_max_wait_ms: int = 10,
     data_path: bool = False,
-) -> AIOKafkaConsumer:
+) -> LogReader:
     """A consumer of no group that reads ranges of a destination (the resume scan, the
     heartbeat watch): by default fetches answer at once at the log end, so the end is known
     without waiting. A fetch response is bounded to one partition's worth in all, however many
@@ -170,7 +171,7 @@ def make_reader(
 
     ``data_path``: a reader on the data path (the resume scan) gets its records as decoded
     (:mod:`replicator.kafka.decoding`); any other gets aiokafka's ``ConsumerRecord``."""
-    return AIOKafkaConsumer(
+    reader: LogReader = AIOKafkaConsumer(
         **client_options(cluster, settings, discovers_topics=False),
         client_id=client_id,
         enable_auto_commit=False,
@@ -181,6 +182,7 @@ def make_reader(
         consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
         key_deserializer=as_fetched if data_path else None,
     )
+    return reader
 
 
 async def committed_offsets(

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Leg
@@ -33,6 +33,7 @@ from replicator.kafka.clients import (
 )
 from replicator.kafka.fetching import ConsumerSource
 from replicator.kafka.producer import append, make_producer
+from replicator.kafka.roles import BatchProducer, LogReader
 from replicator.lifecycle import close_quietly
 from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
 from replicator.model.offsets import OutOfRange
@@ -77,7 +78,7 @@ class KafkaLegSource(ConsumerSource):
 class _BoundTakeover:
     """A :class:`Takeover` reading and committing through the leg's source consumer."""
 
-    def __init__(self, takeover: Takeover, consumer: AIOKafkaConsumer) -> None:
+    def __init__(self, takeover: Takeover, consumer: LogReader) -> None:
         self._takeover = takeover
         self._consumer = consumer
 
@@ -128,17 +129,16 @@ class KafkaLegConnections:
     def destination_error(self) -> str | None:
         return self._destination_client.error
 
-    def _new_producer(self) -> AIOKafkaProducer:
+    def _new_producer(self) -> BatchProducer:
         destination = self._settings.clusters[self._leg.destination]
         # Idempotent until the destination cluster refuses a producer id (then never again).
-        return make_producer(
-            destination,
-            self._settings,
-            self._client_id,
-            enable_idempotence=self._destination_client.idempotence,
+        idempotent = self._destination_client.idempotence
+        producer: BatchProducer = make_producer(
+            destination, self._settings, self._client_id, enable_idempotence=idempotent
         )
+        return producer
 
-    def _new_reader(self) -> AIOKafkaConsumer:
+    def _new_reader(self) -> LogReader:
         destination = self._settings.clusters[self._leg.destination]
         return make_reader(destination, self._settings, f"{self._client_id}-resume", data_path=True)
 
@@ -178,7 +178,7 @@ class KafkaLegConnections:
         assert isinstance(source, KafkaLegSource), "a source this connections started"
         plan, settings, leg = self._plan, self._settings, self._leg
 
-        async def new_reader(side: str) -> AIOKafkaConsumer:
+        async def new_reader(side: str) -> LogReader:
             alias = leg.destination if side == "target" else leg.source
             reader = make_reader(settings.clusters[alias], settings, f"{self._client_id}-takeover")
             await reader.start()
