@@ -82,15 +82,18 @@ class PartitionFanout:
     def settle(self) -> None:
         """Detach attached partitions the feed is already past (prepared late, say): without
         this they would wait for a chunk that never comes while the source is idle. Attach
-        those fetching alone that caught up with the feed: without this they would stay fetched
-        twice (by the feed and by their leg's catch-up fetch) until the next record."""
+        those fetching alone that caught up with the feed and have room: without this they
+        would stay fetched twice (by the feed and by their leg's catch-up fetch) until the next
+        record. One without room stays alone (nothing fetches it until it has room, and then it
+        changes): attached, it would hold the feed again for as long as it was just given up
+        for."""
         for partition in self.partitions:
             position = partition.position
             if position is None:
                 continue
             if partition.attached and position < self.position:
                 partition.detach()
-            elif partition.mode is Mode.ALONE and position == self.position:
+            elif partition.mode is Mode.ALONE and position == self.position and partition.has_room:
                 partition.attach()
 
     def blocking(self) -> list[LegPartition]:
