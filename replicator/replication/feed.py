@@ -429,7 +429,8 @@ class SourceFeed(Generic[L]):
         starts = [p.position for p in partitions if p.open]
         if not starts:
             self._fanouts[tp] = PartitionFanout(tp, partitions, 0)
-            return  # halted on every leg: nothing to fetch
+            self._pause(tp)  # halted on every leg: nothing to fetch (after a reset, say)
+            return
         if all(offset is not None for offset in starts):
             position = min(o for o in starts if o is not None)
             source.seek(tp, position)
