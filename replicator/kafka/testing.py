@@ -7,7 +7,8 @@ them) between a log start and a log end. It answers as a consumer does:
 
 - Every assigned partition starts paused, at no position (as a leg leaves the partitions it
   assigns); a fetch reads the resumed ones from their positions, at most ``per_fetch`` records
-  of each, and waits up to its timeout (on the event loop's clock) when none has anything.
+  of each, and waits up to its timeout (on the event loop's clock) when none has anything (a
+  partition resumed while it waits is read too).
 - A fetch that reaches the last record moves the position to the log end: offsets past the last
   record up to the end are records the client never hands over (:meth:`MemorySource.markers`:
   transaction markers, aborted records).
@@ -196,7 +197,9 @@ class MemorySource:
 
     def resume(self, tp: TopicPartition) -> None:
         self._check_assigned(tp)
-        self._paused.discard(tp)
+        if tp in self._paused:
+            self._paused.discard(tp)
+            self._arrived.set()  # a fetch waiting for records reads it too, as a consumer's does
 
     def position_after(self, tp: TopicPartition) -> int | None:
         return self._positions.get(tp) if tp in self._assigned else None
