@@ -44,13 +44,13 @@ from replicator.lifecycle import IdleWait, StopDeadline, close_quietly, wait_any
 from replicator.model.offsets import OutOfRange
 from replicator.model.records import SourceRecord
 from replicator.replication.fanout import PartitionFanout
+from replicator.replication.fetch_round import FetchRound
 from replicator.replication.partition import LegPartition
 from replicator.telemetry.metrics import Metrics
 from replicator.topics.watching import TopicWatch
 
 log = structlog.get_logger(__name__)
 
-_FETCH_TIMEOUT_MS = 200
 _SWEEP_BATCH = 256
 _IDLE_HOLD_S = 10.0
 
@@ -135,9 +135,22 @@ class SourceFeed(Generic[L]):
         self._metadata_refreshed = False
         self.joined = False
         self._assigning = 0  # partitions of an assignment not yet handed to every leg
-        self.last_error: str | None = None
-        self.last_poll = clock.monotonic()
+        self._connect_error: str | None = None
+        self._fetched: list[TopicPartition] = []  # the partitions of this round's records
         self._log = log.bind(feed=plan.name, source=plan.source)
+        self._round = FetchRound(
+            self._group_source, self, what="fetch", failure="fetch failed", log=self._log
+        )
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the feed cannot connect, or why its last fetch failed."""
+        return self._connect_error if self._source is None else self._round.last_error
+
+    @property
+    def last_poll(self) -> float:
+        """When the source last answered a fetch."""
+        return self._round.last_poll
 
     @property
     def connected(self) -> bool:
@@ -178,7 +191,7 @@ class SourceFeed(Generic[L]):
 
     async def _connect(self, stop: asyncio.Event) -> GroupSource | None:
         def failed(error: ReplicatorError) -> None:
-            self.last_error = f"cannot connect to {self.plan.source}: {error}"
+            self._connect_error = f"cannot connect to {self.plan.source}: {error}"
 
         source = await retrying(
             self._new_source,
@@ -192,14 +205,15 @@ class SourceFeed(Generic[L]):
             return None
         self._source = source
         await self._list_topics(source, subscribe=True)
-        self.last_error = None
+        self._connect_error = None
         self._log.info("source feed connected", group=self.group)
         return source
 
-    async def _fetch_loop(self, stop: asyncio.Event, source: GroupSource) -> None:
-        def failed(error: ReplicatorError) -> None:
-            self.last_error = f"fetch failed: {error}"
+    def _group_source(self) -> GroupSource:
+        assert self._source is not None, "fetching before the feed connected"
+        return self._source
 
+    async def _fetch_loop(self, stop: asyncio.Event, source: GroupSource) -> None:
         settings = self._settings
         idle = IdleWait(
             settings.fetch_max_wait_ms,
@@ -210,35 +224,38 @@ class SourceFeed(Generic[L]):
             idle.fetching(len(self._fanouts))
             if self._metadata_refreshed or clock.monotonic() >= self._next_listing:
                 await self._list_topics(source)
-            fetched = await retrying(
-                lambda: self._fetch(source),
-                stop=stop,
-                what="fetch",
-                log=self._log,
-                on_error=failed,
-            )
-            if stop.is_set():
-                return
-            self.last_poll = clock.monotonic()
-            wait = idle.after(bool(fetched), self.last_poll)
-            if wait is not None:
-                source.set_wait(wait)
-            await self._deliver(source, fetched or {})
+            if await self._round.run(stop, idle) is None:
+                return  # stopped
+            await self._settle(source)
 
-    async def _deliver(
-        self, source: GroupSource, fetched: dict[TopicPartition, list[SourceRecord]]
-    ) -> None:
-        """Fan a fetch out to the legs, then settle every partition it or a change touched."""
-        fetched_ms = int(clock.wall() * 1000)
-        for tp, records in fetched.items():
-            fanout = self._fanouts.get(tp)
-            if fanout is not None and records:
-                fanout.deliver(records, fetched_ms)
-                self._pass_over(source, fanout)
-        for poison in source.poisoned():
-            self._undecodable(poison)
-        touched = set(fetched) | self._changed
-        self._changed = set()  # what changes while the sweep waits is the next round's
+    # -- what a round brought (RoundReader) -----------------------------------------------------
+
+    async def out_of_range(self, positions: dict[TopicPartition, int]) -> None:
+        for tp, position in positions.items():
+            await self._out_of_range(tp, position)
+
+    def take(self, tp: TopicPartition, records: list[SourceRecord], fetched_ms: int) -> None:
+        """Fan ``records`` out to the legs (settled with the partitions that changed)."""
+        self._changed.add(tp)
+        fanout = self._fanouts.get(tp)
+        if fanout is not None:
+            fanout.deliver(records, fetched_ms)
+            self._fetched.append(tp)
+
+    def reading(self) -> Iterable[tuple[TopicPartition, int]]:
+        """The partitions this round fanned out (the sweep looks at the others in turn)."""
+        fetched, self._fetched = self._fetched, []
+        return [(tp, fanout.position) for tp in fetched if (fanout := self._fanouts.get(tp))]
+
+    def pass_over(self, tp: TopicPartition, position: int) -> None:
+        fanout = self._fanouts.get(tp)
+        if fanout is not None:
+            fanout.pass_over(position)
+
+    async def _settle(self, source: GroupSource) -> None:
+        """Settle every partition a fetch or a change touched, and those the sweep looks at."""
+        touched, self._changed = self._changed, set()  # changes while the sweep waits: next
+        touched |= await self._sweep(source)
         touched |= await self._sweep(source)
         for tp in touched:
             fanout = self._fanouts.get(tp)
@@ -278,16 +295,6 @@ class SourceFeed(Generic[L]):
         taken = self._sweep_order[self._sweep_at : self._sweep_at + _SWEEP_BATCH]
         self._sweep_at += _SWEEP_BATCH
         return taken
-
-    async def _fetch(self, source: GroupSource) -> dict[TopicPartition, list[SourceRecord]]:
-        """One fetch; positions outside the log are handled here, other errors raised."""
-        fetched = await source.fetch(_FETCH_TIMEOUT_MS)
-        if fetched.out_of_range:
-            for tp, position in fetched.out_of_range.items():
-                await self._out_of_range(tp, position)
-            return {}
-        self.last_error = None
-        return fetched.records
 
     async def _list_topics(self, source: GroupSource, subscribe: bool = False) -> None:
         """List the cluster's topics; subscribe to exactly the replicated ones when they change.
@@ -458,13 +465,12 @@ class SourceFeed(Generic[L]):
         self._fanouts.pop(tp, None)
         self._held.pop(tp, None)
 
-    def _undecodable(self, poison: Poison) -> None:
+    def undecodable(self, poison: Poison) -> None:
         """A fetch stopped at a record the client cannot decode, after handing over those before
         it: the legs there halt at it (once what they queued is sent); never fetched again here
-        (a leg still behind reaches it with its own fetch)."""
+        (a leg still behind reaches it with its own fetch; the round paused it)."""
         tp = poison.tp
         self._held.pop(tp, None)
-        self._pause(tp)
         fanout = self._fanouts.get(tp)
         if fanout is None:
             return
