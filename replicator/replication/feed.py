@@ -115,9 +115,9 @@ class SourceFeed(Generic[L]):
         self._new_source = connect or self._start_source
         self._source: GroupSource | None = None
         self._fanouts: dict[TopicPartition, PartitionFanout] = {}
-        # Paused partitions waiting for a leg, with when they were paused (oldest first: every
-        # hold lasts at most detach_after, so the first one is the next to expire).
-        self._held: dict[TopicPartition, float] = {}
+        # The held fanouts (PartitionFanout.hold), oldest hold first: every hold lasts at most
+        # detach_after, so the first one is the next to end. Changed by _hold and _unhold only.
+        self._held: dict[TopicPartition, PartitionFanout] = {}
         # Partitions whose state changed since the feed last looked (see LegPartition.watch):
         # holds and settling are decided for those only, not for every partition every fetch.
         self._changed: set[TopicPartition] = set()
@@ -324,12 +324,19 @@ class SourceFeed(Generic[L]):
 
     def _hold(self, fanout: PartitionFanout) -> None:
         """Pause ``fanout``'s partition while a leg it waits for has no room (or is starting)."""
-        tp = fanout.tp
-        if tp in self._held or not fanout.blocking():
+        if not fanout.hold(clock.monotonic()):
             return
-        self._pause(tp)
-        self._held[tp] = clock.monotonic()
+        self._pause(fanout.tp)
+        self._held[fanout.tp] = fanout
         self._holds_changed.set()
+
+    def _unhold(self, fanout: PartitionFanout, resume: bool = True) -> None:
+        """``fanout`` held no more; its partition resumed (``resume``) if it is still fed."""
+        if not fanout.unhold():
+            return
+        del self._held[fanout.tp]
+        if resume and self._fanouts.get(fanout.tp) is fanout:
+            self._resume(fanout.tp)
 
     def _partition_changed(self, partition: LegPartition) -> None:
         """A leg's partition changed (room freed, started, detached...): look at it again."""
@@ -346,30 +353,24 @@ class SourceFeed(Generic[L]):
         One task for every hold: woken by the partitions that changed, and at the oldest hold's
         deadline; it looks at those partitions only.
         """
+        detach_after = self._detach_after
         while not stop.is_set():
             oldest = next(iter(self._held.values()), None)
-            left = None if oldest is None else oldest + self._detach_after - clock.monotonic()
+            left = None if oldest is None else oldest.hold_ends(detach_after) - clock.monotonic()
             if left is None or left > 0:
                 await wait_any([self._holds_changed, stop], _IDLE_HOLD_S if left is None else left)
             self._holds_changed.clear()
             woken, self._woken = self._woken, set()
             for tp in woken:
-                fanout = self._fanouts.get(tp)
-                if tp in self._held and (fanout is None or not fanout.blocking()):
-                    self._unhold(tp)
+                held = self._held.get(tp)
+                if held is not None and not held.blocking():
+                    self._unhold(held)
             now = clock.monotonic()
-            for tp, paused_at in list(self._held.items()):
-                if paused_at + self._detach_after > now:
+            for held in list(self._held.values()):
+                if held.hold_ends(detach_after) > now:
                     break
-                fanout = self._fanouts.get(tp)
-                if fanout is not None:
-                    fanout.give_up(fanout.blocking())
-                self._unhold(tp)
-
-    def _unhold(self, tp: TopicPartition) -> None:
-        del self._held[tp]
-        if tp in self._fanouts:
-            self._resume(tp)
+                held.give_up(held.blocking())
+                self._unhold(held)
 
     # -- positions outside the log --------------------------------------------------------------
 
@@ -462,18 +463,19 @@ class SourceFeed(Generic[L]):
         )
 
     def _drop_fanout(self, tp: TopicPartition) -> None:
-        self._fanouts.pop(tp, None)
-        self._held.pop(tp, None)
+        fanout = self._fanouts.pop(tp, None)
+        if fanout is not None:
+            self._unhold(fanout, resume=False)
 
     def undecodable(self, poison: Poison) -> None:
         """A fetch stopped at a record the client cannot decode, after handing over those before
         it: the legs there halt at it (once what they queued is sent); never fetched again here
         (a leg still behind reaches it with its own fetch; the round paused it)."""
         tp = poison.tp
-        self._held.pop(tp, None)
         fanout = self._fanouts.get(tp)
         if fanout is None:
             return
+        self._unhold(fanout, resume=False)
         reason = undecodable_reason(poison)
         halted = [p for p in fanout.partitions if p.undecodable(poison.offset, reason)]
         if halted:

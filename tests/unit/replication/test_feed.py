@@ -425,3 +425,13 @@ def test_a_full_partition_given_up_at_the_feeds_position_stays_alone() -> None:
     assert [offsets(w) for w in queued(full)] == [list(range(10))]  # room again
     fanout.settle()
     assert full.attached and roomy.attached
+
+
+def test_a_fanout_is_held_only_while_it_waits_for_a_leg() -> None:
+    full = partition(0, Mode.ATTACHED, max_records=10)
+    fanout = PartitionFanout(TP, [full, partition(0, Mode.ATTACHED)], 0)
+    assert not fanout.hold(1.0) and fanout.held_since is None  # nothing to wait for
+    fanout.deliver(records(0, 10), 1_800_000_000_000)
+    assert fanout.hold(1.0) and fanout.hold_ends(DETACH_AFTER_S) == 6.0
+    assert not fanout.hold(2.0) and fanout.held_since == 1.0  # held once, from the first time
+    assert fanout.unhold() and not fanout.unhold() and fanout.held_since is None
