@@ -21,7 +21,10 @@ functions with product-level arguments.
 ``fetching``
     What a fetch loop needs of its source consumer, in product terms (the
     :class:`~replicator.kafka.fetching.FetchSource` Protocol: fetch, seek, pause, resume, where
-    a fetch left off, undecodable records, log bounds), and its aiokafka implementation.
+    a fetch left off, undecodable records, log bounds), what the shared feed needs of its group
+    consumer besides (:class:`~replicator.kafka.fetching.GroupSource`: a pattern subscription
+    with assignment and revocation callbacks, topic listings, log ends seen), and their aiokafka
+    implementations.
 ``roles``
     The clients the layers above hold, as Protocols of the roles they play (a
     :class:`~replicator.kafka.roles.LogReader`, a :class:`~replicator.kafka.roles.RecordProducer`,
@@ -30,7 +33,9 @@ functions with product-level arguments.
 ``testing``
     In-memory stand-ins for the boundary's seams, shipped for tests: a
     :class:`~replicator.kafka.testing.MemorySource` (source logs read as a consumer reads them,
-    with scripted undecodable records and failures).
+    with scripted undecodable records and failures) and a
+    :class:`~replicator.kafka.testing.MemoryGroupSource` (the same, as a group member a test
+    rebalances).
 ``admin``
     The topic requests made of a cluster in product terms: metadata, CreateTopics,
     CreatePartitions, DescribeConfigs (typed :class:`~replicator.kafka.admin.ConfigEntry`) and

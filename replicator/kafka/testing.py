@@ -7,7 +7,8 @@ them) between a log start and a log end. It answers as a consumer does:
 
 - Every assigned partition starts paused, at no position (as a leg leaves the partitions it
   assigns); a fetch reads the resumed ones from their positions, at most ``per_fetch`` records
-  of each, and waits up to its timeout (on the event loop's clock) when none has anything.
+  of each, and waits up to its timeout (on the event loop's clock) when none has anything (a
+  partition resumed while it waits is read too).
 - A fetch that reaches the last record moves the position to the log end: offsets past the last
   record up to the end are records the client never hands over (:meth:`MemorySource.markers`:
   transaction markers, aborted records).
@@ -22,20 +23,28 @@ them) between a log start and a log end. It answers as a consumer does:
 What a loop asked is kept for the tests' oracles: each fetch's partitions and positions
 (:attr:`MemorySource.asked`), and each fetch wait set (:attr:`MemorySource.waits`, with the loop
 time it was set at).
+
+:class:`MemoryGroupSource` is a :class:`~replicator.kafka.fetching.GroupSource` over the same
+logs: a group member that holds nothing until a test rebalances it
+(:meth:`MemoryGroupSource.rebalance`): the partitions held are revoked, then the new ones
+assigned (by default every partition of a topic the subscribed pattern matches), each at no
+position and not paused, as aiokafka hands them to its listener; the callbacks are awaited in
+turn. A fetch response tells each partition it read of its log end and when it came.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.errors import ReplicatorError
 from replicator.kafka.decoding import Poison
-from replicator.kafka.fetching import Fetched
+from replicator.kafka.fetching import Fetched, Partitions
 from replicator.model.offsets import OutOfRange, out_of_range
 from replicator.model.records import SourceRecord
 
@@ -67,6 +76,9 @@ class MemorySource:
         self.holding = 0  # fetches waiting at the gate (hold())
         self.asked: list[dict[TopicPartition, int]] = []  # per fetch: the positions it read
         self.waits: list[tuple[float, int]] = []  # (loop time, wait ms) per set_wait()
+        # What the last fetch response told of each partition: (log end, when: ms, increasing).
+        self._answers: dict[TopicPartition, tuple[int, int]] = {}
+        self._answered_ms = 0
         for tp, records in (logs or {}).items():
             self.append(tp, records)
         self.assign(self._logs)
@@ -133,6 +145,7 @@ class MemorySource:
         self._assigned = set(partitions)
         self._paused = set(self._assigned)
         self._positions = {}
+        self._answers = {}
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
@@ -184,7 +197,9 @@ class MemorySource:
 
     def resume(self, tp: TopicPartition) -> None:
         self._check_assigned(tp)
-        self._paused.discard(tp)
+        if tp in self._paused:
+            self._paused.discard(tp)
+            self._arrived.set()  # a fetch waiting for records reads it too, as a consumer's does
 
     def position_after(self, tp: TopicPartition) -> int | None:
         return self._positions.get(tp) if tp in self._assigned else None
@@ -217,7 +232,9 @@ class MemorySource:
         records: dict[TopicPartition, list[SourceRecord]] = {}
         outside: dict[TopicPartition, int] = {}
         moved = False
+        self._answered_ms = max(self._answered_ms + 1, int(clock.monotonic() * 1000))
         for tp, position in asked.items():
+            self._answers[tp] = (self.log_end(tp), self._answered_ms)
             if out_of_range(position, self.log_start(tp), self.log_end(tp)) is not None:
                 outside[tp] = position
                 continue
@@ -246,3 +263,81 @@ class MemorySource:
         else:
             self._positions[tp] = self.log_end(tp)  # past the markers after the last record
         return taken
+
+
+class MemoryGroupSource(MemorySource):
+    """Source partitions in memory, read as the shared feed's group consumer reads them (see the
+    module docstring); every log is a partition of the cluster, none assigned until a
+    rebalance."""
+
+    def __init__(
+        self,
+        logs: Mapping[TopicPartition, Sequence[SourceRecord]] | None = None,
+        per_fetch: int = 100,
+    ) -> None:
+        super().__init__(logs, per_fetch)
+        self.assign(())
+        self.subscriptions: list[str] = []  # each pattern subscribed to, in order
+        self.listings: list[float | None] = []  # each listing of the topics: its ``within_s``
+        self.closed = False
+        self._listeners: tuple[Partitions, Partitions] | None = None
+        self._metadata_listeners: list[Callable[[], None]] = []
+
+    @property
+    def subscribed(self) -> bool:
+        return self._listeners is not None
+
+    async def rebalance(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Revoke the partitions held, then assign ``partitions`` (by default every partition
+        of a topic the pattern matches), awaiting the listener's callbacks in turn."""
+        assert self._listeners is not None, "not subscribed"
+        assigned, revoked = self._listeners
+        await revoked(sorted(self._assigned))
+        if partitions is None:
+            pattern = self.subscriptions[-1]
+            partitions = [tp for tp in self._logs if re.fullmatch(pattern, tp.topic)]
+        self._assigned = set(partitions)
+        self._paused = set()
+        self._positions = {}
+        self._answers = {}
+        await assigned(sorted(self._assigned))
+
+    def refresh_metadata(self) -> None:
+        """The consumer's metadata was refreshed: its listeners are told."""
+        for listener in self._metadata_listeners:
+            listener()
+
+    # -- GroupSource ----------------------------------------------------------------------------
+
+    def subscribe(self, pattern: str, assigned: Partitions, revoked: Partitions) -> None:
+        self.subscriptions.append(pattern)
+        self._listeners = (assigned, revoked)
+
+    async def topics(self, within_s: float | None) -> set[str]:
+        self.listings.append(within_s)
+        return {tp.topic for tp in self._logs}
+
+    def pace_metadata(self, every_s: float) -> float:
+        return every_s
+
+    def on_metadata(self, listener: Callable[[], None]) -> None:
+        self._metadata_listeners.append(listener)
+
+    async def seek_to_log_start(self, tp: TopicPartition) -> int:
+        self.seek(tp, self.log_start(tp))
+        return self.log_start(tp)
+
+    async def seek_to_log_end(self, tp: TopicPartition) -> int:
+        self.seek(tp, self.log_end(tp))
+        return self.log_end(tp)
+
+    def log_end_seen(self, tp: TopicPartition) -> int | None:
+        answer = self._answers.get(tp)
+        return None if answer is None else answer[0]
+
+    def answered_at(self, tp: TopicPartition) -> int | None:
+        answer = self._answers.get(tp)
+        return None if answer is None else answer[1]
+
+    async def close(self) -> None:
+        self.closed = True

@@ -4,6 +4,9 @@
     A source feed: one fetch of a source cluster, fanned out to the legs of its feed plan.
 ``fanout``
     One source partition's fetched chunks built into batches for every attached leg at once.
+``fetch_round``
+    One fetch round, shared by the feed and the catch-up fetch: what a fetch brought (records,
+    positions outside the log or moved past markers, undecodable records) handed to its loop.
 ``leg``
     One direction of replication, from one feed into one destination cluster: owns the
     destination's producer, topics, partitions and senders (:class:`~replicator.replication.leg.

@@ -8,30 +8,29 @@ with the partitions (:meth:`CatchUpFetch.reconcile`), so the partitions' state a
 is fetched and from where. A position found below the source log start applies the leg's
 offset-reset policy; one beyond the log end is left to the shared feed, which is further on and
 resets the partition on every leg. The consumer is read through the
-:class:`~replicator.kafka.fetching.FetchSource` seam (by the unit tests, an in-memory one).
+:class:`~replicator.kafka.fetching.FetchSource` seam (by the unit tests, an in-memory one), one
+:class:`~replicator.replication.fetch_round.FetchRound` at a time (the shared feed's too).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import structlog
 from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.errors import ReplicatorError
-from replicator.kafka.decoding import undecodable_reason
+from replicator.kafka.decoding import Poison, undecodable_reason
 from replicator.kafka.fetching import FetchSource
-from replicator.kafka.retry import retrying
 from replicator.lifecycle import IdleWait, wait_any
 from replicator.model.records import SourceRecord
+from replicator.replication.fetch_round import FetchRound
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition
 
 log = structlog.get_logger(__name__)
-
-FETCH_TIMEOUT_MS = 200
 # Without changes the fetch still wakes this often, to show it is alive (liveness).
 _IDLE_S = 5.0
 # A partition whose out-of-range answer could not be settled is fetched again after this long.
@@ -65,9 +64,23 @@ class CatchUpFetch:
         self._later: set[TopicPartition] = set()
         self._later_at = 0.0
         self._wake = asyncio.Event()
-        self.last_poll = clock.monotonic()
-        self.last_error: str | None = None
         self._log = log.bind(leg=leg)
+        self._round = FetchRound(
+            source,
+            self,
+            what="fetch (catch-up)",
+            failure="catch-up fetch failed",
+            log=self._log,
+        )
+
+    @property
+    def last_poll(self) -> float:
+        """When the source last answered, or the fetch last found nothing to fetch."""
+        return self._round.last_poll
+
+    @property
+    def last_error(self) -> str | None:
+        return self._round.last_error
 
     async def run(self, stop: asyncio.Event, idle: IdleWait | None = None) -> None:
         """Fetch for the partitions fed alone until ``stop`` (waiting longer for data while
@@ -75,23 +88,11 @@ class CatchUpFetch:
         while not stop.is_set():
             if not self.reconcile():
                 # Nothing to fetch: sleep until a partition changes (no polling of partitions).
-                self.last_poll = clock.monotonic()
+                self._round.last_poll = clock.monotonic()
                 await wait_any([self._wake, stop], _IDLE_S)
                 self._wake.clear()
                 continue
-            fetched = await retrying(
-                self._fetch,
-                stop=stop,
-                what="fetch (catch-up)",
-                log=self._log,
-                on_error=self._failed,
-            )
-            if idle is not None:
-                wait = idle.after(bool(fetched), clock.monotonic())
-                if wait is not None:
-                    self._source().set_wait(wait)
-            if fetched:
-                self._deliver(fetched)
+            await self._round.run(stop, idle)
 
     def changed(self, partition: LegPartition) -> None:
         """``partition`` changed (fed alone, room freed, moved): reconcile it at the next round."""
@@ -137,50 +138,45 @@ class CatchUpFetch:
         self._dirty.update(self._partitions)
         self._wake.set()
 
-    async def _fetch(self) -> dict[TopicPartition, list[SourceRecord]]:
-        fetched = await self._source().fetch(FETCH_TIMEOUT_MS)
-        if fetched.out_of_range:
-            await self._out_of_range(fetched.out_of_range)
-            return {}
-        self.last_poll = clock.monotonic()
-        self.last_error = None
-        return fetched.records
+    # -- what a round brought (RoundReader) ---------------------------------------------------
 
-    def _deliver(self, fetched: Mapping[TopicPartition, list[SourceRecord]]) -> None:
-        fetched_ms = int(clock.wall() * 1000)
-        for tp, records in fetched.items():
-            partition = self._partitions.get(tp)
-            start = self._positions.get(tp)
-            if partition is None or start is None or not records:
-                continue
-            end = records[-1].offset + 1
-            self._positions[tp] = end
-            # Refused (a gap, or no longer fed alone) or full: reconcile() pauses or seeks.
-            partition.take_fetched(records, start, end, fetched_ms)
-        for tp, start in list(self._positions.items()):
-            # Past records the client never hands over (transaction markers, aborted records).
-            position = self._source().position_after(tp)
-            partition = self._partitions.get(tp)
-            if partition is not None and position is not None and position > start:
-                self._positions[tp] = position
-                partition.pass_over(start, position)
-        for poison in self._source().poisoned():
-            # Stopped at a record it cannot decode: the partition halts there (kafka/decoding.py).
-            self._source().pause(poison.tp)
-            self._positions.pop(poison.tp, None)
-            partition = self._partitions.get(poison.tp)
-            if partition is not None and partition.undecodable(
-                poison.offset, undecodable_reason(poison)
-            ):
-                self._log.error(
-                    "a source record cannot be decoded: its partition halts at it",
-                    topic=poison.tp.topic,
-                    partition=poison.tp.partition,
-                    offset=poison.offset,
-                    error=poison.error,
-                )
+    def take(self, tp: TopicPartition, records: list[SourceRecord], fetched_ms: int) -> None:
+        partition = self._partitions.get(tp)
+        start = self._positions.get(tp)
+        if partition is None or start is None:
+            return
+        end = records[-1].offset + 1
+        self._positions[tp] = end
+        # Refused (a gap, or no longer fed alone) or full: reconcile() pauses or seeks.
+        partition.take_fetched(records, start, end, fetched_ms)
 
-    async def _out_of_range(self, positions: dict[TopicPartition, int]) -> None:
+    def reading(self) -> Iterable[tuple[TopicPartition, int]]:
+        return self._positions.items()
+
+    def pass_over(self, tp: TopicPartition, position: int) -> None:
+        """Past records the client never hands over (transaction markers, aborted records)."""
+        partition = self._partitions.get(tp)
+        start = self._positions.get(tp)
+        if partition is not None and start is not None:
+            self._positions[tp] = position
+            partition.pass_over(start, position)
+
+    def undecodable(self, poison: Poison) -> None:
+        """Stopped at a record it cannot decode: the partition halts there (kafka/decoding.py)."""
+        self._positions.pop(poison.tp, None)
+        partition = self._partitions.get(poison.tp)
+        if partition is not None and partition.undecodable(
+            poison.offset, undecodable_reason(poison)
+        ):
+            self._log.error(
+                "a source record cannot be decoded: its partition halts at it",
+                topic=poison.tp.topic,
+                partition=poison.tp.partition,
+                offset=poison.offset,
+                error=poison.error,
+            )
+
+    async def out_of_range(self, positions: dict[TopicPartition, int]) -> None:
         """A partition's fetch position is outside the source log.
 
         Below the log start, this leg alone lost records: the policy applies here. Beyond the
@@ -217,6 +213,3 @@ class CatchUpFetch:
         if not self._later:
             self._later_at = clock.monotonic() + _AGAIN_S
         self._later.add(tp)
-
-    def _failed(self, error: ReplicatorError) -> None:
-        self.last_error = f"catch-up fetch failed: {error}"

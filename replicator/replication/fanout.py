@@ -5,7 +5,9 @@ its fanout, which builds, in one pass over the records, the batches of every leg
 :class:`LegPartition` that is attached and continues exactly where the chunk starts; attaches a
 leg that is ahead (it waits for the feed), detaches one that is behind (its catch-up fetch takes
 it), and tells the feed which legs it must wait for (backpressure) and whether a position lies
-past the source log end.
+past the source log end. It also owns the feed's state of its partition: whether the feed holds
+it (paused, waiting for a leg) and since when (:meth:`PartitionFanout.hold`,
+:meth:`PartitionFanout.unhold`), and what the feed last saw of the log end.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class PartitionFanout:
         # Whether a starting partition's leg can prepare it now (its destination answers): the
         # feed waits for those only, never for a leg whose destination is down or frozen.
         self._preparing = preparing or (lambda _: True)
+        # Paused by the feed while it waits for a leg (see blocking()), since this time.
+        self.held_since: float | None = None
         self._polled_ms: int | None = None
         self._suspect: int | None = None
         # starting partitions the feed stopped waiting for (by identity: one per leg)
@@ -82,15 +86,18 @@ class PartitionFanout:
     def settle(self) -> None:
         """Detach attached partitions the feed is already past (prepared late, say): without
         this they would wait for a chunk that never comes while the source is idle. Attach
-        those fetching alone that caught up with the feed: without this they would stay fetched
-        twice (by the feed and by their leg's catch-up fetch) until the next record."""
+        those fetching alone that caught up with the feed and have room: without this they
+        would stay fetched twice (by the feed and by their leg's catch-up fetch) until the next
+        record. One without room stays alone (nothing fetches it until it has room, and then it
+        changes): attached, it would hold the feed again for as long as it was just given up
+        for."""
         for partition in self.partitions:
             position = partition.position
             if position is None:
                 continue
             if partition.attached and position < self.position:
                 partition.detach()
-            elif partition.mode is Mode.ALONE and position == self.position:
+            elif partition.mode is Mode.ALONE and position == self.position and partition.has_room:
                 partition.attach()
 
     def blocking(self) -> list[LegPartition]:
@@ -101,6 +108,24 @@ class PartitionFanout:
             if (p.attached and not p.has_room)
             or (p.mode is Mode.STARTING and p not in self._waited_out and self._preparing(p))
         ]
+
+    def hold(self, now: float) -> bool:
+        """Held from ``now`` if it waits for a leg (:meth:`blocking`); ``False``: it was held
+        already, or waits for none."""
+        if self.held_since is not None or not self.blocking():
+            return False
+        self.held_since = now
+        return True
+
+    def unhold(self) -> bool:
+        """Held no more; whether it was."""
+        held, self.held_since = self.held_since is not None, None
+        return held
+
+    def hold_ends(self, after: float) -> float:
+        """When a hold of ``after`` seconds ends (the feed then gives up on the legs)."""
+        assert self.held_since is not None, "not held"
+        return self.held_since + after
 
     def give_up(self, partitions: Iterable[LegPartition]) -> None:
         """Stop waiting for ``partitions``: they catch up alone once they can."""

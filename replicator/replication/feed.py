@@ -16,52 +16,83 @@ an assignment that completes after it starts nothing, and on stop every leg drai
 before the feed leaves its group. A position the source log no longer holds (retention, a topic
 deleted and recreated) is never reset silently: each leg applies ``REPLICATOR_OFFSET_RESET_POLICY``
 and counts it, then the feed starts the partition again.
+
+The group consumer is read through the :class:`~replicator.kafka.fetching.GroupSource` seam, and
+each leg through what the feed needs of it (:class:`FeedLeg`, which
+:class:`~replicator.replication.leg.LegRunner` is): the unit tests drive the feed through an
+in-memory source (:class:`~replicator.kafka.testing.MemoryGroupSource`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.config.settings import Settings
-from replicator.config.topology import FeedPlan
+from replicator.config.topology import FeedPlan, Leg
 from replicator.config.values import StartPosition
 from replicator.errors import ReplicatorError
-from replicator.kafka.clients import (
-    check_position,
-    fetched_position,
-    known_topics,
-    lacks_position,
-    on_metadata,
-    out_of_range_positions,
-    pace_metadata,
-    set_fetch_wait,
-    start_consumer,
-)
-from replicator.kafka.decoding import Poison, take_poisoned, undecodable_reason
+from replicator.kafka.decoding import Poison, undecodable_reason
+from replicator.kafka.fetching import GroupSource, start_group_source
 from replicator.kafka.retry import retrying
-from replicator.kafka.translation import translate
 from replicator.lifecycle import IdleWait, StopDeadline, close_quietly, wait_any
+from replicator.model.offsets import OutOfRange
+from replicator.model.records import SourceRecord
 from replicator.replication.fanout import PartitionFanout
-from replicator.replication.leg import LegRunner
+from replicator.replication.fetch_round import FetchRound
 from replicator.replication.partition import LegPartition
 from replicator.telemetry.metrics import Metrics
 from replicator.topics.watching import TopicWatch
 
 log = structlog.get_logger(__name__)
 
-_FETCH_TIMEOUT_MS = 200
 _SWEEP_BATCH = 256
 _IDLE_HOLD_S = 10.0
 
 
-class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
+class FeedLeg(Protocol):
+    """What the feed needs of each leg it feeds (a :class:`~replicator.replication.leg.
+    LegRunner`)."""
+
+    @property
+    def leg(self) -> Leg: ...
+
+    @property
+    def partitions(self) -> Mapping[TopicPartition, LegPartition]:
+        """The leg's partitions, by source partition (those it was assigned and holds)."""
+        ...
+
+    @property
+    def destination_up(self) -> bool:
+        """Whether the destination is connected and answers."""
+        ...
+
+    async def assign(self, partitions: list[TopicPartition]) -> None:
+        """Take ``partitions`` (each then in :attr:`partitions`, unless stop came first)."""
+        ...
+
+    async def release(self, partitions: Iterable[TopicPartition]) -> None:
+        """Give ``partitions`` up: drain and commit them."""
+        ...
+
+    def out_of_range(self, tp: TopicPartition, found: OutOfRange) -> None:
+        """The feed found ``tp`` outside the source log: apply the policy on this leg."""
+        ...
+
+    async def close_producer(self) -> None:
+        """At a stop, before the feed leaves its group: close the destination producer."""
+        ...
+
+
+L = TypeVar("L", bound=FeedLeg)
+
+
+class SourceFeed(Generic[L]):
     """The shared fetch of one source cluster's selected topics (one :class:`FeedPlan`)."""
 
     def __init__(
@@ -69,9 +100,11 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         settings: Settings,
         plan: FeedPlan,
         metrics: Metrics,
-        legs: list[LegRunner],
+        legs: list[L],
         stopping: StopDeadline | None = None,
+        connect: Callable[[], Awaitable[GroupSource]] | None = None,
     ) -> None:
+        """``connect``: a started group consumer of the source (by default, aiokafka's)."""
         self._settings = settings
         self._stopping = stopping or StopDeadline(settings.shutdown_grace_ms / 1000)
         self.plan = plan
@@ -79,11 +112,12 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self._metrics = metrics
         self.legs = legs
         self.group = plan.group
-        self._consumer: AIOKafkaConsumer | None = None
+        self._new_source = connect or self._start_source
+        self._source: GroupSource | None = None
         self._fanouts: dict[TopicPartition, PartitionFanout] = {}
-        # Paused partitions waiting for a leg, with when they were paused (oldest first: every
-        # hold lasts at most detach_after, so the first one is the next to expire).
-        self._held: dict[TopicPartition, float] = {}
+        # The held fanouts (PartitionFanout.hold), oldest hold first: every hold lasts at most
+        # detach_after, so the first one is the next to end. Changed by _hold and _unhold only.
+        self._held: dict[TopicPartition, PartitionFanout] = {}
         # Partitions whose state changed since the feed last looked (see LegPartition.watch):
         # holds and settling are decided for those only, not for every partition every fetch.
         self._changed: set[TopicPartition] = set()
@@ -101,13 +135,26 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self._metadata_refreshed = False
         self.joined = False
         self._assigning = 0  # partitions of an assignment not yet handed to every leg
-        self.last_error: str | None = None
-        self.last_poll = clock.monotonic()
+        self._connect_error: str | None = None
+        self._fetched: list[TopicPartition] = []  # the partitions of this round's records
         self._log = log.bind(feed=plan.name, source=plan.source)
+        self._round = FetchRound(
+            self._group_source, self, what="fetch", failure="fetch failed", log=self._log
+        )
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the feed cannot connect, or why its last fetch failed."""
+        return self._connect_error if self._source is None else self._round.last_error
+
+    @property
+    def last_poll(self) -> float:
+        """When the source last answered a fetch."""
+        return self._round.last_poll
 
     @property
     def connected(self) -> bool:
-        return self._consumer is not None
+        return self._source is not None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Join the group and fan records out until ``stop``; then release every partition."""
@@ -115,10 +162,10 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         try:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
-                consumer = await self._connect(stop)
-                if consumer is not None:
+                source = await self._connect(stop)
+                if source is not None:
                     tasks.create_task(self._release_holds(stop), name=f"holds:{self.plan.name}")
-                    await self._fetch_loop(stop, consumer)
+                    await self._fetch_loop(stop, source)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -132,43 +179,41 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._release(list(self._fanouts))
             if self._stopping.started:  # producers closed before another replica takes over
                 await asyncio.gather(*(leg.close_producer() for leg in self.legs))
-            if self._consumer is not None:
+            if self._source is not None:
                 left = self._stopping.left()
-                await close_quietly(self._consumer.stop(), left, "source feed consumer")
+                await close_quietly(self._source.close(), left, "source feed consumer")
             self._log.info("source feed stopped")
 
-    async def _connect(self, stop: asyncio.Event) -> AIOKafkaConsumer | None:
-        settings = self._settings
-        source = self.plan.source
-        cluster = settings.clusters[source]
+    def _start_source(self) -> Awaitable[GroupSource]:
+        cluster = self._settings.clusters[self.plan.source]
+        client_id = f"replicator-{self.plan.name}-{self.plan.source}-feed"
+        return start_group_source(cluster, self._settings, self.group, client_id)
 
-        def connect() -> Awaitable[AIOKafkaConsumer]:
-            client_id = f"replicator-{self.plan.name}-{source}-feed"
-            return start_consumer(cluster, settings, self.group, client_id)
-
+    async def _connect(self, stop: asyncio.Event) -> GroupSource | None:
         def failed(error: ReplicatorError) -> None:
-            self.last_error = f"cannot connect to {source}: {error}"
+            self._connect_error = f"cannot connect to {self.plan.source}: {error}"
 
-        consumer = await retrying(
-            connect,
+        source = await retrying(
+            self._new_source,
             stop=stop,
             what="reach the source",
             log=self._log,
             on_error=failed,
             interruptible=True,
         )
-        if consumer is None:
+        if source is None:
             return None
-        self._consumer = consumer
-        await self._list_topics(consumer, subscribe=True)
-        self.last_error = None
+        self._source = source
+        await self._list_topics(source, subscribe=True)
+        self._connect_error = None
         self._log.info("source feed connected", group=self.group)
-        return consumer
+        return source
 
-    async def _fetch_loop(self, stop: asyncio.Event, consumer: AIOKafkaConsumer) -> None:
-        def failed(error: ReplicatorError) -> None:
-            self.last_error = f"fetch failed: {error}"
+    def _group_source(self) -> GroupSource:
+        assert self._source is not None, "fetching before the feed connected"
+        return self._source
 
+    async def _fetch_loop(self, stop: asyncio.Event, source: GroupSource) -> None:
         settings = self._settings
         idle = IdleWait(
             settings.fetch_max_wait_ms,
@@ -178,44 +223,47 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         while not stop.is_set():
             idle.fetching(len(self._fanouts))
             if self._metadata_refreshed or clock.monotonic() >= self._next_listing:
-                await self._list_topics(consumer)
-            fetched = await retrying(
-                lambda: self._fetch(consumer),
-                stop=stop,
-                what="fetch",
-                log=self._log,
-                on_error=failed,
-            )
-            if stop.is_set():
-                return
-            self.last_poll = clock.monotonic()
-            wait = idle.after(bool(fetched), self.last_poll)
-            if wait is not None:
-                set_fetch_wait(consumer, wait)
-            await self._deliver(consumer, fetched or {})
+                await self._list_topics(source)
+            if await self._round.run(stop, idle) is None:
+                return  # stopped
+            await self._settle(source)
 
-    async def _deliver(
-        self, consumer: AIOKafkaConsumer, fetched: dict[TopicPartition, list[Any]]
-    ) -> None:
-        """Fan a fetch out to the legs, then settle every partition it or a change touched."""
-        fetched_ms = int(clock.wall() * 1000)
-        for tp, records in fetched.items():
-            fanout = self._fanouts.get(tp)
-            if fanout is not None and records:
-                fanout.deliver(records, fetched_ms)
-                self._pass_over(consumer, fanout)
-        for poison in take_poisoned(consumer):
-            self._undecodable(poison)
-        touched = set(fetched) | self._changed
-        self._changed = set()  # what changes while the sweep waits is the next round's
-        touched |= await self._sweep(consumer)
+    # -- what a round brought (RoundReader) -----------------------------------------------------
+
+    async def out_of_range(self, positions: dict[TopicPartition, int]) -> None:
+        for tp, position in positions.items():
+            await self._out_of_range(tp, position)
+
+    def take(self, tp: TopicPartition, records: list[SourceRecord], fetched_ms: int) -> None:
+        """Fan ``records`` out to the legs (settled with the partitions that changed)."""
+        self._changed.add(tp)
+        fanout = self._fanouts.get(tp)
+        if fanout is not None:
+            fanout.deliver(records, fetched_ms)
+            self._fetched.append(tp)
+
+    def reading(self) -> Iterable[tuple[TopicPartition, int]]:
+        """The partitions this round fanned out (the sweep looks at the others in turn)."""
+        fetched, self._fetched = self._fetched, []
+        return [(tp, fanout.position) for tp in fetched if (fanout := self._fanouts.get(tp))]
+
+    def pass_over(self, tp: TopicPartition, position: int) -> None:
+        fanout = self._fanouts.get(tp)
+        if fanout is not None:
+            fanout.pass_over(position)
+
+    async def _settle(self, source: GroupSource) -> None:
+        """Settle every partition a fetch or a change touched, and those the sweep looks at."""
+        touched, self._changed = self._changed, set()  # changes while the sweep waits: next
+        touched |= await self._sweep(source)
+        touched |= await self._sweep(source)
         for tp in touched:
             fanout = self._fanouts.get(tp)
             if fanout is not None:
                 fanout.settle()
                 self._hold(fanout)
 
-    async def _sweep(self, consumer: AIOKafkaConsumer) -> set[TopicPartition]:
+    async def _sweep(self, source: GroupSource) -> set[TopicPartition]:
         """Every partition is looked at in turn, a bounded slice per fetch: a log shorter than
         a position already reached (some brokers do not answer OFFSET_OUT_OF_RANGE to a fetch
         past the end, and a leg may be further on), and anything a change did not announce. Few
@@ -226,17 +274,17 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             if fanout is None:
                 continue
             looked.add(tp)
-            self._pass_over(consumer, fanout)
-            beyond = fanout.beyond_log_end(self._highwater(tp), self._polled_ms(tp))
+            self._pass_over(source, fanout)
+            beyond = fanout.beyond_log_end(source.log_end_seen(tp), source.answered_at(tp))
             if beyond is not None:
                 await self._out_of_range(tp, beyond)
         return looked
 
-    def _pass_over(self, consumer: AIOKafkaConsumer, fanout: PartitionFanout) -> None:
+    def _pass_over(self, source: GroupSource, fanout: PartitionFanout) -> None:
         """Move ``fanout`` past what the consumer read without handing it over (a fetch that
         ended in a transaction marker, or aborted records): looked at for the partitions of
         each fetch and in the sweep, which reaches a partition whose fetch held nothing else."""
-        position = fetched_position(consumer, fanout.tp)
+        position = source.position_after(fanout.tp)
         if position is not None and position > fanout.position:
             fanout.pass_over(position)
 
@@ -248,25 +296,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self._sweep_at += _SWEEP_BATCH
         return taken
 
-    async def _fetch(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, list[Any]]:
-        """One fetch; positions outside the log are handled here, other errors raised."""
-        try:
-            fetched: dict[TopicPartition, list[Any]] = await consumer.getmany(
-                timeout_ms=_FETCH_TIMEOUT_MS
-            )
-        except Exception as exc:
-            positions = out_of_range_positions(exc)
-            if positions is not None:
-                for tp, position in positions.items():
-                    await self._out_of_range(tp, position)
-                return {}
-            if lacks_position(exc):
-                return {}
-            raise
-        self.last_error = None
-        return fetched
-
-    async def _list_topics(self, consumer: AIOKafkaConsumer, subscribe: bool = False) -> None:
+    async def _list_topics(self, source: GroupSource, subscribe: bool = False) -> None:
         """List the cluster's topics; subscribe to exactly the replicated ones when they change.
 
         The subscription is built from the rules' answer for each listing (never from the
@@ -275,18 +305,17 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         self._metadata_refreshed = False
         self._next_listing = clock.monotonic() + 2 * self._listing_interval
         try:
-            cached = None if subscribe else known_topics(consumer, 2 * self._listing_interval)
-            topics = cached if cached is not None else await consumer.topics()
-        except Exception as exc:
-            self.topics.listing_failed(str(translate(exc)))
+            topics = await source.topics(None if subscribe else 2 * self._listing_interval)
+        except ReplicatorError as exc:
+            self.topics.listing_failed(str(exc))
             changed = False
         else:
             changed = self.topics.listed(topics)
-            self._listing_interval = pace_metadata(consumer, self._listing_every)
+            self._listing_interval = source.pace_metadata(self._listing_every)
         if subscribe or changed:
-            consumer.subscribe(pattern=self.topics.subscription_pattern, listener=self)
+            source.subscribe(self.topics.subscription_pattern, self._assigned, self._revoked)
         if subscribe:
-            on_metadata(consumer, self._on_metadata)
+            source.on_metadata(self._on_metadata)
 
     def _on_metadata(self) -> None:
         self._metadata_refreshed = True
@@ -295,12 +324,19 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def _hold(self, fanout: PartitionFanout) -> None:
         """Pause ``fanout``'s partition while a leg it waits for has no room (or is starting)."""
-        tp = fanout.tp
-        if tp in self._held or not fanout.blocking():
+        if not fanout.hold(clock.monotonic()):
             return
-        self._pause(tp)
-        self._held[tp] = clock.monotonic()
+        self._pause(fanout.tp)
+        self._held[fanout.tp] = fanout
         self._holds_changed.set()
+
+    def _unhold(self, fanout: PartitionFanout, resume: bool = True) -> None:
+        """``fanout`` held no more; its partition resumed (``resume``) if it is still fed."""
+        if not fanout.unhold():
+            return
+        del self._held[fanout.tp]
+        if resume and self._fanouts.get(fanout.tp) is fanout:
+            self._resume(fanout.tp)
 
     def _partition_changed(self, partition: LegPartition) -> None:
         """A leg's partition changed (room freed, started, detached...): look at it again."""
@@ -317,48 +353,42 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         One task for every hold: woken by the partitions that changed, and at the oldest hold's
         deadline; it looks at those partitions only.
         """
+        detach_after = self._detach_after
         while not stop.is_set():
             oldest = next(iter(self._held.values()), None)
-            left = None if oldest is None else oldest + self._detach_after - clock.monotonic()
+            left = None if oldest is None else oldest.hold_ends(detach_after) - clock.monotonic()
             if left is None or left > 0:
                 await wait_any([self._holds_changed, stop], _IDLE_HOLD_S if left is None else left)
             self._holds_changed.clear()
             woken, self._woken = self._woken, set()
             for tp in woken:
-                fanout = self._fanouts.get(tp)
-                if tp in self._held and (fanout is None or not fanout.blocking()):
-                    self._unhold(tp)
+                held = self._held.get(tp)
+                if held is not None and not held.blocking():
+                    self._unhold(held)
             now = clock.monotonic()
-            for tp, paused_at in list(self._held.items()):
-                if paused_at + self._detach_after > now:
+            for held in list(self._held.values()):
+                if held.hold_ends(detach_after) > now:
                     break
-                fanout = self._fanouts.get(tp)
-                if fanout is not None:
-                    fanout.give_up(fanout.blocking())
-                self._unhold(tp)
-
-    def _unhold(self, tp: TopicPartition) -> None:
-        del self._held[tp]
-        if tp in self._fanouts:
-            self._resume(tp)
+                held.give_up(held.blocking())
+                self._unhold(held)
 
     # -- positions outside the log --------------------------------------------------------------
 
     async def _out_of_range(self, tp: TopicPartition, position: int) -> None:
         """The source log no longer holds ``position``: apply the policy on every leg."""
-        consumer = self._consumer
+        source = self._source
         fanout = self._fanouts.get(tp)
-        if consumer is None or fanout is None or tp not in consumer.assignment():
+        if source is None or fanout is None or tp not in source.assignment():
             return
         try:
-            found = await check_position(consumer, tp, position)
-        except Exception as exc:
-            self._log.warning("cannot read the source log bounds", error=str(translate(exc)))
+            found = await source.bounds(tp, position)
+        except ReplicatorError as exc:
+            self._log.warning("cannot read the source log bounds", error=str(exc))
             return
         if self._fanouts.get(tp) is not fanout:
             return  # released meanwhile
         if found is None:
-            consumer.seek(tp, position)  # in range after all: carry on
+            source.seek(tp, position)  # in range after all: carry on
             return
         for leg in self.legs:
             leg.out_of_range(tp, found)
@@ -366,19 +396,18 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             self._drop_fanout(tp)
             await self._start_fanout(tp)
 
-    # -- rebalance (called by aiokafka) ---------------------------------------------------------
+    # -- rebalance (called by the group consumer) -----------------------------------------------
 
-    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        await self._release(list(revoked))
+    async def _revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._release(revoked)
 
-    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        consumer = self._consumer
-        assigned = list(assigned)
-        if consumer is None:
+    async def _assigned(self, assigned: list[TopicPartition]) -> None:
+        source = self._source
+        if source is None:
             return
         for tp in assigned:
-            consumer.seek(tp, 0)  # a position keeps the consumer quiet; fetching waits for it
-            consumer.pause(tp)
+            source.seek(tp, 0)  # a position keeps the consumer quiet; fetching waits for it
+            source.pause(tp)
         if self._stop.is_set():
             self._log.info(
                 "assignment after stop was requested: not started", partitions=len(assigned)
@@ -402,27 +431,28 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def _start_fanout(self, tp: TopicPartition) -> None:
         """Fan ``tp`` out to the legs' partitions, from the lowest position one of them needs."""
-        consumer = self._consumer
-        assert consumer is not None
+        source = self._source
+        assert source is not None
         partitions = [leg.partitions[tp] for leg in self.legs if tp in leg.partitions]
         starts = [p.position for p in partitions if p.open]
         if not starts:
             self._fanouts[tp] = PartitionFanout(tp, partitions, 0)
-            return  # halted on every leg: nothing to fetch
+            self._pause(tp)  # halted on every leg: nothing to fetch (after a reset, say)
+            return
         if all(offset is not None for offset in starts):
-            consumer.seek(tp, min(o for o in starts if o is not None))
+            position = min(o for o in starts if o is not None)
+            source.seek(tp, position)
         elif self.plan.start_from is StartPosition.LATEST:
-            await consumer.seek_to_end(tp)
+            position = await source.seek_to_log_end(tp)
         else:
-            await consumer.seek_to_beginning(tp)
-        position = await consumer.position(tp)
+            position = await source.seek_to_log_start(tp)
         for partition in partitions:
             partition.place(position)
         fanout = PartitionFanout(tp, partitions, position, self._preparing)
         self._fanouts[tp] = fanout
         for partition in partitions:
             partition.watch(self._partition_changed)
-        consumer.resume(tp)
+        source.resume(tp)
         self._hold(fanout)
 
     def _preparing(self, partition: LegPartition) -> bool:
@@ -433,19 +463,19 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
         )
 
     def _drop_fanout(self, tp: TopicPartition) -> None:
-        self._fanouts.pop(tp, None)
-        self._held.pop(tp, None)
+        fanout = self._fanouts.pop(tp, None)
+        if fanout is not None:
+            self._unhold(fanout, resume=False)
 
-    def _undecodable(self, poison: Poison) -> None:
+    def undecodable(self, poison: Poison) -> None:
         """A fetch stopped at a record the client cannot decode, after handing over those before
         it: the legs there halt at it (once what they queued is sent); never fetched again here
-        (a leg still behind reaches it with its own fetch)."""
+        (a leg still behind reaches it with its own fetch; the round paused it)."""
         tp = poison.tp
-        self._held.pop(tp, None)
-        self._pause(tp)
         fanout = self._fanouts.get(tp)
         if fanout is None:
             return
+        self._unhold(fanout, resume=False)
         reason = undecodable_reason(poison)
         halted = [p for p in fanout.partitions if p.undecodable(poison.offset, reason)]
         if halted:
@@ -459,12 +489,12 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
             )
 
     def _pause(self, tp: TopicPartition) -> None:
-        if self._consumer is not None and tp in self._consumer.assignment():
-            self._consumer.pause(tp)
+        if self._source is not None and tp in self._source.assignment():
+            self._source.pause(tp)
 
     def _resume(self, tp: TopicPartition) -> None:
-        if self._consumer is not None and tp in self._consumer.assignment():
-            self._consumer.resume(tp)
+        if self._source is not None and tp in self._source.assignment():
+            self._source.resume(tp)
 
     async def _release(self, partitions: list[TopicPartition]) -> None:
         if not partitions:
@@ -478,23 +508,7 @@ class SourceFeed(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def log_end(self, tp: TopicPartition) -> int | None:
         """The source partition's log-end offset, as last seen in a fetch response."""
-        return self._highwater(tp)
-
-    def _polled_ms(self, tp: TopicPartition) -> int | None:
-        if self._consumer is None:
-            return None
-        with contextlib.suppress(AssertionError, AttributeError):  # not assigned (any more)
-            polled: int | None = self._consumer.last_poll_timestamp(tp)
-            return polled
-        return None
-
-    def _highwater(self, tp: TopicPartition) -> int | None:
-        if self._consumer is None:
-            return None
-        with contextlib.suppress(AssertionError, AttributeError):  # not assigned (any more)
-            end: int | None = self._consumer.highwater(tp)
-            return end
-        return None
+        return None if self._source is None else self._source.log_end_seen(tp)
 
     def problems(self) -> list[str]:
         if not self.connected:

@@ -78,7 +78,7 @@ class ReplicatorService:
             if settings.record_too_large_policy is OversizePolicy.DEAD_LETTER
             else None
         )
-        self.feeds: list[SourceFeed] = []
+        self.feeds: list[SourceFeed[LegRunner]] = []
         self.heartbeats = {
             plan.name: FlowHeartbeat(
                 settings,
@@ -343,7 +343,7 @@ class ReplicatorService:
         return not mine or any(runner.taking_over for runner in mine)
 
     @property
-    def replica_feed(self) -> SourceFeed | None:
+    def replica_feed(self) -> SourceFeed[LegRunner] | None:
         """The ``_REPLICA`` mode's feed (``None`` when the mode is off or not started yet)."""
         return next((feed for feed in self.feeds if not feed.plan.is_flow), None)
 

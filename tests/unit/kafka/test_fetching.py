@@ -1,6 +1,7 @@
-"""The aiokafka side of the fetch seam (:class:`ConsumerSource`): a fetch's out-of-range answer
-becomes a result, every other failure a :mod:`replicator.errors` error; and the in-memory source
-answers as that consumer does (:class:`MemorySource`)."""
+"""The aiokafka side of the fetch seam (:class:`ConsumerSource`, :class:`GroupConsumerSource`): a
+fetch's out-of-range answer becomes a result, every other failure a :mod:`replicator.errors`
+error, a group's rebalances reach the feed's callbacks; and the in-memory sources answer as
+those consumers do (:class:`MemorySource`, :class:`MemoryGroupSource`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.errors import ClusterUnavailable, KafkaFailure
 from replicator.kafka.decoding import Poison
-from replicator.kafka.fetching import ConsumerSource, Fetched
-from replicator.kafka.testing import MemorySource
+from replicator.kafka.fetching import ConsumerSource, Fetched, GroupConsumerSource, GroupSource
+from replicator.kafka.testing import MemoryGroupSource, MemorySource
 from replicator.model.offsets import OutOfRange
 from tests.unit.sample import Record
 
@@ -96,3 +97,78 @@ async def test_memory_source_reads_from_positions_and_reports_what_a_consumer_wo
     assert source.fetches_of(TP) == [2, 6, 13, 14]
     with pytest.raises(LookupError):
         source.seek(TopicPartition("elsewhere", 0), 0)
+
+
+async def test_a_group_fetch_before_a_position_is_set_hands_nothing_over(
+    consumer: AIOKafkaConsumer,
+) -> None:
+    """Between an assignment and the feed setting the positions, aiokafka says a partition has
+    none: nothing to hand over yet, for the group's consumer only."""
+    consumer.getmany = raising(kerr.NoOffsetForPartitionError(TP))
+    assert await GroupConsumerSource(consumer).fetch(200) == Fetched()
+    with pytest.raises(KafkaFailure):
+        await ConsumerSource(consumer).fetch(200)
+
+
+async def test_a_group_subscription_hands_rebalances_to_the_callbacks(
+    consumer: AIOKafkaConsumer,
+) -> None:
+    subscribed: dict[str, Any] = {}
+
+    def subscribe(*, pattern: str, listener: Any) -> None:
+        subscribed.update(pattern=pattern, listener=listener)
+
+    consumer.subscribe = subscribe
+    calls: list[tuple[str, list[TopicPartition]]] = []
+
+    async def assigned(partitions: list[TopicPartition]) -> None:
+        calls.append(("assigned", partitions))
+
+    async def revoked(partitions: list[TopicPartition]) -> None:
+        calls.append(("revoked", partitions))
+
+    GroupConsumerSource(consumer).subscribe(r"\A(?:orders_REPLICA)\Z", assigned, revoked)
+    assert subscribed["pattern"] == r"\A(?:orders_REPLICA)\Z"
+    await subscribed["listener"].on_partitions_revoked(set())
+    await subscribed["listener"].on_partitions_assigned({TP})
+    assert calls == [("revoked", []), ("assigned", [TP])]
+
+
+async def test_memory_group_source_is_rebalanced_by_the_test_and_reports_fetch_answers() -> None:
+    other = TopicPartition("orders_REPLICA", 1)
+    elsewhere = TopicPartition("payments", 0)
+    logs = {TP: [Record(o) for o in range(5)], other: [], elsewhere: [Record(0)]}
+    memory = MemoryGroupSource(logs)
+    source: GroupSource = memory  # what the feed sees of it
+    assert await source.topics(None) == {"orders_REPLICA", "payments"}
+    assert source.assignment() == set()
+    calls: list[tuple[str, list[TopicPartition]]] = []
+
+    async def assigned(partitions: list[TopicPartition]) -> None:
+        calls.append(("assigned", partitions))
+        assert source.assignment() == set(partitions)
+
+    async def revoked(partitions: list[TopicPartition]) -> None:
+        calls.append(("revoked", partitions))
+
+    source.subscribe(r"\A(?:orders_REPLICA)\Z", assigned, revoked)
+    await memory.rebalance()  # every partition of the topics the pattern matches
+    await memory.rebalance([other])
+    assert calls == [
+        ("revoked", []),
+        ("assigned", [TP, other]),
+        ("revoked", [TP, other]),
+        ("assigned", [other]),
+    ]
+    await memory.rebalance([TP])
+    assert await source.seek_to_log_end(TP) == 5 and await source.seek_to_log_start(TP) == 0
+    assert source.log_end_seen(TP) is None and source.answered_at(TP) is None
+    fetched = await source.fetch(200)
+    assert [r.offset for r in fetched.records[TP]] == [0, 1, 2, 3, 4]
+    assert source.log_end_seen(TP) == 5
+    first = source.answered_at(TP)
+    await source.fetch(200)
+    answered = source.answered_at(TP)
+    assert first is not None and answered is not None and answered > first
+    await source.close()
+    assert memory.closed

@@ -23,7 +23,8 @@ from replicator.kafka.decoding import Poison, undecodable_reason
 from replicator.kafka.testing import MemorySource
 from replicator.lifecycle import IdleWait
 from replicator.model.records import SourceRecord
-from replicator.replication.catch_up import FETCH_TIMEOUT_MS, CatchUpFetch
+from replicator.replication.catch_up import CatchUpFetch
+from replicator.replication.fetch_round import FETCH_TIMEOUT_MS
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition
 from replicator.replication.states import Mode, Work
@@ -338,3 +339,38 @@ async def test_a_partition_whose_log_bounds_could_not_be_read_is_fetched_again()
         await asyncio.sleep(60)
     assert source.fetches_of(TP)[:2] == [4, 4]
     assert alone.position == 30
+
+
+async def test_a_fetch_without_records_still_halts_at_a_record_that_cannot_be_decoded() -> None:
+    """The record at the position cannot be decoded: the fetch hands nothing over, and the
+    partition halts there all the same (not fetched from it again and again)."""
+    source = MemorySource({TP: log(0, 20)})
+    source.poison(TP, 12, "CorruptRecordError")
+    alone = partition(12, Mode.ALONE)
+    rig = Rig(source, {TP: alone})
+    async with running(rig):
+        await until(lambda: alone.poisoned)
+        await asyncio.sleep(10)
+        assert source.fetches_of(TP) == [12] and TP in source.paused()
+        (work,) = queued(alone)
+    assert (work.start, work.poison) == (
+        12,
+        undecodable_reason(Poison(TP, 12, "CorruptRecordError")),
+    )
+    assert alone.position == 12 and not alone.fed_alone
+
+
+async def test_a_fetch_without_records_still_passes_over_transaction_markers() -> None:
+    """Only markers past the position: the fetch hands nothing over and moves past them, and
+    the partition moves with it (its committed offset reaches the log end)."""
+    source = MemorySource({TP: log(0, 10)})
+    source.markers(TP, 2)
+    alone = partition(10, Mode.ALONE)
+    rig = Rig(source, {TP: alone})
+    async with running(rig):
+        await until(lambda: alone.position == 12)
+        assert [r for w in queued(alone) for r in ranges(w)] == [(10, 12, 0)]
+        source.append(TP, log(12, 15))
+        await until(lambda: alone.position == 15)
+        assert delivered(queued(alone)) == [12, 13, 14]
+    assert source.fetches_of(TP)[:2] == [10, 12]

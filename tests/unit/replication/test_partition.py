@@ -796,6 +796,12 @@ async def test_a_never_started_consumer_assigns_pauses_and_resumes() -> None:
         await real.stop()
 
 
+def deliver(fetch: CatchUpFetch, fetched: dict[TopicPartition, list[SourceRecord]]) -> None:
+    """Hand ``fetch`` what a fetch returned, as its round does."""
+    for tp, taken in fetched.items():
+        fetch.take(tp, taken, FETCHED_MS)
+
+
 async def test_catch_up_fetches_exactly_the_partitions_fed_alone_with_room(
     consumer: Consumer,
 ) -> None:
@@ -827,7 +833,7 @@ async def test_catch_up_fetches_exactly_the_partitions_fed_alone_with_room(
     assert await real.position(tps[0]) == 10 and await real.position(tps[4]) == 7
     assert fetch.reconcile() and consumer.take_seeks() == []  # nothing changed: no seek
 
-    fetch._deliver({tps[0]: records(10, 15), tps[1]: records(0, 5)})  # what a fetch returns
+    deliver(fetch, {tps[0]: records(10, 15), tps[1]: records(0, 5)})  # what a fetch returns
     assert alone.position == 15 and attached.position == 0 and attached.queued_records == 0
     assert fetch.reconcile() and consumer.take_seeks() == []  # the consumer is there already
 
@@ -836,7 +842,7 @@ async def test_catch_up_fetches_exactly_the_partitions_fed_alone_with_room(
     alone.skip_to(12, "lost")
     assert fetch.reconcile() and consumer.take_seeks() == [(tps[0], 12)]
 
-    fetch._deliver({tps[0]: records(12, 40)})  # now full: paused
+    deliver(fetch, {tps[0]: records(12, 40)})  # now full: paused
     assert not alone.has_room
     assert fetch.reconcile()  # the replaying one still fetches
     assert consumer.paused() == {tps[0], tps[1], tps[2], tps[3]}
@@ -849,7 +855,7 @@ async def test_catch_up_fetches_exactly_the_partitions_fed_alone_with_room(
     assert consumer.take_seeks() == [(tps[0], 40)] and consumer.paused() == set(tps[1:5])
 
     alone.attach()
-    fetch._deliver({tps[0]: records(40, 45)})  # in flight when it attached: refused
+    deliver(fetch, {tps[0]: records(40, 45)})  # in flight when it attached: refused
     assert alone.position == 40 and alone.queued_records == 0
     assert not fetch.reconcile() and consumer.paused() == set(tps[:5])
 
