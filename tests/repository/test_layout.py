@@ -211,3 +211,40 @@ def test_unit_tests_mirror_the_package_layout() -> None:
     assert folders <= packages, f"test folders with no package: {sorted(folders - packages)}"
     missing = sorted(packages - folders - {"service"})
     assert not missing, f"packages without a unit test folder: {missing}"
+
+
+# What the data path may take from aiokafka: its value types, never a client or an error.
+AIOKAFKA_VALUES = {"TopicPartition", "OffsetAndMetadata"}
+
+
+def aiokafka_names(path: Path) -> set[str]:
+    """What ``path`` imports from aiokafka beyond its value types (``module:name``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {f"{a.name}:*" for a in node.names if a.name.split(".")[0] == "aiokafka"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "aiokafka":
+            names = {a.name for a in node.names}
+            if node.module != "aiokafka":
+                found |= {f"{node.module}:{name}" for name in names}
+            else:
+                found |= {f"aiokafka:{name}" for name in names - AIOKAFKA_VALUES}
+    return found
+
+
+def test_the_data_path_holds_no_aiokafka_client() -> None:
+    """Modules under ``replication/`` take aiokafka's value types only: the clients they hold
+    are the roles of ``replicator.kafka`` (:mod:`replicator.kafka.roles`, the fetch seam of
+    :mod:`replicator.kafka.fetching`), so every client call is made through the boundary."""
+    modules = sorted((PACKAGE / "replication").glob("*.py"))
+    assert len(modules) > 10  # the data path is there to check
+    found = {path.name: names for path in modules if (names := aiokafka_names(path))}
+    assert found == {}
+
+
+def test_a_client_imported_into_the_data_path_is_found(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from aiokafka import AIOKafkaConsumer, TopicPartition\nimport aiokafka.errors\n"
+    )
+    assert aiokafka_names(planted) == {"aiokafka:AIOKafkaConsumer", "aiokafka.errors:*"}

@@ -10,7 +10,7 @@ source was asked to fetch from, and what was counted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -31,6 +31,7 @@ from replicator.replication.states import Mode, Work
 from replicator.telemetry.metrics import Metrics
 from tests.unit.replication.test_partition import gaps, offsets, partition, queued, ranges
 from tests.unit.sample import Record
+from tests.unit.waiting import until
 
 LEG = "dc1->dc2"
 TP = TopicPartition("orders_REPLICA", 0)
@@ -79,15 +80,6 @@ async def running(rig: Rig, idle: IdleWait | None = None) -> AsyncIterator[None]
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Let the event loop run (on its fake clock) until ``condition`` holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition never held"
-        await asyncio.sleep(0.001)
 
 
 async def test_a_partition_fed_alone_is_fetched_from_its_position_and_queued_once_in_order() -> (

@@ -12,7 +12,7 @@ positions the source was asked to fetch from, and what was counted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -36,6 +36,7 @@ from replicator.telemetry.metrics import Metrics
 from tests.unit.model.test_batching import new_batch
 from tests.unit.replication.test_partition import gaps, offsets, partition, queued, records
 from tests.unit.sample import Record
+from tests.unit.waiting import until
 
 TP = TopicPartition("orders_REPLICA", 0)
 OTHER = TopicPartition("orders_REPLICA", 1)
@@ -219,15 +220,6 @@ async def joined(source: MemoryGroupSource) -> None:
             return
         await asyncio.sleep(0)
     raise AssertionError("the feed never subscribed")
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Let the event loop run (on its fake clock) until ``condition`` holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition never held"
-        await asyncio.sleep(0.001)
 
 
 async def test_an_assignment_starts_each_partition_at_the_lowest_position_of_the_legs() -> None:

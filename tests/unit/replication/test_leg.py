@@ -12,7 +12,7 @@ what the leg reports, and what it closed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 
@@ -34,6 +34,7 @@ from replicator.telemetry.metrics import Metrics
 from tests.unit.replication.destinations import MemoryDestination, Stored
 from tests.unit.sample import Record
 from tests.unit.topics.test_provisioning import MemoryAdmin
+from tests.unit.waiting import until
 
 ENV = {
     "REPLICATOR_LOCAL_CLUSTER": "dc1",
@@ -150,15 +151,6 @@ async def running(rig: Rig) -> AsyncIterator[asyncio.Task[None]]:
         rig.stop.set()
         await rig.runner.close_partitions()
         await asyncio.wait_for(task, 30)
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Let the event loop run (on its fake clock) until ``condition`` holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition never held"
-        await asyncio.sleep(0.001)
 
 
 async def test_each_assigned_partition_starts_at_its_committed_offset_else_the_log_start() -> None:

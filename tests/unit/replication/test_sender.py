@@ -10,7 +10,7 @@ offset), what the partition acknowledged, and what was counted.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -38,6 +38,7 @@ from tests.unit.replication.destinations import (
     Stored,
 )
 from tests.unit.sample import Record
+from tests.unit.waiting import until
 
 SOURCE = TopicPartition("orders_REPLICA", 0)
 TARGET = TopicPartition("orders", 0)
@@ -137,15 +138,6 @@ class Rig:
         for task in (self.task, self.committing):
             if task is not None:
                 await asyncio.wait_for(task, 5)
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Let the event loop run until ``condition`` holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition never held"
-        await asyncio.sleep(0.001)
 
 
 @pytest.fixture
