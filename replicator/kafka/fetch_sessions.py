@@ -223,8 +223,9 @@ class SessionFetch:
 
 @dataclass(slots=True)
 class SessionStats:
-    """What a consumer's fetch sessions did: requests sent (of which full), partitions they
-    listed and forgot, partitions answered, and the answers that reset a session."""
+    """What a consumer's fetch sessions did: requests answered (of which full), partitions
+    they listed and forgot, partitions answered, the answers that reset a session, and the
+    requests that got no answer (each resets its session too)."""
 
     requests: int = 0
     full: int = 0
@@ -232,6 +233,7 @@ class SessionStats:
     forgotten: int = 0
     answered: int = 0
     resets: int = 0
+    unanswered: int = 0
 
 
 def _answered_partitions(response: Any) -> list[TopicPartition]:
@@ -262,6 +264,7 @@ class SessionClient:
         except BaseException:
             if fetch.plan is not None:
                 session.failed(fetch.plan)
+                self.stats.unanswered += 1
             raise
         if fetch.plan is not None:
             self._answered(node_id, session, fetch.plan, response)

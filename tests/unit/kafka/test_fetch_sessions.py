@@ -297,6 +297,7 @@ async def test_a_failed_send_is_followed_by_a_full_request() -> None:
     await client.send(1, fetch_request(at(a0=6)))
     assert (broker.sent[2].session_id, broker.sent[2].session_epoch) == (7, 0)
     assert listed(broker.sent[2]) == {A0: 6}
+    assert (client.stats.requests, client.stats.unanswered, client.stats.resets) == (2, 1, 0)
 
 
 async def test_partitions_answered_but_not_fetched_are_dropped_from_the_answer() -> None:
