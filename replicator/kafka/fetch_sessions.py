@@ -35,7 +35,7 @@ from typing import Any
 
 import aiokafka
 import structlog
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from aiokafka.protocol.fetch import FetchRequest
 
 from replicator.kafka import internals
@@ -47,16 +47,16 @@ INITIAL_EPOCH = 0  # a full request that opens a session (and closes the one nam
 FINAL_EPOCH = -1  # a full request without a session (and closing the one named)
 MAX_EPOCH = 2**31 - 1
 FIRST_SESSION_VERSION = 7  # FetchRequest v7 brought sessions
+LEADER_EPOCH_VERSION = 9  # and v9 each partition's current leader epoch
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionFetch:
-    """What a request asks of one partition: from ``offset``, at most ``max_bytes``."""
-
-    offset: int
-    max_bytes: int
+# A partition, (topic, partition): a TopicPartition is one. Plain tuples, as the fetcher's request
+# holds them: a session compares every partition fetched at each request.
+Partition = tuple[str, int]
+# What a request asks of one partition: (from offset, at most max bytes).
+PartitionFetch = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +67,9 @@ class FetchPlan:
 
     session_id: int
     epoch: int
-    send: tuple[TopicPartition, ...]
-    forget: tuple[TopicPartition, ...]
-    held: Mapping[TopicPartition, PartitionFetch]
+    send: tuple[Partition, ...]
+    forget: tuple[Partition, ...]
+    held: Mapping[Partition, PartitionFetch]
 
     @property
     def full(self) -> bool:
@@ -81,10 +81,10 @@ class FetchPlan:
         """A full request that neither opens nor continues a session."""
         return self.epoch == FINAL_EPOCH
 
-    def fetch_offset(self, tp: TopicPartition) -> int | None:
+    def fetch_offset(self, tp: Partition) -> int | None:
         """Where the answer's records of ``tp`` start from (``None``: not fetched)."""
         fetch = self.held.get(tp)
-        return fetch.offset if fetch is not None else None
+        return fetch[0] if fetch is not None else None
 
 
 def _next_epoch(epoch: int) -> int:
@@ -99,12 +99,10 @@ class FetchSession:
 
     session_id: int = NO_SESSION
     epoch: int = INITIAL_EPOCH
-    held: dict[TopicPartition, PartitionFetch] = field(default_factory=dict)
+    held: dict[Partition, PartitionFetch] = field(default_factory=dict)
     _pending: FetchPlan | None = None
 
-    def next_request(
-        self, wanted: Mapping[TopicPartition, PartitionFetch], version: int
-    ) -> FetchPlan:
+    def next_request(self, wanted: Mapping[Partition, PartitionFetch], version: int) -> FetchPlan:
         """The request that fetches exactly ``wanted`` at FetchRequest ``version``; the session
         now waits for its answer (:meth:`answered`) or failure (:meth:`failed`)."""
         held = dict(wanted)
@@ -128,7 +126,7 @@ class FetchSession:
         plan: FetchPlan,
         error_code: int,
         session_id: int,
-        partitions: Iterable[TopicPartition],
+        partitions: Iterable[Partition],
     ) -> str | None:
         """Apply the broker's answer to ``plan``: its top-level error code, its session id and
         the partitions it names. What was wrong with it, if anything (the next request is then
@@ -168,18 +166,32 @@ class FetchSession:
 # -- on the wire ----------------------------------------------------------------------------------
 
 
-def _wanted(request: FetchRequest) -> dict[TopicPartition, PartitionFetch]:
+def _wanted(request: FetchRequest) -> dict[Partition, PartitionFetch]:
     return {
-        TopicPartition(topic, partition): PartitionFetch(offset, max_bytes)
+        (topic, partition): (offset, max_bytes)
         for topic, partitions in request.topics
         for partition, offset, max_bytes in partitions
     }
 
 
-def _by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
+def _by_topic(partitions: Iterable[Partition]) -> list[tuple[str, list[int]]]:
     grouped: dict[str, list[int]] = {}
-    for tp in partitions:
-        grouped.setdefault(tp.topic, []).append(tp.partition)
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return list(grouped.items())
+
+
+def _listed(plan: FetchPlan, version: int) -> list[tuple[str, list[tuple[int, ...]]]]:
+    """The partitions ``plan`` sends, laid out as aiokafka lays them out at ``version`` (v9
+    added the leader epoch, unknown to a consumer: -1; a consumer's log start offset is -1)."""
+    grouped: dict[str, list[tuple[int, ...]]] = {}
+    for topic, partition in plan.send:
+        offset, max_bytes = plan.held[topic, partition]
+        if version >= LEADER_EPOCH_VERSION:
+            fields: tuple[int, ...] = (partition, -1, offset, -1, max_bytes)
+        else:
+            fields = (partition, offset, -1, max_bytes)
+        grouped.setdefault(topic, []).append(fields)
     return list(grouped.items())
 
 
@@ -209,14 +221,10 @@ class SessionFetch:
         struct: Any = self._request.prepare(versions)
         self.plan = plan = self._session.next_request(_wanted(self._request), struct.API_VERSION)
         if struct.API_VERSION >= FIRST_SESSION_VERSION and not plan.sessionless:
-            listed = set(plan.send)
             struct.session_id, struct.session_epoch = plan.session_id, plan.epoch
-            narrowed = [
-                (topic, [p for p in partitions if TopicPartition(topic, p[0]) in listed])
-                for topic, partitions in struct.topics
-            ]
-            struct.topics = [(topic, partitions) for topic, partitions in narrowed if partitions]
-            struct.forgotten_topics_data = _by_topic(plan.forget)
+            if not plan.full:
+                struct.topics = _listed(plan, struct.API_VERSION)
+                struct.forgotten_topics_data = _by_topic(plan.forget)
         self.struct = struct
         return struct
 
@@ -236,10 +244,8 @@ class SessionStats:
     unanswered: int = 0
 
 
-def _answered_partitions(response: Any) -> list[TopicPartition]:
-    return [
-        TopicPartition(topic, p[0]) for topic, partitions in response.topics for p in partitions
-    ]
+def _answered_partitions(response: Any) -> list[Partition]:
+    return [(topic, p[0]) for topic, partitions in response.topics for p in partitions]
 
 
 class SessionClient:
@@ -253,6 +259,11 @@ class SessionClient:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
+
+    @property
+    def cluster(self) -> Any:
+        """The client's metadata (read for each partition at each fetch: no fallback lookup)."""
+        return self.client.cluster
 
     async def send(self, node_id: int, request: Any, **options: Any) -> Any:
         if not isinstance(request, FetchRequest):
@@ -289,7 +300,7 @@ class SessionClient:
         log.info("fetch session reset", node=node_id, problem=problem)
         if any(tp not in plan.held for tp in answered):  # aiokafka knows no offset for them
             response.topics = [
-                (topic, [p for p in partitions if TopicPartition(topic, p[0]) in plan.held])
+                (topic, [p for p in partitions if (topic, p[0]) in plan.held])
                 for topic, partitions in response.topics
             ]
 

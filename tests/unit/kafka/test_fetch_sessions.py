@@ -23,6 +23,7 @@ from replicator.kafka.fetch_sessions import (
     NO_SESSION,
     FetchPlan,
     FetchSession,
+    Partition,
     PartitionFetch,
     SessionClient,
 )
@@ -33,19 +34,19 @@ MAX = 1_048_576
 V11 = 11
 
 
-def at(**offsets: int) -> dict[TopicPartition, PartitionFetch]:
+def at(**offsets: int) -> dict[Partition, PartitionFetch]:
     """Partitions wanted, by name: ``a0=5`` is partition 0 of topic a from offset 5."""
-    return {TopicPartition(k[0], int(k[1:])): PartitionFetch(v, MAX) for k, v in offsets.items()}
+    return {TopicPartition(k[0], int(k[1:])): (v, MAX) for k, v in offsets.items()}
 
 
-def opened(session: FetchSession, wanted: dict[TopicPartition, PartitionFetch]) -> FetchPlan:
+def opened(session: FetchSession, wanted: dict[Partition, PartitionFetch]) -> FetchPlan:
     """The first (full) request of ``session``, answered with session id 7."""
     plan = session.next_request(wanted, V11)
     assert session.answered(plan, 0, 7, []) is None
     return plan
 
 
-def continued(session: FetchSession, wanted: dict[TopicPartition, PartitionFetch]) -> FetchPlan:
+def continued(session: FetchSession, wanted: dict[Partition, PartitionFetch]) -> FetchPlan:
     plan = session.next_request(wanted, V11)
     assert session.answered(plan, 0, session.session_id, []) is None
     return plan
@@ -81,8 +82,8 @@ def test_a_moved_position_or_size_is_listed_alone() -> None:
     opened(session, at(a0=5, a1=0, b0=9))
     plan = continued(session, at(a0=8, a1=0, b0=9))
     assert plan.send == (A0,) and plan.forget == ()
-    assert plan.held[A0] == PartitionFetch(8, MAX)
-    resized = {**at(a0=8, a1=0), B0: PartitionFetch(9, 1024)}
+    assert plan.held[A0] == (8, MAX)
+    resized = {**at(a0=8, a1=0), B0: (9, 1024)}
     assert continued(session, resized).send == (B0,)
     assert continued(session, resized).send == ()
 
@@ -102,7 +103,7 @@ def test_a_partition_added_is_listed() -> None:
     session = FetchSession()
     opened(session, at(a0=5))
     plan = continued(session, at(a0=5, a2=3))
-    assert plan.send == (A2,) and plan.held[A2] == PartitionFetch(3, MAX)
+    assert plan.send == (A2,) and plan.held[A2] == (3, MAX)
 
 
 def test_an_idle_partition_answered_takes_its_fetch_offset_from_the_session() -> None:
@@ -207,11 +208,11 @@ def test_the_epoch_wraps_to_one() -> None:
 # -- on the wire ----------------------------------------------------------------------------------
 
 
-def fetch_request(wanted: dict[TopicPartition, PartitionFetch]) -> FetchRequest:
+def fetch_request(wanted: dict[Partition, PartitionFetch]) -> FetchRequest:
     """A request as aiokafka's fetcher builds it: every fetchable partition of a node."""
     topics: dict[str, list[tuple[int, int, int]]] = {}
-    for tp, fetch in wanted.items():
-        topics.setdefault(tp.topic, []).append((tp.partition, fetch.offset, fetch.max_bytes))
+    for (topic, partition), (offset, max_bytes) in wanted.items():
+        topics.setdefault(topic, []).append((partition, offset, max_bytes))
     return FetchRequest(500, 1, 52_428_800, 1, list(topics.items()))
 
 
@@ -349,3 +350,19 @@ async def test_other_requests_pass_through() -> None:
 
     broker.send = send  # type: ignore[method-assign]
     assert await SessionClient(broker).send(1, other) == "answered" and seen == [other]
+
+
+async def test_a_partition_listed_is_laid_out_as_its_version_lays_it_out() -> None:
+    """v7 and v8 have no leader epoch; v9 and later have one (a consumer's: -1)."""
+    for versions, moved in (
+        ((4, 8), ("a", [(0, 6, -1, MAX)])),
+        ((4, 10), ("a", [(0, -1, 6, -1, MAX)])),
+    ):
+        broker = Broker([answer(7, []), answer(7, [])], fetch_versions=versions)
+        client = SessionClient(broker)
+        await client.send(1, fetch_request(at(a0=5, a1=0)))
+        await client.send(1, fetch_request(at(a0=6)))
+        incremental = broker.sent[1]
+        assert (incremental.API_VERSION, incremental.topics) == (versions[1], [moved])
+        assert incremental.forgotten_topics_data == [("a", [1])]
+        assert len(broker.sent[0].topics[0][1]) == 2
