@@ -7,7 +7,8 @@ For ``--seconds``, each fetch is counted as it crosses the consumer's client: th
 request names and its answer names, their bytes (on the first ``SAMPLED`` fetches), and the
 consumer thread's CPU. **without**: aiokafka's fetches, every partition in every request and
 answer; **with**: the same consumer through incremental fetch sessions
-(:mod:`replicator.kafka.fetch_sessions`), after its first full fetch.
+(:mod:`replicator.kafka.fetch_sessions`), after its first full fetch. The producer shares the
+process (and its GIL): records per second are bounded by it as much as by the consumer.
 
     .venv/bin/python -m benchmarks.fetch_sessions                    # 24, 1200, 6000
     .venv/bin/python -m benchmarks.fetch_sessions --sizes 24,1200 --seconds 5
@@ -131,6 +132,21 @@ async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         await admin.close()
 
 
+async def log_ends(
+    consumer: AIOKafkaConsumer, partitions: list[TopicPartition], within_s: float = 300.0
+) -> dict[TopicPartition, int]:
+    """Each partition's log end, once every leader of the new topic is ready (thousands of
+    partitions take longer than one ListOffsets waits)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            ends: dict[TopicPartition, int] = await consumer.end_offsets(partitions)
+            return ends
+        except Exception:  # aiokafka's KafkaTimeoutError: some leaders not ready yet
+            if time.monotonic() > deadline:
+                raise
+
+
 async def measure(
     broker: LocalBroker, topic: str, partitions: int, sessions: bool, seconds: float
 ) -> Figures:
@@ -149,7 +165,7 @@ async def measure(
     counting.watch(consumer)
     try:
         assigned = [TopicPartition(topic, p) for p in range(partitions)]
-        ends = await consumer.end_offsets(assigned)  # every leader ready
+        ends = await log_ends(consumer, assigned)
         consumer.assign(assigned)
         for tp in assigned:
             consumer.seek(tp, ends[tp])
