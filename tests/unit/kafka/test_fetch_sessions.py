@@ -366,3 +366,16 @@ async def test_a_partition_listed_is_laid_out_as_its_version_lays_it_out() -> No
         assert (incremental.API_VERSION, incremental.topics) == (versions[1], [moved])
         assert incremental.forgotten_topics_data == [("a", [1])]
         assert len(broker.sent[0].topics[0][1]) == 2
+
+
+async def test_a_partition_whose_leader_moves_is_added_there_and_forgotten_here() -> None:
+    broker = Broker([answer(7, []), answer(9, []), answer(7, []), answer(9, [])])
+    client = SessionClient(broker)
+    await client.send(1, fetch_request(at(a0=5, a1=3)))
+    await client.send(2, fetch_request(at(b0=0)))
+    await client.send(1, fetch_request(at(a0=5)))  # a1's leader is now node 2
+    await client.send(2, fetch_request(at(b0=0, a1=3)))
+    here, there = broker.sent[2], broker.sent[3]
+    assert (listed(here), forgotten(here)) == ({}, {A1})
+    assert (listed(there), forgotten(there)) == ({A1: 3}, set())
+    assert (there.session_id, there.session_epoch) == (9, 1)
