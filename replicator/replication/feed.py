@@ -256,7 +256,6 @@ class SourceFeed(Generic[L]):
         """Settle every partition a fetch or a change touched, and those the sweep looks at."""
         touched, self._changed = self._changed, set()  # changes while the sweep waits: next
         touched |= await self._sweep(source)
-        touched |= await self._sweep(source)
         for tp in touched:
             fanout = self._fanouts.get(tp)
             if fanout is not None:
