@@ -23,7 +23,6 @@ from aiokafka import TopicPartition
 
 from replicator.kafka.fetching import FetchSource
 from replicator.model.handover import Handover
-from replicator.model.offsets import OutOfRange
 from replicator.replication.destination import Destination, TailReader
 from replicator.topics.provisioning import TopicAdmin
 
@@ -54,10 +53,6 @@ class LegSource(FetchSource, Protocol):
 
     async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Each partition's log end, as the broker lists it."""
-        ...
-
-    async def outside(self, tp: TopicPartition, position: int) -> OutOfRange | None:
-        """Whether ``position`` is outside ``tp``'s log (``None``: inside)."""
         ...
 
     async def close(self) -> None:

@@ -25,7 +25,6 @@ from replicator.config.topology import FeedPlan, Leg
 from replicator.errors import TopicRefused
 from replicator.kafka.clients import (
     ClusterClient,
-    check_position,
     committed_offsets,
     make_reader,
     start_consumer,
@@ -36,7 +35,6 @@ from replicator.kafka.producer import append, make_producer
 from replicator.kafka.roles import BatchProducer, LogReader
 from replicator.lifecycle import close_quietly
 from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
-from replicator.model.offsets import OutOfRange
 from replicator.replication.connections import LegSource, Predecessor
 from replicator.replication.destination import KafkaDestination
 from replicator.replication.resume import marks_group
@@ -67,9 +65,6 @@ class KafkaLegSource(ConsumerSource):
     async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         ends: dict[TopicPartition, int] = await self.consumer.end_offsets(partitions)
         return ends
-
-    async def outside(self, tp: TopicPartition, position: int) -> OutOfRange | None:
-        return await check_position(self.consumer, tp, position)
 
     async def close(self) -> None:
         await self.consumer.stop()

@@ -204,7 +204,7 @@ class LegRunner:
 
     async def outside(self, tp: TopicPartition, position: int) -> OutOfRange | None:
         """Whether ``position`` is outside ``tp``'s source log (a sender's :class:`SourceLog`)."""
-        return await self._source().outside(tp, position)
+        return await self._source().bounds(tp, position)
 
     def _source(self) -> LegSource:
         """The started source consumer (the catch-up fetch's and the committer's)."""

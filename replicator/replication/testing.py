@@ -28,7 +28,6 @@ from aiokafka import TopicPartition
 from replicator.errors import ReplicatorError
 from replicator.kafka.testing import MemorySource
 from replicator.model.handover import Handover
-from replicator.model.offsets import OutOfRange, out_of_range
 from replicator.model.records import SourceRecord
 from replicator.replication.connections import LegDestination, LegSource, Predecessor
 from replicator.topics.provisioning import TopicAdmin
@@ -92,9 +91,6 @@ class MemoryLegSource(MemorySource):
     async def log_ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         await asyncio.sleep(0)
         return {tp: self.log_end(tp) for tp in partitions}
-
-    async def outside(self, tp: TopicPartition, position: int) -> OutOfRange | None:
-        return out_of_range(position, self.log_start(tp), self.log_end(tp))
 
     async def close(self) -> None:
         self.closed = True
