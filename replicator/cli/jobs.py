@@ -19,6 +19,16 @@ from replicator.cli.arguments import (
     spark_jobs,
 )
 
+# Both jobs split each partition's offset range into Spark tasks the same way.
+MaxOffsetsPerTask = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Split each partition's range into Spark tasks of this many offsets "
+        "(default: about two tasks per core, none under 50,000 offsets).",
+    ),
+]
+
 
 def backfill(
     source: str = typer.Option(None, "--from", help="Cluster to copy from (default: the local)."),
@@ -44,12 +54,7 @@ def backfill(
         help="Copy the real topics X themselves (every origin's records, provenance kept) "
         "instead of X_REPLICA.",
     ),
-    max_offsets_per_task: int = typer.Option(
-        0,
-        min=0,
-        help="Split each partition's range into Spark tasks of this many offsets "
-        "(default: about two tasks per core, none under 50,000 offsets).",
-    ),
+    max_offsets_per_task: MaxOffsetsPerTask = 0,
     mm2_file: Mm2File = None,
     mirror_maker_line: MirrorMakerLine = None,
 ) -> None:
@@ -102,12 +107,7 @@ def audit(
     allow_lag: bool = typer.Option(
         False, help="Records not yet replicated at the snapshot's tail do not fail the audit."
     ),
-    max_offsets_per_task: int = typer.Option(
-        0,
-        min=0,
-        help="Split each partition's range into Spark tasks of this many offsets "
-        "(default: about two tasks per core, none under 50,000 offsets).",
-    ),
+    max_offsets_per_task: MaxOffsetsPerTask = 0,
     mm2_file: Mm2File = None,
     mirror_maker_line: MirrorMakerLine = None,
 ) -> None:
