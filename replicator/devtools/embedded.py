@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,14 +41,23 @@ class LocalBroker(Protocol):
     def stop(self) -> None: ...
 
 
+# The ports this process handed out lately: a port chosen but not yet bound (a node's client and
+# controller ports are chosen together, before either is bound) is never handed out twice.
+_HANDED_OUT: deque[int] = deque(maxlen=4_096)
+
+
 def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on, for a broker, a proxy or an HTTP server."""
+    """A port on 127.0.0.1 that nothing listens on and that this process has not handed out
+    lately, for a broker, a proxy or an HTTP server."""
     for port in random.sample(_PORTS, 64):
+        if port in _HANDED_OUT:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _HANDED_OUT.append(port)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # all taken: any port
         sock.bind(("127.0.0.1", 0))
