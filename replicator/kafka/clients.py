@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar, cast
 
 import aiokafka.errors as kerr
 import structlog
@@ -34,12 +34,20 @@ from replicator.errors import (
 )
 from replicator.kafka import internals
 from replicator.kafka.decoding import as_fetched
+from replicator.kafka.retry import Backoff, retrying
 from replicator.kafka.roles import LogReader
 from replicator.kafka.translation import translate
 from replicator.lifecycle import LISTING_MS_PER_PARTITION, close_quietly, walk_interval
 from replicator.model.offsets import OutOfRange, out_of_range
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+# How long a group's coordinator may take to be ready (elected, its offsets loaded) before a read
+# or commit of the group's offsets fails with its error, and the pause between attempts.
+COORDINATOR_PATIENCE_S = 15.0
+_COORDINATOR_BACKOFF_S = 0.25
 
 
 async def why_unreachable(
@@ -467,7 +475,10 @@ class GroupOffsets:
     """The committed offsets of a group no consumer joins, read and written at its coordinator.
 
     Plain OffsetFetch and OffsetCommit requests (generation -1, no member), as Kafka allows for
-    groups without members; no group machinery runs in the background.
+    groups without members; no group machinery runs in the background. A coordinator not ready
+    yet (being elected or loading the group's offsets: a group's first use on a new cluster, a
+    broker restart) is asked again for up to :data:`COORDINATOR_PATIENCE_S`, as Kafka's own
+    clients do, before its error is raised.
     """
 
     def __init__(self, owner: AIOKafkaConsumer | AIOKafkaAdminClient, group: str) -> None:
@@ -489,7 +500,13 @@ class GroupOffsets:
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
             by_topic[tp.topic].append(tp.partition)
-        response = await self._send(OffsetFetchRequest(self.group, list(by_topic.items())))
+        request = OffsetFetchRequest(self.group, list(by_topic.items()))
+        return await self._patiently("read", lambda: self._fetch(request, partitions))
+
+    async def _fetch(
+        self, request: Any, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str] | None]:
+        response = await self._send(request)
         # v2+: a group-level error (coordinator loading, not authorised) comes with no topics;
         # read as "no offsets" it would look like a group that never committed.
         code = getattr(response, "error_code", 0)
@@ -517,11 +534,28 @@ class GroupOffsets:
             OffsetCommitRequest.DEFAULT_RETENTION_TIME,
             list(by_topic.items()),
         )
+        await self._patiently("commit", lambda: self._commit(request))
+
+    async def _commit(self, request: Any) -> None:
         response = await self._send(request)
         for _topic, answers in response.topics:
             for _partition, code in answers:
                 if code:
                     raise kerr.for_code(code)()
+
+    async def _patiently(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt``, asked again while it fails for a retriable reason (a coordinator not
+        ready, a timeout), for up to :data:`COORDINATOR_PATIENCE_S`; a refusal is raised at once."""
+        answer = await retrying(
+            attempt,
+            stop=asyncio.Event(),  # bounded by time, not by a stop: callers bound it further
+            what=f"{what} the offsets of group {self.group}",
+            log=log,
+            persistent=False,
+            backoff=Backoff(base=_COORDINATOR_BACKOFF_S),
+            within=COORDINATOR_PATIENCE_S,
+        )
+        return cast(T, answer)
 
     async def _send(self, request: Any) -> Any:
         coordinator = await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)

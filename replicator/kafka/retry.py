@@ -56,6 +56,7 @@ async def retrying(
     persistent: bool = True,
     backoff: Backoff | None = None,
     interruptible: bool = False,
+    within: float | None = None,
 ) -> T | None:
     """Run ``attempt`` until it succeeds (its result) or ``stop`` is set (``None``).
 
@@ -66,10 +67,13 @@ async def retrying(
     retrying cannot change); connections are persistent: a wrong password is retried, slowly, until
     an operator fixes it. ``interruptible``: an attempt in progress is abandoned (cancelled) when
     stop comes, instead of waited for (a connect to a frozen cluster waits out the request
-    timeout, which a shutdown must not).
+    timeout, which a shutdown must not). ``within``: no attempt starts after that many seconds;
+    the last failure is raised instead (a request that should succeed shortly, such as one to a
+    group coordinator still loading, rather than a connection to keep trying).
     """
     policy = backoff or Backoff()
     said, said_at, attempts = "", 0.0, 0
+    give_up_at = None if within is None else clock.monotonic() + within
     while not stop.is_set():
         try:
             if interruptible:
@@ -80,6 +84,9 @@ async def retrying(
         except Exception as exc:
             error = translate(exc)
             if not persistent and not error.retriable:
+                raise error from exc
+            delay = policy.delay(error.retriable)
+            if give_up_at is not None and clock.monotonic() + delay >= give_up_at:
                 raise error from exc
             if on_error is not None:
                 reset = on_error(error)
@@ -96,5 +103,5 @@ async def retrying(
                     attempts=attempts,
                 )
                 said, said_at = str(error), now
-            await sleep_unless_stopped(stop, policy.delay(error.retriable))
+            await sleep_unless_stopped(stop, delay)
     return None

@@ -6,7 +6,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
+from aiokafka.errors import (
+    GroupLoadInProgressError,
+    KafkaConnectionError,
+    TopicAuthorizationFailedError,
+)
 
 from replicator.errors import ReplicatorError
 from replicator.kafka.retry import Backoff, retrying
@@ -88,3 +92,33 @@ def test_backoff_is_steady_while_retriable_and_doubles_while_refused() -> None:
     backoff = Backoff(base=1.0, ceiling=4.0)
     assert [backoff.delay(False) for _ in range(4)] == [1.0, 2.0, 4.0, 4.0]
     assert backoff.delay(True) == 1.0
+
+
+async def test_within_raises_the_last_failure_once_the_time_is_spent() -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    loading = GroupLoadInProgressError()
+    with pytest.raises(ReplicatorError) as raised:
+        await retrying(
+            failing(1_000, loading),
+            stop=asyncio.Event(),
+            what="commit",
+            log=Said(),
+            persistent=False,
+            backoff=Backoff(base=0.25),
+            within=1.0,
+        )
+    assert raised.value.retriable and "GroupLoadInProgress" in str(raised.value)
+    # Attempts at 0, 0.25, 0.5 and 0.75 s; a fifth would start after the second given.
+    assert loop.time() - started == pytest.approx(0.75)
+    # A failure that passes inside the time is retried as usual.
+    result = await retrying(
+        failing(3, loading),
+        stop=asyncio.Event(),
+        what="commit",
+        log=Said(),
+        persistent=False,
+        backoff=Backoff(base=0.25),
+        within=1.0,
+    )
+    assert result == "up"
