@@ -129,8 +129,8 @@ async def wait_any(events: Iterable[asyncio.Event], timeout: float) -> None:
 
 # Empty fetches for this long double a fetch's wait (up to the idle maximum).
 _IDLE_STEP_S = 0.5
-# Periodic work that walks every partition (an idle fetch, which names each one and is answered
-# for each; a listing of the cluster; the health census) runs at most once per this many
+# Periodic work that walks every partition (an idle fetch, in which aiokafka's fetcher walks
+# each one; a listing of the cluster; the health census) runs at most once per this many
 # milliseconds per partition walked, so its cost stays a bounded share of a core however many
 # partitions there are (a walk costs 20-35 ms per 1,000 partitions here: under 2% of a core each;
 # an idle fetch of 6,000 partitions costs about 200 ms to encode and decode).
@@ -154,11 +154,13 @@ class IdleWait:
     ``idle_ms`` (doubling every ``_IDLE_STEP_S`` of empty fetches) while none do; to more with
     many partitions (:meth:`fetching`), at most ``longest_ms``.
 
-    A fetch names every assigned partition and its answer lists each of them, so an idle consumer
-    fetching every few milliseconds costs CPU in proportion to its partitions (measured: 44% of
-    a core at 1,200 partitions with 20 ms waits). Apache Kafka answers a waiting fetch as soon
-    as data arrives, so the longer wait costs no latency there; a broker that holds the fetch
-    (the embedded one) delays the first record after an idle spell by a part of it.
+    Each fetch walks every assigned partition in aiokafka's fetcher (and, without a fetch
+    session, names each one and gets an answer for each), so an idle consumer fetching every few
+    milliseconds costs CPU in proportion to its partitions (measured before fetch sessions: 44%
+    of a core at 1,200 partitions with 20 ms waits; fetch sessions take about half of it away,
+    ``benchmarks/fetch_sessions.py``). Apache Kafka answers a waiting fetch as soon as data
+    arrives, so the longer wait costs no latency there; a broker that holds the fetch (the
+    embedded one) delays the first record after an idle spell by a part of it.
     """
 
     def __init__(self, busy_ms: int, idle_ms: int, longest_ms: int) -> None:

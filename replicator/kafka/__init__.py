@@ -18,6 +18,9 @@ functions with product-level arguments.
 ``decoding``
     How fetched records reach the data path: unwrapped, and stopped at a record aiokafka cannot
     decode.
+``fetch_sessions``
+    Incremental fetch sessions (KIP-227) under the source consumers' fetchers: a fetch names only
+    the partitions that changed, and a session error falls back to a full fetch.
 ``fetching``
     What a fetch loop needs of its source consumer, in product terms (the
     :class:`~replicator.kafka.fetching.FetchSource` Protocol: fetch, seek, pause, resume, where

@@ -34,6 +34,7 @@ from replicator.errors import (
 )
 from replicator.kafka import internals
 from replicator.kafka.decoding import as_fetched
+from replicator.kafka.fetch_sessions import use_fetch_sessions
 from replicator.kafka.retry import Backoff, retrying
 from replicator.kafka.roles import LogReader
 from replicator.kafka.translation import translate
@@ -289,8 +290,10 @@ async def start_consumer(
     client_id: str,
     discovers_topics: bool = True,
 ) -> AIOKafkaConsumer:
-    """A started :func:`make_consumer`; one that failed to start is closed before the error
-    is raised (the caller retries with a new one)."""
+    """A started :func:`make_consumer`, fetching through incremental fetch sessions
+    (:mod:`replicator.kafka.fetch_sessions`: a fetch names only the partitions that changed);
+    one that failed to start is closed before the error is raised (the caller retries with a
+    new one)."""
     consumer = make_consumer(cluster, settings, group_id, client_id, discovers_topics)
     try:
         await consumer.start()
@@ -299,6 +302,7 @@ async def start_consumer(
         if isinstance(exc, Exception):
             raise await why_unreachable(exc, cluster, settings) from exc
         raise
+    use_fetch_sessions(consumer)
     return consumer
 
 

@@ -6,7 +6,8 @@ which says what it needs and why the public API does not give it. Three groups:
 
 - **Clients** (consumer, producer, admin): the shared ``AIOKafkaClient`` under each, its metadata
   (age, size, refresh interval, the topics it tracks), one connection dropped, the group
-  coordinator's offset fetch with metadata, the fetcher's wait.
+  coordinator's offset fetch with metadata, the fetcher's wait, the client the fetcher sends
+  through (:mod:`replicator.kafka.fetch_sessions` puts fetch sessions there).
 - **The fetch path**: aiokafka's ``PartitionRecords`` and ``FetchResult.getall`` patched, so the
   data path's consumers get decoded records unwrapped, get a record whose header key is not
   UTF-8 with that key as its bytes (:class:`HeaderKey`), and stop at a record the client cannot
@@ -124,6 +125,8 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(ClusterMetadata, "_last_successful_refresh_ms", "how old the metadata is"),
     Reliance(GroupCoordinator, "fetch_committed_offsets", "offsets with metadata, one request"),
     Reliance(fetcher.Fetcher, "_fetch_max_wait_ms", "the fetch wait"),
+    Reliance(fetcher.Fetcher, "_client", "fetches sent through fetch sessions"),
+    Reliance(fetcher.Fetcher, "_proc_fetch_request", "fetch offsets read from the request"),
     Reliance(SubscriptionState, "subscription", "a consumer's current assignment"),
     Reliance(Assignment, "active", "forgetting poisoned records of an old assignment"),
     Reliance(Assignment, "state_value", "the position past records never handed over"),
@@ -234,6 +237,19 @@ async def all_metadata(consumer: AIOKafkaConsumer) -> ClusterMetadata:
     """Every topic of the cluster and its partitions, from one metadata request."""
     cluster: ClusterMetadata = await consumer._client.fetch_all_metadata()
     return cluster
+
+
+def fetch_client(consumer: AIOKafkaConsumer) -> Any:
+    """The client a started ``consumer``'s fetcher sends its requests through."""
+    return consumer._fetcher._client
+
+
+def set_fetch_client(consumer: AIOKafkaConsumer, client: Any) -> None:
+    """Send a started ``consumer``'s fetches through ``client`` (a stand-in for its
+    ``AIOKafkaClient``). aiokafka's ``Fetcher._proc_fetch_request`` reads a fetch answer's
+    offsets from the partitions of the request it passed to ``send``, so a client that sends
+    fewer keeps those listed there (:mod:`replicator.kafka.fetch_sessions`)."""
+    consumer._fetcher._client = client
 
 
 def drop_connection(client: AIOKafkaClient, node: int, group: ConnectionGroup) -> None:

@@ -1,0 +1,324 @@
+"""Incremental fetch sessions (KIP-227) for the source consumers: a fetch names only what changed.
+
+aiokafka lists every assigned, unpaused partition in every FetchRequest, and the broker answers
+each of them: at thousands of partitions, idle ones cost more than the records. A fetch session
+lets the broker hold the partitions and their fetch offsets between requests. The first request
+of a session (id 0, epoch 0) is full, and the broker answers with a new session id; each later
+one carries that id and the next epoch, and lists only the partitions added or whose fetch offset
+or size changed, and those to forget (removed, paused, or holding records not handed over yet);
+the broker answers only the partitions with records or a change (high watermark, log start, an
+error). The rules are Apache Kafka's ``FetchSessionHandler``:
+
+- an error of the whole session (``FETCH_SESSION_ID_NOT_FOUND``: the next request starts a new
+  session; ``INVALID_FETCH_SESSION_EPOCH`` or any other: it closes this one and starts anew), a
+  failed or abandoned request (a disconnect, a timeout, a cancelled fetch), or an answer naming a
+  partition the session does not hold make the next request full;
+- a broker that answers a full request with session id 0 keeps no session: every request is full;
+- a broker below FetchRequest v7 knows no sessions: every request is full, as aiokafka sends it;
+- one request at a time per session (sequential epochs, aiokafka's one fetch in flight per node):
+  a second request while one is in flight is sent full without a session, the session untouched.
+
+The fetch offset of each partition in an answer is the one the session holds for it when the
+request was sent (:attr:`FetchPlan.held`), listed or not: aiokafka's own response handling reads
+the request's partitions, which are exactly those (:class:`SessionFetch`).
+
+:class:`FetchSession` is the pure state of one node's session; :class:`SessionFetch` and
+:class:`SessionClient` put it on the wire under a started consumer's fetcher
+(:func:`use_fetch_sessions`, through :mod:`replicator.kafka.internals`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiokafka
+import structlog
+from aiokafka import AIOKafkaConsumer
+from aiokafka.protocol.fetch import FetchRequest
+
+from replicator.kafka import internals
+
+log = structlog.get_logger(__name__)
+
+NO_SESSION = 0
+INITIAL_EPOCH = 0  # a full request that opens a session (and closes the one named)
+FINAL_EPOCH = -1  # a full request without a session (and closing the one named)
+MAX_EPOCH = 2**31 - 1
+FIRST_SESSION_VERSION = 7  # FetchRequest v7 brought sessions
+LEADER_EPOCH_VERSION = 9  # and v9 each partition's current leader epoch
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
+
+
+# A partition, (topic, partition): a TopicPartition is one. Plain tuples, as the fetcher's request
+# holds them: a session compares every partition fetched at each request.
+Partition = tuple[str, int]
+# What a request asks of one partition: (from offset, at most max bytes).
+PartitionFetch = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPlan:
+    """One request of a session: its ``session_id`` and ``epoch``, the partitions it lists
+    (``send``: every partition when full) and forgets, and what the broker holds once it took
+    it (``held``: every partition fetched, listed or not, with its fetch offset)."""
+
+    session_id: int
+    epoch: int
+    send: tuple[Partition, ...]
+    forget: tuple[Partition, ...]
+    held: Mapping[Partition, PartitionFetch]
+
+    @property
+    def full(self) -> bool:
+        """Whether the request lists every partition it fetches."""
+        return self.epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+
+    @property
+    def sessionless(self) -> bool:
+        """A full request that neither opens nor continues a session."""
+        return self.epoch == FINAL_EPOCH
+
+    def fetch_offset(self, tp: Partition) -> int | None:
+        """Where the answer's records of ``tp`` start from (``None``: not fetched)."""
+        fetch = self.held.get(tp)
+        return fetch[0] if fetch is not None else None
+
+
+def _next_epoch(epoch: int) -> int:
+    return 1 if epoch >= MAX_EPOCH else epoch + 1
+
+
+@dataclass(slots=True)
+class FetchSession:
+    """One node's fetch session, as the client sees it: the session id the broker gave
+    (``NO_SESSION`` before), the epoch of the next request (``INITIAL_EPOCH``: the next request
+    is full), and the partitions the broker holds with their fetch offsets and sizes."""
+
+    session_id: int = NO_SESSION
+    epoch: int = INITIAL_EPOCH
+    held: dict[Partition, PartitionFetch] = field(default_factory=dict)
+    _pending: FetchPlan | None = None
+
+    def next_request(self, wanted: Mapping[Partition, PartitionFetch], version: int) -> FetchPlan:
+        """The request that fetches exactly ``wanted`` at FetchRequest ``version``; the session
+        now waits for its answer (:meth:`answered`) or failure (:meth:`failed`)."""
+        held = dict(wanted)
+        if version < FIRST_SESSION_VERSION:  # no sessions: full, as aiokafka sends it
+            self.session_id, self.epoch, self.held = NO_SESSION, INITIAL_EPOCH, {}
+            return FetchPlan(NO_SESSION, FINAL_EPOCH, tuple(held), (), held)
+        if self._pending is not None:  # one epoch at a time: this one without the session
+            return FetchPlan(NO_SESSION, FINAL_EPOCH, tuple(held), (), held)
+        if self.epoch == INITIAL_EPOCH:
+            plan = FetchPlan(self.session_id, INITIAL_EPOCH, tuple(held), (), held)
+        else:
+            changed = [tp for tp, fetch in held.items() if self.held.get(tp) != fetch]
+            forget = [tp for tp in self.held if tp not in held]
+            plan = FetchPlan(self.session_id, self.epoch, tuple(changed), tuple(forget), held)
+        self.held = held
+        self._pending = plan
+        return plan
+
+    def answered(
+        self,
+        plan: FetchPlan,
+        error_code: int,
+        session_id: int,
+        partitions: Iterable[Partition],
+    ) -> str | None:
+        """Apply the broker's answer to ``plan``: its top-level error code, its session id and
+        the partitions it names. What was wrong with it, if anything (the next request is then
+        full); partitions the request did not fetch are to be ignored."""
+        unknown = sorted({tp for tp in partitions if tp not in plan.held})
+        if plan is not self._pending:  # sessionless: the session is not concerned
+            return f"answered partitions not fetched: {unknown}" if unknown else None
+        self._pending = None
+        if error_code:
+            if error_code == FETCH_SESSION_ID_NOT_FOUND:
+                self._restart(NO_SESSION)
+            else:
+                self._restart(self.session_id)  # closes it and opens a new one
+            return f"session {plan.session_id} epoch {plan.epoch}: error {error_code}"
+        if unknown:
+            self._restart(NO_SESSION if plan.full else self.session_id)
+            return f"session {plan.session_id} epoch {plan.epoch}: not fetched {unknown}"
+        if session_id == NO_SESSION:  # none opened (the broker's cache is full), or closed
+            self._restart(NO_SESSION)
+        elif plan.full:
+            self.session_id, self.epoch = session_id, 1
+        else:
+            self.epoch = _next_epoch(self.epoch)
+        return None
+
+    def failed(self, plan: FetchPlan) -> None:
+        """``plan``'s request got no answer (disconnect, timeout, cancelled): whether the broker
+        took it is unknown, so the next request is full and closes this session."""
+        if plan is self._pending:
+            self._pending = None
+            self._restart(self.session_id)
+
+    def _restart(self, session_id: int) -> None:
+        self.session_id, self.epoch, self.held = session_id, INITIAL_EPOCH, {}
+
+
+# -- on the wire ----------------------------------------------------------------------------------
+
+
+def _wanted(request: FetchRequest) -> dict[Partition, PartitionFetch]:
+    return {
+        (topic, partition): (offset, max_bytes)
+        for topic, partitions in request.topics
+        for partition, offset, max_bytes in partitions
+    }
+
+
+def _by_topic(partitions: Iterable[Partition]) -> list[tuple[str, list[int]]]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return list(grouped.items())
+
+
+def _listed(plan: FetchPlan, version: int) -> list[tuple[str, list[tuple[int, ...]]]]:
+    """The partitions ``plan`` sends, laid out as aiokafka lays them out at ``version`` (v9
+    added the leader epoch, unknown to a consumer: -1; a consumer's log start offset is -1)."""
+    grouped: dict[str, list[tuple[int, ...]]] = {}
+    for topic, partition in plan.send:
+        offset, max_bytes = plan.held[topic, partition]
+        if version >= LEADER_EPOCH_VERSION:
+            fields: tuple[int, ...] = (partition, -1, offset, -1, max_bytes)
+        else:
+            fields = (partition, offset, -1, max_bytes)
+        grouped.setdefault(topic, []).append(fields)
+    return list(grouped.items())
+
+
+class SessionFetch:
+    """aiokafka's FetchRequest for one node, sent through that node's :class:`FetchSession`.
+
+    Built at the version the connection negotiated (as aiokafka builds it), then narrowed to the
+    session's plan: its session id and epoch, the partitions listed, those forgotten. Its
+    :attr:`topics` stay every partition fetched, with the offsets the session holds: aiokafka
+    reads an answer's fetch offsets from them.
+    """
+
+    API_KEY = 1
+
+    def __init__(self, request: FetchRequest, session: FetchSession) -> None:
+        self._request = request
+        self._session = session
+        self.plan: FetchPlan | None = None
+        self.struct: Any = None  # the request as sent
+
+    @property
+    def topics(self) -> list[tuple[str, list[tuple[int, int, int]]]]:
+        topics: list[tuple[str, list[tuple[int, int, int]]]] = self._request.topics
+        return topics
+
+    def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
+        struct: Any = self._request.prepare(versions)
+        self.plan = plan = self._session.next_request(_wanted(self._request), struct.API_VERSION)
+        if struct.API_VERSION >= FIRST_SESSION_VERSION and not plan.sessionless:
+            struct.session_id, struct.session_epoch = plan.session_id, plan.epoch
+            if not plan.full:
+                struct.topics = _listed(plan, struct.API_VERSION)
+                struct.forgotten_topics_data = _by_topic(plan.forget)
+        self.struct = struct
+        return struct
+
+
+@dataclass(slots=True)
+class SessionStats:
+    """What a consumer's fetch sessions did: requests answered (of which full), partitions
+    they listed and forgot, partitions answered, the answers that reset a session, and the
+    requests that got no answer (each resets its session too)."""
+
+    requests: int = 0
+    full: int = 0
+    listed: int = 0
+    forgotten: int = 0
+    answered: int = 0
+    resets: int = 0
+    unanswered: int = 0
+
+
+def _answered_partitions(response: Any) -> list[Partition]:
+    return [(topic, p[0]) for topic, partitions in response.topics for p in partitions]
+
+
+class SessionClient:
+    """A fetcher's view of its ``AIOKafkaClient``: fetch requests go through the fetch session
+    of the node they are sent to; every other request and attribute is the client's own."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.sessions: dict[int, FetchSession] = {}
+        self.stats = SessionStats()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    @property
+    def cluster(self) -> Any:
+        """The client's metadata (read for each partition at each fetch: no fallback lookup)."""
+        return self.client.cluster
+
+    async def send(self, node_id: int, request: Any, **options: Any) -> Any:
+        if not isinstance(request, FetchRequest):
+            return await self.client.send(node_id, request, **options)
+        session = self.sessions.setdefault(node_id, FetchSession())
+        fetch = SessionFetch(request, session)
+        try:
+            response = await self.client.send(node_id, fetch, **options)
+        except BaseException:
+            if fetch.plan is not None:
+                session.failed(fetch.plan)
+                self.stats.unanswered += 1
+            raise
+        if fetch.plan is not None:
+            self._answered(node_id, session, fetch.plan, response)
+        return response
+
+    def _answered(
+        self, node_id: int, session: FetchSession, plan: FetchPlan, response: Any
+    ) -> None:
+        stats = self.stats
+        stats.requests += 1
+        stats.full += plan.full
+        stats.listed += len(plan.send)
+        stats.forgotten += len(plan.forget)
+        answered = _answered_partitions(response)
+        stats.answered += len(answered)
+        if response.API_VERSION < FIRST_SESSION_VERSION:
+            return
+        problem = session.answered(plan, response.error_code, response.session_id, answered)
+        if problem is None:
+            return
+        stats.resets += not plan.sessionless
+        log.info("fetch session reset", node=node_id, problem=problem)
+        if any(tp not in plan.held for tp in answered):  # aiokafka knows no offset for them
+            response.topics = [
+                (topic, [p for p in partitions if (topic, p[0]) in plan.held])
+                for topic, partitions in response.topics
+            ]
+
+
+def use_fetch_sessions(consumer: AIOKafkaConsumer) -> SessionClient | None:
+    """Send a started ``consumer``'s fetches through fetch sessions; its :class:`SessionClient`
+    (``None``: the installed aiokafka is not the supported one, fetches stay aiokafka's)."""
+    if aiokafka.__version__ != internals.SUPPORTED_AIOKAFKA:
+        return None
+    found = internals.fetch_client(consumer)
+    if isinstance(found, SessionClient):
+        return found
+    client = SessionClient(found)
+    internals.set_fetch_client(consumer, client)
+    return client
+
+
+def session_client(consumer: AIOKafkaConsumer) -> SessionClient | None:
+    """``consumer``'s :class:`SessionClient`, if its fetches go through sessions."""
+    found = internals.fetch_client(consumer)
+    return found if isinstance(found, SessionClient) else None
