@@ -34,7 +34,7 @@ from replicator.errors import (
 )
 from replicator.kafka import internals
 from replicator.kafka.decoding import as_fetched
-from replicator.kafka.fetch_sessions import use_fetch_sessions
+from replicator.kafka.fetch_sessions import session_client, use_fetch_sessions
 from replicator.kafka.retry import Backoff, retrying
 from replicator.kafka.roles import LogReader
 from replicator.kafka.translation import translate
@@ -211,11 +211,18 @@ async def committed_offsets(
 
 
 def answered_at(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
-    """When ``consumer`` last had a fetch answer for assigned partition ``tp`` (ms), if ever."""
+    """When ``consumer`` last had a fetch answer for assigned partition ``tp`` (ms), if ever: one
+    that named it, or an answer of its fetch session that left it out at its position (nothing
+    new there, :meth:`~replicator.kafka.fetch_sessions.SessionClient.quiet_since`)."""
+    polled: int | None = None
     with contextlib.suppress(AssertionError, AttributeError):
-        polled: int | None = consumer.last_poll_timestamp(tp)
+        polled = consumer.last_poll_timestamp(tp)
+    sessions = session_client(consumer)
+    position = internals.fetched_position(consumer, tp)
+    if sessions is None or position is None:
         return polled
-    return None
+    quiet = sessions.quiet_since(tp, position)
+    return polled if quiet is None or (polled is not None and polled >= quiet) else quiet
 
 
 def fetched_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:

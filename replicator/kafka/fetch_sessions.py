@@ -29,7 +29,7 @@ the request's partitions, which are exactly those (:class:`SessionFetch`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ import structlog
 from aiokafka import AIOKafkaConsumer
 from aiokafka.protocol.fetch import FetchRequest
 
+from replicator import clock
 from replicator.kafka import internals
 
 log = structlog.get_logger(__name__)
@@ -100,6 +101,11 @@ class FetchSession:
     session_id: int = NO_SESSION
     epoch: int = INITIAL_EPOCH
     held: dict[Partition, PartitionFetch] = field(default_factory=dict)
+    # The last request answered in the session, and when (ms, wall clock): a partition it held
+    # that its answer does not name had no record and no change at its fetch offset then.
+    last_answer: FetchPlan | None = None
+    answered_ms: int = 0
+    named: frozenset[Partition] = frozenset()  # the partitions that answer named
     _pending: FetchPlan | None = None
 
     def next_request(self, wanted: Mapping[Partition, PartitionFetch], version: int) -> FetchPlan:
@@ -131,10 +137,12 @@ class FetchSession:
         """Apply the broker's answer to ``plan``: its top-level error code, its session id and
         the partitions it names. What was wrong with it, if anything (the next request is then
         full); partitions the request did not fetch are to be ignored."""
+        partitions = list(partitions)
         unknown = sorted({tp for tp in partitions if tp not in plan.held})
         if plan is not self._pending:  # sessionless: the session is not concerned
             return f"answered partitions not fetched: {unknown}" if unknown else None
         self._pending = None
+        self.last_answer = None
         if error_code:
             if error_code == FETCH_SESSION_ID_NOT_FOUND:
                 self._restart(NO_SESSION)
@@ -150,13 +158,33 @@ class FetchSession:
             self.session_id, self.epoch = session_id, 1
         else:
             self.epoch = _next_epoch(self.epoch)
+        self.last_answer, self.answered_ms = plan, int(1000 * clock.wall())
+        self.named = frozenset(partitions)
         return None
+
+    def replaced(self) -> None:
+        """The client's partition states were replaced (a new assignment: no high watermark
+        known, positions set anew), so what the broker holds says nothing to them: the next
+        request is full (closing this session), and an answer still awaited, once it comes,
+        concerns no session."""
+        self._pending = None
+        self.last_answer = None
+        self._restart(self.session_id)
+
+    def quiet_since(self, tp: Partition, position: int) -> int | None:
+        """When (ms) the last answer showed ``tp`` at ``position`` with no record and nothing
+        changed, by leaving it out (``None``: no such answer)."""
+        plan = self.last_answer
+        if plan is None or plan.full or tp in self.named or plan.fetch_offset(tp) != position:
+            return None
+        return self.answered_ms
 
     def failed(self, plan: FetchPlan) -> None:
         """``plan``'s request got no answer (disconnect, timeout, cancelled): whether the broker
         took it is unknown, so the next request is full and closes this session."""
         if plan is self._pending:
             self._pending = None
+            self.last_answer = None
             self._restart(self.session_id)
 
     def _restart(self, session_id: int) -> None:
@@ -250,12 +278,25 @@ def _answered_partitions(response: Any) -> list[Partition]:
 
 class SessionClient:
     """A fetcher's view of its ``AIOKafkaClient``: fetch requests go through the fetch session
-    of the node they are sent to; every other request and attribute is the client's own."""
+    of the node they are sent to; every other request and attribute is the client's own.
 
-    def __init__(self, client: Any) -> None:
+    ``assignment`` names the consumer's current assignment: when it is another object than at
+    the last fetch, the consumer's partition states were made anew, and every session starts
+    over with a full request (:meth:`FetchSession.replaced`)."""
+
+    def __init__(self, client: Any, assignment: Callable[[], object] = lambda: None) -> None:
         self.client = client
         self.sessions: dict[int, FetchSession] = {}
         self.stats = SessionStats()
+        self._assignment = assignment
+        self._assignment_seen: object = None
+
+    def quiet_since(self, tp: Partition, position: int) -> int | None:
+        """When (ms, wall clock) the last answer of the session of ``tp``'s leader showed it at
+        ``position`` with no record and nothing changed (``None``: none did)."""
+        node = self.client.cluster.leader_for_partition(tp)
+        session = self.sessions.get(node) if node is not None else None
+        return None if session is None else session.quiet_since(tp, position)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -268,6 +309,10 @@ class SessionClient:
     async def send(self, node_id: int, request: Any, **options: Any) -> Any:
         if not isinstance(request, FetchRequest):
             return await self.client.send(node_id, request, **options)
+        if (assignment := self._assignment()) is not self._assignment_seen:
+            self._assignment_seen = assignment
+            for replaced in self.sessions.values():
+                replaced.replaced()
         session = self.sessions.setdefault(node_id, FetchSession())
         fetch = SessionFetch(request, session)
         try:
@@ -313,7 +358,7 @@ def use_fetch_sessions(consumer: AIOKafkaConsumer) -> SessionClient | None:
     found = internals.fetch_client(consumer)
     if isinstance(found, SessionClient):
         return found
-    client = SessionClient(found)
+    client = SessionClient(found, lambda: internals.assignment_of(consumer))
     internals.set_fetch_client(consumer, client)
     return client
 

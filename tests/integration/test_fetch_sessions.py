@@ -23,7 +23,7 @@ from aiokafka.protocol.fetch import FetchRequest
 
 from replicator.config.loading import load_settings
 from replicator.devtools.apache_kafka import ApacheKafkaCluster
-from replicator.kafka.clients import start_consumer
+from replicator.kafka.clients import answered_at, start_consumer
 from replicator.kafka.fetch_sessions import SessionFetch, session_client
 from replicator.kafka.internals import kafka_client
 from tests.integration.harness import BACKEND, create_topics, replicator_env, run, start_clusters
@@ -248,3 +248,50 @@ def test_a_session_refused_or_lost_falls_back_to_a_full_fetch_and_loses_nothing(
         for fetch in wire.fetches[last_full + 1 :]:
             assert fetch.listed <= set(ACTIVE) and fetch.answered <= set(ACTIVE)
         assert stats.resets == 2 and stats.unanswered >= 1  # refused twice; lost in the restart
+
+
+def test_a_quiet_partition_is_answered_by_every_fetch_and_a_new_assignment_starts_over() -> None:
+    """A partition an incremental answer leaves out was answered: nothing new at its position
+    (the product judges a log end from an answer that came after a position was reached). A new
+    assignment, made while nothing was in flight (every partition paused), knows no high
+    watermark: the next fetch is full and every partition's log end is known again."""
+    with start_clusters("dc1") as brokers:
+        cluster = brokers["dc1"]
+        assert isinstance(cluster, ApacheKafkaCluster)
+        create_topics(cluster, sessions=PARTITIONS)
+        idle = TopicPartition(TOPIC, 0)
+        partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+
+        async def scenario() -> tuple[list[int | None], int, list[TopicPartition], Wire]:
+            wire, log = Wire(), Log()
+            consumer = await consumer_of_every_partition(cluster)
+            wire.watch(consumer)
+            producer = await producer_of(cluster)
+            try:
+                await log.produce(producer, 0)
+                await log.consume(consumer)
+                seen = []
+                for _ in range(3):  # idle fetches, each waiting up to the fetch wait
+                    seen.append(answered_at(consumer, idle))
+                    await asyncio.sleep(1.5)
+                assert consumer.highwater(idle) == 0
+                consumer.pause(*partitions)
+                await asyncio.sleep(1.5)  # the fetch in flight answered; none sent since
+                before = len(wire.fetches)
+                consumer.assign(partitions)
+                for tp in partitions:
+                    consumer.seek(tp, 0 if tp.partition not in ACTIVE else PER_ROUND)
+                await asyncio.sleep(3)
+                unknown = [tp for tp in partitions if consumer.highwater(tp) is None]
+                return seen, before, unknown, wire
+            finally:
+                await producer.stop()
+                await consumer.stop()
+
+        seen, before, unknown, wire = run(scenario())
+        print(summary(wire.fetches), "answered at", seen)
+        assert None not in seen and seen == sorted(seen) and len(set(seen)) == 3, seen
+        assert unknown == []
+        again, *after = wire.fetches[before:]
+        assert again.epoch == 0 and again.listed == again.answered == set(range(PARTITIONS))
+        assert after and all(not f.listed and not f.answered for f in after)  # quiet since

@@ -118,6 +118,36 @@ def test_an_idle_partition_answered_takes_its_fetch_offset_from_the_session() ->
     assert plan.fetch_offset(A2) is None
 
 
+def test_a_partition_left_out_of_an_answer_was_quiet_at_its_fetch_offset() -> None:
+    """An incremental answer leaves out what has no record and no change: at the offset the
+    session holds for it, the partition was answered, with nothing new. A full answer names
+    every partition (the broker answers them all), and an offset moved since says nothing."""
+    session = FetchSession()
+    opened(session, at(a0=5, a1=40))
+    assert session.quiet_since(A1, 40) is None  # a full answer: it named a1 itself
+    plan = session.next_request(at(a0=6, a1=40), V11)
+    assert session.answered(plan, 0, 7, [A0]) is None
+    assert session.quiet_since(A1, 40) == session.answered_ms > 0
+    assert session.quiet_since(A1, 41) is None  # moved on since: not known quiet there
+    assert session.quiet_since(A2, 0) is None  # not fetched
+    session.next_request(at(a0=6, a1=40), V11)
+    session.failed(session._pending)  # type: ignore[arg-type]
+    assert session.quiet_since(A1, 40) is None  # the session starts over
+
+
+def test_a_new_assignment_makes_the_next_request_full_and_an_answer_awaited_moot() -> None:
+    """New partition states (a new assignment) know no high watermark: the broker must name
+    every partition again. An answer to the request in flight meanwhile moves nothing."""
+    session = FetchSession()
+    opened(session, at(a0=5, a1=40))
+    in_flight = session.next_request(at(a0=5, a1=40), V11)
+    session.replaced()
+    assert session.answered(in_flight, 0, 7, []) is None
+    plan = session.next_request(at(a0=5, a1=40), V11)
+    assert (plan.session_id, plan.epoch) == (7, INITIAL_EPOCH)  # closes 7, opens anew
+    assert set(plan.send) == {A0, A1}
+
+
 @pytest.mark.parametrize(
     ("error", "next_id"),
     [(FETCH_SESSION_ID_NOT_FOUND, NO_SESSION), (INVALID_FETCH_SESSION_EPOCH, 7)],
@@ -379,3 +409,38 @@ async def test_a_partition_whose_leader_moves_is_added_there_and_forgotten_here(
     assert (listed(here), forgotten(here)) == ({}, {A1})
     assert (listed(there), forgotten(there)) == ({A1: 3}, set())
     assert (there.session_id, there.session_epoch) == (9, 1)
+
+
+async def test_a_new_assignment_on_the_wire_is_followed_by_a_full_request() -> None:
+    broker = Broker([answer(7, []), answer(7, []), answer(7, []), answer(8, [])])
+    assignments = iter(["first", "first", "first", "second"])
+    client = SessionClient(broker, lambda: next(assignments))
+    for _ in range(4):
+        await client.send(1, fetch_request(at(a0=5, a1=3)))
+    assert [(s.session_id, s.session_epoch) for s in broker.sent] == [
+        (0, 0),
+        (7, 1),
+        (7, 2),
+        (7, 0),
+    ]
+    assert listed(broker.sent[3]) == {A0: 5, A1: 3}
+
+
+async def test_a_quiet_partition_is_found_through_its_leaders_session() -> None:
+    broker = Broker([answer(7, [(A0, b""), (A1, b"")]), answer(7, [(A0, b"records")])])
+    broker.cluster = Leaders({A0: 1, A1: 1})  # type: ignore[assignment]
+    client = SessionClient(broker)
+    await client.send(1, fetch_request(at(a0=5, a1=3)))
+    assert client.quiet_since(A1, 3) is None
+    await client.send(1, fetch_request(at(a0=5, a1=3)))
+    assert client.quiet_since(A1, 3) == client.sessions[1].answered_ms
+    assert client.quiet_since(A0, 5) is None  # named: aiokafka's own answer time holds
+    assert client.quiet_since(B0, 0) is None  # no leader known
+
+
+class Leaders:
+    def __init__(self, leaders: dict[TopicPartition, int]) -> None:
+        self.leaders = leaders
+
+    def leader_for_partition(self, tp: TopicPartition) -> int | None:
+        return self.leaders.get(tp)
