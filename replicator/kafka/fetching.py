@@ -22,6 +22,7 @@ MemorySource`, :class:`replicator.kafka.testing.MemoryGroupSource`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Set
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -44,6 +45,7 @@ from replicator.kafka.clients import (
     start_consumer,
 )
 from replicator.kafka.decoding import Poison, take_poisoned
+from replicator.kafka.fetch_sessions import session_client
 from replicator.kafka.translation import translate
 from replicator.model.offsets import OutOfRange
 from replicator.model.records import SourceRecord
@@ -147,6 +149,12 @@ class GroupSource(FetchSource, Protocol):
 
     def answered_at(self, tp: TopicPartition) -> int | None:
         """When the last fetch response for ``tp`` came (ms; ``None``: none, or not assigned)."""
+        ...
+
+    def fetch_sessions(self) -> dict[str, int] | None:
+        """What the consumer's incremental fetch sessions did, counted since it started
+        (:class:`~replicator.kafka.fetch_sessions.SessionStats`); ``None``: it fetches
+        without them."""
         ...
 
     async def close(self) -> None:
@@ -260,6 +268,10 @@ class GroupConsumerSource(ConsumerSource):
 
     def answered_at(self, tp: TopicPartition) -> int | None:
         return answered_at(self.consumer, tp)
+
+    def fetch_sessions(self) -> dict[str, int] | None:
+        sessions = session_client(self.consumer)
+        return None if sessions is None else dataclasses.asdict(sessions.stats)
 
     async def close(self) -> None:
         await self.consumer.stop()

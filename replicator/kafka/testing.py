@@ -339,5 +339,8 @@ class MemoryGroupSource(MemorySource):
         answer = self._answers.get(tp)
         return None if answer is None else answer[1]
 
+    def fetch_sessions(self) -> dict[str, int] | None:
+        return None  # every fetch names every partition
+
     async def close(self) -> None:
         self.closed = True

@@ -525,6 +525,8 @@ class SourceFeed(Generic[L]):
             "joined": self.joined,
             "assigned_partitions": len(self._fanouts),
             "last_error": self.last_error,
+            # Requests, full ones, partitions listed, forgotten and answered, sessions reset.
+            "fetch_sessions": None if self._source is None else self._source.fetch_sessions(),
         }
 
     @property
