@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -261,6 +262,9 @@ def _report_instances(by_instances: list[ScaleResult]) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
+    # Writing to topics created a moment before meets partitions whose leader is not elected
+    # yet: aiokafka retries, warning once per partition and attempt (thousands of lines).
+    logging.getLogger("aiokafka.producer.sender").setLevel(logging.ERROR)
     layouts = [Layout.parse(token) for token in args.sizes.split(",") if token.strip()]
     settings = dict(item.split("=", 1) for item in args.setting)
     figures: dict[str, Any] = {"failures": {}}
@@ -351,8 +355,8 @@ def _complete(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error(f"--contenders: {', '.join(unknown) or 'none'}; say {','.join(CONTENDERS)}")
     if "mm2" in args.contenders and args.broker != "kafka":
         parser.error(
-            "MirrorMaker 2 runs on Apache Kafka only (its Connect runtime needs what the "
-            "embedded broker lacks): add --contenders replicator"
+            "MirrorMaker 2 runs on Apache Kafka only here (--broker kafka): with the embedded "
+            "broker, add --contenders replicator"
         )
     if args.rate is not None and args.rate <= 0:
         parser.error("--rate: a positive number of records/s")
