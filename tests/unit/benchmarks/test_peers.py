@@ -16,6 +16,7 @@ from benchmarks.peers import (
     mm2_scale_settings,
     mm2_tasks,
 )
+from replicator.devtools.embedded import LocalBroker
 
 
 @dataclass
@@ -26,7 +27,7 @@ class Broker:
         pass
 
 
-BROKERS = {"dc1": Broker("127.0.0.1:9001"), "dc2": Broker("127.0.0.1:9002")}
+BROKERS: dict[str, LocalBroker] = {"dc1": Broker("127.0.0.1:9001"), "dc2": Broker("127.0.0.1:9002")}
 
 
 def parsed(text: str) -> dict[str, str]:
