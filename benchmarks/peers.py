@@ -9,10 +9,14 @@ with what their documentation recommends for throughput, printed beside the figu
 streams (``--num.streams``); producer batching at the clients' defaults, compression off on every
 side, ``acks=all`` everywhere (MirrorMaker 2's Connect producer and MirrorMaker 1 force it, the
 replicator's default).
+
+Over the thousands of partitions of the scale benchmark (:mod:`benchmarks.scale`), MirrorMaker 2
+runs with one task per core instead (:func:`mm2_tasks`).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from replicator.devtools.embedded import LocalBroker
@@ -46,17 +50,47 @@ def mm2_properties(brokers: dict[str, LocalBroker], topic: str, partitions: int)
     """A one-way dc1 -> dc2 MirrorMaker 2 file for ``topic``: the one-broker settings (with the
     plugin scan skipped, as its documentation advises once plugins declare manifests) and
     :data:`MM2_SETTINGS`."""
+    settings = {k: v.replace("<partitions>", str(partitions)) for k, v in MM2_SETTINGS.items()}
+    return properties_text(_one_way(brokers, topic, settings))
+
+
+def mm2_tasks() -> int:
+    """MirrorMaker 2's ``tasks.max`` over a scale layout: one task per core of this machine.
+
+    Each task of the source connector is a consumer and a producer on a thread of its own, and
+    MirrorMaker 2 spreads the flow's partitions over its tasks round-robin. One task per
+    partition (the one-way benchmark's choice, at 8 partitions) would be 1,200 to 6,000
+    consumers, producers and threads on a 2-core machine; one per core gives each core a task,
+    the parallelism the machine has."""
+    return os.cpu_count() or 1
+
+
+def mm2_scale_settings(pattern: str, tasks: int) -> dict[str, str]:
+    """MirrorMaker 2's settings for a scale layout (printed with the figures): the topics
+    ``pattern``, :data:`MM2_SETTINGS` with ``tasks`` tasks."""
+    return {"dc1->dc2.topics": pattern, **MM2_SETTINGS, "tasks.max": str(tasks)}
+
+
+def mm2_scale_properties(brokers: dict[str, LocalBroker], pattern: str, tasks: int) -> str:
+    """A one-way dc1 -> dc2 MirrorMaker 2 file for every topic matching ``pattern`` (a Java
+    regex), identity names, ``tasks`` tasks: :func:`mm2_scale_settings`."""
+    settings = mm2_scale_settings(pattern, tasks)
+    return properties_text(_one_way(brokers, settings.pop("dc1->dc2.topics"), settings))
+
+
+def _one_way(
+    brokers: dict[str, LocalBroker], topics: str, settings: dict[str, str]
+) -> dict[str, str]:
     lines = mm2_local_properties(
         {alias: brokers[alias].bootstrap_servers for alias in ("dc1", "dc2")}
     )
-    lines |= {
+    return lines | {
         "dc1->dc2.enabled": "true",
-        "dc1->dc2.topics": topic,
+        "dc1->dc2.topics": topics,
         "dc2->dc1.enabled": "false",
         "dc2->dc1.emit.heartbeats.enabled": "false",
-        **{k: v.replace("<partitions>", str(partitions)) for k, v in MM2_SETTINGS.items()},
+        **settings,
     }
-    return properties_text(lines)
 
 
 def mm2_two_way_properties(brokers: dict[str, LocalBroker], topic: str, partitions: int) -> str:

@@ -45,6 +45,7 @@ from rich.table import Table
 
 from benchmarks.brokers import add_broker_option, broker_name, choose, clusters, lists_offsets
 from benchmarks.failover import failover_cost
+from benchmarks.layout import Layout
 from benchmarks.peers import (
     MM1_SETTINGS,
     MM2_SETTINGS,
@@ -53,7 +54,7 @@ from benchmarks.peers import (
     start_peer,
 )
 from benchmarks.resume import create_topics, resume_cost
-from benchmarks.scale import Layout, scale_comparison
+from benchmarks.scale import scale_comparison
 from benchmarks.shared import (
     TOPIC,
     Monitored,

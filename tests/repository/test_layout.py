@@ -205,9 +205,11 @@ def test_every_test_file_the_docs_cite_exists() -> None:
 
 
 def test_unit_tests_mirror_the_package_layout() -> None:
-    """A unit test of ``replicator/<package>/`` lives in ``tests/unit/<package>/``."""
+    """A unit test of ``replicator/<package>/`` lives in ``tests/unit/<package>/`` (and one of
+    the benchmarks' pure pieces in ``tests/unit/benchmarks/``)."""
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     folders = {p.name for p in (ROOT / "tests" / "unit").iterdir() if (p / "__init__.py").is_file()}
+    folders -= {"benchmarks"}
     assert folders <= packages, f"test folders with no package: {sorted(folders - packages)}"
     missing = sorted(packages - folders - {"service"})
     assert not missing, f"packages without a unit test folder: {missing}"
