@@ -21,6 +21,10 @@ functions with product-level arguments.
 ``fetch_sessions``
     Incremental fetch sessions (KIP-227) under the source consumers' fetchers: a fetch names only
     the partitions that changed, and a session error falls back to a full fetch.
+``fetch_planner``
+    What a source consumer's fetcher does at each wake of its loop, decided from what changed
+    (pauses, resumes, resets, records buffered, leaders moved), not by walking every assigned
+    partition; paused partitions wait on one future.
 ``fetching``
     What a fetch loop needs of its source consumer, in product terms (the
     :class:`~replicator.kafka.fetching.FetchSource` Protocol: fetch, seek, pause, resume, where

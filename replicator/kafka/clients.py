@@ -34,6 +34,7 @@ from replicator.errors import (
 )
 from replicator.kafka import internals
 from replicator.kafka.decoding import as_fetched
+from replicator.kafka.fetch_planner import use_fetch_planner
 from replicator.kafka.fetch_sessions import session_client, use_fetch_sessions
 from replicator.kafka.retry import Backoff, retrying
 from replicator.kafka.roles import LogReader
@@ -298,8 +299,10 @@ async def start_consumer(
     discovers_topics: bool = True,
 ) -> AIOKafkaConsumer:
     """A started :func:`make_consumer`, fetching through incremental fetch sessions
-    (:mod:`replicator.kafka.fetch_sessions`: a fetch names only the partitions that changed);
-    one that failed to start is closed before the error is raised (the caller retries with a
+    (:mod:`replicator.kafka.fetch_sessions`: a fetch names only the partitions that changed),
+    its fetches planned at a cost in proportion to what changed
+    (:mod:`replicator.kafka.fetch_planner`: paused partitions cost nothing at a wake); one that
+    failed to start is closed before the error is raised (the caller retries with a
     new one)."""
     consumer = make_consumer(cluster, settings, group_id, client_id, discovers_topics)
     try:
@@ -310,6 +313,7 @@ async def start_consumer(
             raise await why_unreachable(exc, cluster, settings) from exc
         raise
     use_fetch_sessions(consumer)
+    use_fetch_planner(consumer)
     return consumer
 
 

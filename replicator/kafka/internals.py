@@ -7,7 +7,8 @@ which says what it needs and why the public API does not give it. Three groups:
 - **Clients** (consumer, producer, admin): the shared ``AIOKafkaClient`` under each, its metadata
   (age, size, refresh interval, the topics it tracks), one connection dropped, the group
   coordinator's offset fetch with metadata, the fetcher's wait, the client the fetcher sends
-  through (:mod:`replicator.kafka.fetch_sessions` puts fetch sessions there).
+  through (:mod:`replicator.kafka.fetch_sessions` puts fetch sessions there), and what the
+  fetcher decides at each wake of its loop (:mod:`replicator.kafka.fetch_planner` decides it).
 - **The fetch path**: aiokafka's ``PartitionRecords`` and ``FetchResult.getall`` patched, so the
   data path's consumers get decoded records unwrapped, get a record whose header key is not
   UTF-8 with that key as its bytes (:class:`HeaderKey`), and stop at a record the client cannot
@@ -55,6 +56,7 @@ from aiokafka.producer.transaction_manager import (
     TransactionManager,
 )
 from aiokafka.protocol.api import RequestStruct, Response
+from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
 from aiokafka.record.default_records import (
@@ -128,6 +130,24 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(fetcher.Fetcher, "_client", "fetches sent through fetch sessions"),
     Reliance(fetcher.Fetcher, "_proc_fetch_request", "fetch offsets read from the request"),
     Reliance(SubscriptionState, "subscription", "a consumer's current assignment"),
+    Reliance(SubscriptionState, "pause", "the fetch planner told of a pause"),
+    Reliance(SubscriptionState, "resume", "the fetch planner told of a resume"),
+    Reliance(fetcher.Fetcher, "_get_actions_per_node", "the fetch planner in its place"),
+    Reliance(fetcher.Fetcher, "_records", "the fetch planner: records buffered, their backoff"),
+    Reliance(fetcher.Fetcher, "_in_flight", "the fetch planner: nodes with a request in flight"),
+    Reliance(fetcher.Fetcher, "_preferred_read_replica", "the fetch planner: read replicas"),
+    Reliance(fetcher.Fetcher, "_fetcher_timeout", "the fetch planner: the idle wake"),
+    Reliance(fetcher.Fetcher, "_default_reset_strategy", "the fetch planner: resets by itself"),
+    Reliance(fetcher.Fetcher, "request_offset_reset", "the fetch planner told of a reset"),
+    Reliance(fetcher.Fetcher, "_fetch_min_bytes", "the fetch planner's requests"),
+    Reliance(fetcher.Fetcher, "_fetch_max_bytes", "the fetch planner's requests"),
+    Reliance(fetcher.Fetcher, "_isolation_level", "the fetch planner's requests"),
+    Reliance(fetcher.Fetcher, "_max_partition_fetch_bytes", "the fetch planner's requests"),
+    Reliance(fetcher.Fetcher, "_client_rack", "the fetch planner's requests"),
+    Reliance(fetcher.FetchResult, "calculate_backoff", "the fetch planner: buffered records"),
+    Reliance(fetcher.FetchError, "calculate_backoff", "the fetch planner: a buffered error"),
+    Reliance(fetcher, "OffsetResetStrategy", "the fetch planner: resets by itself"),
+    Reliance(ClusterMetadata, "_partitions", "the fetch planner: when leaders may have moved"),
     Reliance(Assignment, "active", "forgetting poisoned records of an old assignment"),
     Reliance(Assignment, "state_value", "the position past records never handed over"),
     Reliance(fetcher.PartitionRecords, "_consumer_record", "handing records over unwrapped"),
@@ -250,6 +270,127 @@ def set_fetch_client(consumer: AIOKafkaConsumer, client: Any) -> None:
     offsets from the partitions of the request it passed to ``send``, so a client that sends
     fewer keeps those listed there (:mod:`replicator.kafka.fetch_sessions`)."""
     consumer._fetcher._client = client
+
+
+# -- the fetcher's planning -----------------------------------------------------------------------
+
+# What aiokafka's ``Fetcher._get_actions_per_node`` returns: the fetch requests per node, the
+# partitions awaiting an offset reset per node, how long to wait at most, whether metadata must
+# be refreshed, and the futures that wake the loop when a paused partition is resumed.
+FetchActions = tuple[list[tuple[int, Any]], dict[int, list[TopicPartition]], float, bool, list[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherParts:
+    """A consumer's fetcher as its planner (:mod:`replicator.kafka.fetch_planner`) reads it.
+
+    ``records``: the fetcher's buffer of fetched records (or a fetch error) not handed over yet,
+    per partition, each with its ``calculate_backoff()``; ``in_flight``: the nodes with a request
+    in flight; ``read_replicas``: KIP-392's preferred read replicas (empty unless a rack is set);
+    all three are the fetcher's own live objects. ``idle_timeout``: the longest wait of its loop
+    (seconds); ``resets_by_itself``: whether a fetch answer or a missing commit may reset a
+    position by the consumer's ``auto_offset_reset`` (not ``none``)."""
+
+    fetcher: Any
+    subscription: SubscriptionState
+    records: dict[TopicPartition, Any]
+    in_flight: set[int]
+    read_replicas: dict[TopicPartition, Any]
+    idle_timeout: float
+    resets_by_itself: bool
+
+
+def fetcher_parts_of(owner: Any, subscription: SubscriptionState) -> FetcherParts:
+    """The parts of aiokafka's ``Fetcher`` ``owner`` working for ``subscription``."""
+    return FetcherParts(
+        fetcher=owner,
+        subscription=subscription,
+        records=owner._records,
+        in_flight=owner._in_flight,
+        read_replicas=owner._preferred_read_replica,
+        idle_timeout=float(owner._fetcher_timeout),
+        resets_by_itself=owner._default_reset_strategy != fetcher.OffsetResetStrategy.NONE,
+    )
+
+
+def fetcher_parts(consumer: AIOKafkaConsumer) -> FetcherParts:
+    """A started ``consumer``'s fetcher parts."""
+    return fetcher_parts_of(consumer._fetcher, consumer._subscription)
+
+
+def fetch_cluster(parts: FetcherParts) -> ClusterMetadata:
+    """The metadata the fetcher finds each partition's leader in."""
+    cluster: ClusterMetadata = parts.fetcher._client.cluster
+    return cluster
+
+
+def leaders_version(cluster: ClusterMetadata) -> object:
+    """What changes whenever ``cluster``'s partition leaders may have (each metadata update
+    replaces aiokafka's map of partitions by a new one)."""
+    version: object = cluster._partitions
+    return version
+
+
+def fetch_request(parts: FetcherParts, topics: list[tuple[str, list[tuple[int, int, int]]]]) -> Any:
+    """The FetchRequest aiokafka's fetcher would send for ``topics`` (its wait, sizes,
+    isolation level and rack as they are now)."""
+    owner = parts.fetcher
+    return FetchRequest(
+        owner._fetch_max_wait_ms,
+        owner._fetch_min_bytes,
+        owner._fetch_max_bytes,
+        owner._isolation_level,
+        topics,
+        rack_id=owner._client_rack or "",
+    )
+
+
+def partition_fetch_bytes(parts: FetcherParts) -> int:
+    """How much a fetch asks of each partition at most."""
+    size: int = parts.fetcher._max_partition_fetch_bytes
+    return size
+
+
+def aiokafka_actions(parts: FetcherParts, assignment: Assignment) -> FetchActions:
+    """What aiokafka's own ``_get_actions_per_node`` decides for ``assignment`` (a walk of
+    every assigned partition)."""
+    actions: FetchActions = fetcher.Fetcher._get_actions_per_node(parts.fetcher, assignment)
+    return actions
+
+
+def install_fetch_planner(
+    parts: FetcherParts,
+    plan: Callable[[Assignment], FetchActions],
+    paused: Callable[[TopicPartition], None],
+    resumed: Callable[[TopicPartition], None],
+    resetting: Callable[[Iterable[TopicPartition]], None],
+) -> None:
+    """Make ``plan`` decide each wake of the fetcher's loop in place of aiokafka's walk, and
+    tell the planner of every pause, resume and offset reset asked of the consumer, once done
+    (on this fetcher and subscription only; nothing else in aiokafka pauses, resumes, or resets
+    a position without a fetch answer or a commit lookup)."""
+    subscription = parts.subscription
+    pause, resume = subscription.pause, subscription.resume
+    request_reset = parts.fetcher.request_offset_reset
+
+    def pausing(tp: TopicPartition) -> None:
+        pause(tp)
+        paused(tp)
+
+    def resuming(tp: TopicPartition) -> None:
+        resume(tp)
+        resumed(tp)
+
+    def reset(tps: Iterable[TopicPartition], strategy: int) -> Any:
+        tps = list(tps)
+        waiting = request_reset(tps, strategy)
+        resetting(tps)
+        return waiting
+
+    subscription.pause = pausing
+    subscription.resume = resuming
+    parts.fetcher.request_offset_reset = reset
+    parts.fetcher._get_actions_per_node = plan
 
 
 def drop_connection(client: AIOKafkaClient, node: int, group: ConnectionGroup) -> None:

@@ -10,12 +10,18 @@ object's public attributes.
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import aiokafka
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.client import AIOKafkaClient
+from aiokafka.consumer import consumer as consumer_module
+from aiokafka.consumer import fetcher
+from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.producer.sender import Sender
 
 from replicator.kafka import internals
@@ -87,3 +93,53 @@ async def test_fetched_position_is_unknown_without_an_assignment() -> None:
     consumer.assign([tp])
     assert internals.fetched_position(consumer, tp) is None  # assigned, no position fetched
     assert internals.fetched_position(consumer, TopicPartition("orders", 1)) is None
+
+
+def test_the_fetch_planner_replaces_the_walk_aiokafka_calls_at_each_wake() -> None:
+    """aiokafka's fetcher loop asks ``self._get_actions_per_node(assignment)`` for its five
+    decisions at each wake, and a position is lost (``await_reset``) only where the planner is
+    told of it or visits the partition again: a reset asked by the consumer, a fetch answer, a
+    commit lookup (:mod:`replicator.kafka.fetch_planner`)."""
+    loop_source = inspect.getsource(fetcher.Fetcher._fetch_requests_routine)
+    assert "= self._get_actions_per_node(assignment)" in loop_source
+    assert "resume_futures,\n                ) = self._get_actions_per_node" in loop_source
+    losing = {
+        name
+        for name, member in vars(fetcher.Fetcher).items()
+        if callable(member) and "await_reset(" in inspect.getsource(member)
+    }
+    assert losing == {"request_offset_reset", "_proc_fetch_request", "_update_fetch_positions"}
+    consumer_source = inspect.getsource(consumer_module)
+    assert "await_reset(" not in consumer_source and ".resume()" not in consumer_source
+    assert "self._subscription.pause(partition)" in consumer_source
+    assert "self._subscription.resume(partition)" in consumer_source
+
+
+async def test_the_fetch_planner_is_told_of_pauses_resumes_and_resets() -> None:
+    subscription = SubscriptionState()
+    tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
+    subscription.assign_from_user(tps)
+    client = AIOKafkaClient(bootstrap_servers="127.0.0.1:9")
+    owner = fetcher.Fetcher(client, subscription, auto_offset_reset="none")
+    owner._fetch_task.cancel()
+    told: list[tuple[str, Any]] = []
+    parts = internals.fetcher_parts_of(owner, subscription)
+    assert parts.records is owner._records and not parts.resets_by_itself
+
+    def plan(assignment: Any) -> internals.FetchActions:
+        return [], {}, 0.0, False, []
+
+    internals.install_fetch_planner(
+        parts,
+        plan,
+        lambda tp: told.append(("paused", tp)),
+        lambda tp: told.append(("resumed", tp)),
+        lambda tps: told.append(("reset", list(tps))),
+    )
+    subscription.pause(tps[0])
+    subscription.resume(tps[0])
+    waiting = owner.request_offset_reset(tps, fetcher.OffsetResetStrategy.EARLIEST)
+    assert told == [("paused", tps[0]), ("resumed", tps[0]), ("reset", tps)]
+    assert owner._get_actions_per_node is plan
+    assert not subscription.subscription.assignment.state_value(tps[1]).has_valid_position
+    waiting.cancel()
