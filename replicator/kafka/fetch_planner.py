@@ -91,6 +91,8 @@ class FetchPlanner:
         self._parts = parts
         self._assignment: Any = None
         self._unpaused: set[TopicPartition] = set()
+        # The same, by the node leading each (as the leaders were last found).
+        self._unpaused_by_node: defaultdict[int | None, set[TopicPartition]] = defaultdict(set)
         self._unpositioned: set[TopicPartition] = set()
         self._leaders: dict[TopicPartition, int | None] = {}
         self._leaderless: set[TopicPartition] = set()
@@ -105,11 +107,13 @@ class FetchPlanner:
         """``tp`` was paused."""
         if self._current():
             self._unpaused.discard(tp)
+            self._unpaused_by_node[self._leaders.get(tp)].discard(tp)
 
     def resumed(self, tp: TopicPartition) -> None:
         """``tp`` was resumed: the loop wakes (if it waits on a resume) and fetches it."""
         if self._current():
             self._unpaused.add(tp)
+            self._unpaused_by_node[self._leaders.get(tp)].add(tp)
         if self._resumed is not None and not self._resumed.done():
             self._resumed.set_result(None)
 
@@ -128,17 +132,16 @@ class FetchPlanner:
         """What aiokafka's ``_get_actions_per_node(assignment)`` returns (the futures waking on
         a resume: one for all)."""
         self._follow(assignment)
+        self._refresh_leaders(assignment)
         parts = self._parts
         self.stats.plans += 1
         if parts.read_replicas:
             self.stats.delegated += 1
             return internals.aiokafka_actions(parts, assignment)
-        self._refresh_leaders(assignment)
         self._answered()
         plan = _Plan()
         visited = self._visit_changed(assignment, plan)
-        self._visit_unpaused(assignment, plan, visited)
-        self.stats.visited += len(visited) + len(self._unpaused)
+        self.stats.visited += len(visited) + self._visit_unpaused(assignment, plan, visited)
         self._unpositioned = {
             tp for tp in self._unpositioned if not assignment.state_value(tp).has_valid_position
         }
@@ -169,6 +172,9 @@ class FetchPlanner:
         self._leaderless = {
             tp for tp, node in self._leaders.items() if node is None or node == NO_LEADER
         }
+        self._unpaused_by_node.clear()
+        for tp in self._unpaused:
+            self._unpaused_by_node[self._leaders[tp]].add(tp)
 
     def _answered(self) -> None:
         """The partitions of each request answered since, when an answer may reset a position."""
@@ -211,17 +217,26 @@ class FetchPlanner:
         else:
             plan.fetchable[node].append((tp, state.position))
 
-    def _visit_unpaused(self, assignment: Any, plan: _Plan, visited: set[TopicPartition]) -> None:
-        """Decide the partitions not paused, not visited yet: each has a leader and a position,
-        so it is fetched unless its node has a request in flight (the feed: nearly all)."""
-        leaders, in_flight, fetchable = self._leaders, self._parts.in_flight, plan.fetchable
-        state_value = assignment.state_value
-        for tp in self._unpaused:
-            if tp in visited:
+    def _visit_unpaused(self, assignment: Any, plan: _Plan, visited: set[TopicPartition]) -> int:
+        """Decide the partitions not paused, not visited yet, of the nodes to fetch from (no
+        request in flight, no records backing off, no reset awaited): each has a leader and a
+        position, so it is fetched. How many were visited."""
+        in_flight, fetchable, state_value = (
+            self._parts.in_flight,
+            plan.fetchable,
+            assignment.state_value,
+        )
+        count = 0
+        for node, unpaused in self._unpaused_by_node.items():
+            if node is None or node == NO_LEADER or node in in_flight:
                 continue
-            node = leaders[tp]
-            if node not in in_flight:
-                fetchable[node].append((tp, state_value(tp).position))  # type: ignore[index]
+            if node in plan.backoff_by_nodes or node in plan.awaiting_reset:
+                continue
+            fetched = [(tp, state_value(tp).position) for tp in unpaused if tp not in visited]
+            if fetched:
+                fetchable[node].extend(fetched)
+            count += len(unpaused)
+        return count
 
     def _actions(self, plan: _Plan) -> FetchActions:
         requests: list[tuple[int, Any]] = []

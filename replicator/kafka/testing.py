@@ -30,6 +30,11 @@ logs: a group member that holds nothing until a test rebalances it
 assigned (by default every partition of a topic the subscribed pattern matches), each at no
 position and not paused, as aiokafka hands them to its listener; the callbacks are awaited in
 turn. A fetch response tells each partition it read of its log end and when it came.
+
+:class:`IdleFetcher` is aiokafka's own fetcher, its loop running, over a client with no broker
+that answers each fetch after the fetch wait with nothing new (as a broker answers idle
+partitions in a fetch session): what the loop costs per wake and when idle, with or without
+the :mod:`~replicator.kafka.fetch_planner` (``benchmarks.fetch_planning``).
 """
 
 from __future__ import annotations
@@ -38,12 +43,20 @@ import asyncio
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from typing import Any
 
 from aiokafka import TopicPartition
+from aiokafka.client import AIOKafkaClient
+from aiokafka.consumer.fetcher import Fetcher
+from aiokafka.consumer.subscription_state import SubscriptionState
+from aiokafka.protocol.metadata import MetadataResponse_v1
 
 from replicator import clock
 from replicator.errors import ReplicatorError
+from replicator.kafka import internals
+from replicator.kafka.clients import FETCHER_IDLE_WAKE_MS
 from replicator.kafka.decoding import Poison
+from replicator.kafka.fetch_planner import FetchPlanner, install_planner
 from replicator.kafka.fetching import Fetched, Partitions
 from replicator.model.offsets import OutOfRange, out_of_range
 from replicator.model.records import SourceRecord
@@ -344,3 +357,83 @@ class MemoryGroupSource(MemorySource):
 
     async def close(self) -> None:
         self.closed = True
+
+
+class _IdleAnswer:
+    """A fetch answer naming no partition."""
+
+    topics: list[Any] = []
+    API_VERSION = 11
+
+
+class IdleFetcher:
+    """aiokafka's fetcher (as :func:`~replicator.kafka.clients.make_consumer` configures it)
+    over ``partitions`` partitions of topics of 100, led in turn by ``nodes`` nodes, each at
+    offset 0, all but ``unpaused`` of them paused; its client answers every fetch after
+    ``wait_ms`` with nothing new. ``planned``: the fetch planner decides its wakes."""
+
+    def __init__(
+        self, partitions: int, unpaused: int, wait_ms: int, planned: bool, nodes: int = 3
+    ) -> None:
+        self.partitions, self.unpaused, self.wait_ms = partitions, unpaused, wait_ms
+        self.planned, self.nodes = planned, nodes
+        self.fetches = 0
+        self.parts: internals.FetcherParts | None = None
+        self.planner: FetchPlanner | None = None
+
+    async def start(self) -> None:
+        nodes = self.nodes
+        client = AIOKafkaClient(bootstrap_servers="127.0.0.1:9")  # never connected
+        client.send = self._answer
+        tps = [TopicPartition(f"t{n // 100}", n % 100) for n in range(self.partitions)]
+        listed = [
+            (0, topic, False, [(0, p, p % nodes, [p % nodes], [p % nodes]) for p in partitions])
+            for topic, partitions in _by_topic(tps).items()
+        ]
+        brokers = [(node, "127.0.0.1", 9, None) for node in range(nodes)]
+        client.cluster.update_metadata(MetadataResponse_v1(brokers, 0, listed))
+        subscription = SubscriptionState()
+        fetcher = Fetcher(
+            client,
+            subscription,
+            fetch_max_wait_ms=self.wait_ms,
+            fetcher_timeout=FETCHER_IDLE_WAKE_MS / 1000,
+            auto_offset_reset="none",
+            isolation_level="read_committed",
+        )
+        self.parts = parts = internals.fetcher_parts_of(fetcher, subscription)
+        subscription.assign_from_user(tps)
+        if self.planned:
+            self.planner = install_planner(parts)
+        for n, tp in enumerate(tps):
+            subscription.seek(tp, 0)
+            if n >= self.unpaused:
+                subscription.pause(tp)
+
+    async def _answer(self, node: int, request: Any) -> _IdleAnswer:
+        self.fetches += 1
+        await asyncio.sleep(self.wait_ms / 1000)
+        return _IdleAnswer()
+
+    async def wake(self) -> None:
+        """One wake's decisions and the wait on its futures, as the fetcher's loop makes them
+        (its requests not sent)."""
+        assert self.parts is not None
+        assignment = self.parts.subscription.subscription.assignment
+        if self.planner is not None:
+            actions = self.planner.plan(assignment)
+        else:
+            actions = internals.aiokafka_actions(self.parts, assignment)
+        woken = asyncio.get_running_loop().create_future()
+        await asyncio.wait({woken, *actions[4]}, timeout=0)
+
+    async def close(self) -> None:
+        if self.parts is not None:
+            await self.parts.fetcher.close()
+
+
+def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {}
+    for tp in tps:
+        found.setdefault(tp.topic, []).append(tp.partition)
+    return found
