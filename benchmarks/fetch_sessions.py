@@ -7,11 +7,14 @@ For ``--seconds``, each fetch is counted as it crosses the consumer's client: th
 request names and its answer names, their bytes (on the first ``SAMPLED`` fetches), and the
 consumer thread's CPU. **without**: aiokafka's fetches, every partition in every request and
 answer; **with**: the same consumer through incremental fetch sessions
-(:mod:`replicator.kafka.fetch_sessions`), after its first full fetch. The producer shares the
+(:mod:`replicator.kafka.fetch_sessions`), after its first full fetch; **planned**: with fetch
+sessions and the fetch planner (:mod:`replicator.kafka.fetch_planner`), as the product's
+consumers fetch. The producer shares the
 process (and its GIL): records per second are bounded by it as much as by the consumer.
 
     .venv/bin/python -m benchmarks.fetch_sessions                    # 24, 1200, 6000
     .venv/bin/python -m benchmarks.fetch_sessions --sizes 24,1200 --seconds 5
+    .venv/bin/python -m benchmarks.fetch_sessions --sizes 2000,10000 --paused 0.99
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from benchmarks.shared import console
 from replicator.config.loading import load_settings
 from replicator.devtools.embedded import LocalBroker
 from replicator.kafka.clients import make_consumer
+from replicator.kafka.fetch_planner import use_fetch_planner
 from replicator.kafka.fetch_sessions import SessionFetch, use_fetch_sessions
 from replicator.kafka.internals import kafka_client
 
@@ -46,6 +50,8 @@ class Figures:
 
     partitions: int
     sessions: bool
+    planner: bool = False
+    paused: int = 0
     fetches: int = 0
     listed: int = 0
     answered: int = 0
@@ -62,6 +68,8 @@ class Figures:
         return {
             "partitions": self.partitions,
             "sessions": self.sessions,
+            "planner": self.planner,
+            "paused": self.paused,
             "fetches_per_s": round(self.fetches / self.seconds, 1),
             "listed_per_fetch": round(self.listed / per, 2),
             "answered_per_fetch": round(self.answered / per, 2),
@@ -69,6 +77,7 @@ class Figures:
             "answer_bytes": round(self.answer_bytes / sampled),
             "records_per_s": round(self.records / self.seconds, 1),
             "cpu_percent": round(100 * self.cpu_s / self.seconds, 1),
+            "cpu_ms_per_fetch": round(1000 * self.cpu_s / per, 2),
             "cpu_ms_per_1000_records": round(1_000_000 * self.cpu_s / max(self.records, 1), 1),
         }
 
@@ -148,7 +157,7 @@ async def log_ends(
 
 
 async def measure(
-    broker: LocalBroker, topic: str, partitions: int, sessions: bool, seconds: float
+    broker: LocalBroker, topic: str, partitions: int, variant: tuple[bool, bool], shape: Shape
 ) -> Figures:
     settings = load_settings(
         {
@@ -158,9 +167,15 @@ async def measure(
     )
     consumer = make_consumer(settings.clusters["dc1"], settings, "bench-sessions", "bench")
     await consumer.start()
+    sessions, planner = variant
     if sessions:
         use_fetch_sessions(consumer)
-    figures = Figures(partitions, sessions)
+    if planner:
+        use_fetch_planner(consumer)
+    paused = [TopicPartition(topic, p) for p in range(1, partitions)][
+        : int(shape.paused * partitions)
+    ]
+    figures = Figures(partitions, sessions, planner, len(paused))
     counting = Counting(figures)
     counting.watch(consumer)
     try:
@@ -169,10 +184,12 @@ async def measure(
         consumer.assign(assigned)
         for tp in assigned:
             consumer.seek(tp, ends[tp])
+        for tp in paused:  # a leg's source consumer: those not catching up alone
+            consumer.pause(tp)
         await consumer.getmany(timeout_ms=1000)  # past the first (full) fetch
         counting.on = True
         start, cpu = time.monotonic(), time.thread_time()
-        while time.monotonic() - start < seconds:
+        while time.monotonic() - start < shape.seconds:
             for records in (await consumer.getmany(timeout_ms=200)).values():
                 figures.records += len(records)
         figures.cpu_s = time.thread_time() - cpu
@@ -182,8 +199,19 @@ async def measure(
     return figures
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What is measured: for how long, the share of partitions paused (never partition 0)."""
+
+    seconds: float
+    paused: float = 0.0
+
+
+VARIANTS = ((False, False), (True, False), (True, True))  # (sessions, planner)
+
+
 def run_size(
-    broker: LocalBroker, partitions: int, seconds: float, interval_s: float
+    broker: LocalBroker, partitions: int, shape: Shape, interval_s: float
 ) -> list[Figures]:
     topic = f"idle{partitions}"
     asyncio.run(create_topic(broker.bootstrap_servers, topic, partitions))
@@ -194,8 +222,7 @@ def run_size(
     producer.start()
     try:
         return [
-            asyncio.run(measure(broker, topic, partitions, sessions, seconds))
-            for sessions in (False, True)
+            asyncio.run(measure(broker, topic, partitions, variant, shape)) for variant in VARIANTS
         ]
     finally:
         stop.set()
@@ -207,12 +234,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="24,1200,6000", help="partition counts, comma-separated")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured per consumer")
     parser.add_argument("--interval-ms", type=float, default=20.0, help="between two records")
+    parser.add_argument("--paused", type=float, default=0.0, help="share of partitions paused")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
     results: list[Figures] = []
     with clusters("dc1") as started:
         for size in sizes:
-            results.extend(run_size(started["dc1"], size, args.seconds, args.interval_ms / 1000))
+            shape = Shape(args.seconds, args.paused)
+            results.extend(run_size(started["dc1"], size, shape, args.interval_ms / 1000))
     rows = [figures.row() for figures in results]
     table = Table(title=f"Fetches with one active partition, on {broker_name()}")
     for column in rows[0]:

@@ -3,48 +3,55 @@ what changed since the last wake, not to the partitions assigned.
 
 aiokafka's fetcher decides at every wake of its loop (each fetch answer, each ``getmany`` that
 took records, each seek, resume or new assignment, and every ``fetcher_timeout`` when idle) by
-walking every assigned partition (``Fetcher._get_actions_per_node``), and hands the future of
-every paused partition to ``asyncio.wait`` (each gets a done-callback added and removed): 27 ms
-per wake at 10,000 partitions, all paused or none (measured, ``benchmarks.fetch_planning``).
-A leg's source consumer holds every partition and pauses nearly all of them; the shared feed's
-consumer fetches nearly all of them.
+walking every assigned partition (``Fetcher._get_actions_per_node``: its leader, buffer,
+position, pause; then each request's partitions shuffled and grouped by topic), and hands the
+future of every paused partition to ``asyncio.wait`` (each gets a done-callback added and
+removed). Measured at 10,000 partitions (``benchmarks.fetch_planning``, no broker): 27-39 ms of
+CPU per wake, whether all are paused (a leg's source consumer) or none (the shared feed's).
 
-Of the choices (a narrower fix: skip paused partitions in the same walk, one shared future; or
-the walk replaced by sets kept up to date), :class:`FetchPlanner` is the latter, in place of
-``_get_actions_per_node`` on one consumer's fetcher (through :mod:`replicator.kafka.internals`),
-because a walk that skips paused partitions still visits each of them. It returns what aiokafka
-returns, decided by aiokafka's rules for each partition it visits, in aiokafka's order of
-precedence: records not handed over (the node backs off while they are younger than
-``prefetch_backoff``, the partition is not fetched), a request in flight to its node (nothing),
-no leader (a metadata refresh), no valid position (an offset reset through the leader), paused
-(waits for a resume), else fetched from its position; a node with records backing off or a
-reset awaited is not fetched, the partitions of a request are shuffled, the wait is the least
-backoff of a node backing off or ``fetcher_timeout``. It visits only the partitions whose
-decision may be other than "paused, wait for a resume": those with records buffered (the
-fetcher's own buffer), those without a valid position (all of them at an assignment, those
-reset since, kept until they have one), those without a leader (found again when the metadata
-changes: aiokafka replaces its map of partitions at each update), and those not paused (kept by
-the consumer's pause and resume). Every other partition is paused with a position, a leader and
-nothing buffered, and waits for a resume: one future per consumer, which any resume completes
-(aiokafka's futures per paused partition serve that alone), handed to the loop while any
-partition is paused. A wake therefore costs in proportion to the partitions fetched (the feed:
-the request holds them all anyway) plus what changed, not to the paused ones.
+Of the choices: (b) the same walk skipping paused partitions cheaply, one shared future, leaders
+cached, still visits every partition and rebuilds every request; (a) replacing the walk by
+state kept up to date by what changes it, returning the same decisions. :class:`FetchPlanner`
+is (a), in place of ``_get_actions_per_node`` on one consumer's fetcher (through
+:mod:`replicator.kafka.internals`, which tells it of every change), because only (a) makes the
+feed's wakes cheap too: 0.3 ms per wake at 10,000 partitions, all fetched, and 0.04 ms with all
+but 20 paused.
+
+What it keeps: the partitions not paused (told of each pause and resume); those without a
+valid position (every one at an assignment; told of each reset; aiokafka's own resets happen
+only to partitions it fetched, visited again after each answer when ``auto_offset_reset`` is
+not ``none``); each partition's leader (found again when the metadata changes: aiokafka replaces
+its map of partitions at each update); and a row per partition fetched with nothing else to
+decide (not paused, a position, a leader, nothing buffered), by node and topic, as a request
+lists it. A position moves only by a seek (told), a reset (above), or records handed over, which
+were buffered first (told by the fetcher's buffer, :func:`~replicator.kafka.internals.
+note_records`): a row is made again for the partitions told of since the last wake only, and
+for one buffered when it is handed over.
+
+At each wake it decides by aiokafka's rules, in aiokafka's order of precedence, for the
+partitions with records buffered (the node backs off while they are younger than
+``prefetch_backoff``; the partition is not fetched), without a valid position (an offset reset
+through the leader, unless its node has a request in flight) or a leader (a metadata refresh);
+every node with no request in flight, no records backing off and no reset awaited is fetched
+from its rows; the wait is the least backoff of a node backing off, or ``fetcher_timeout``.
+Every other partition is paused, and waits for a resume: one future per consumer, which any
+resume completes (aiokafka's future per paused partition serves that alone), handed to the loop
+while any partition is paused. aiokafka shuffles each request's partitions so that an answer cut
+at the fetch's size limit favours none over time; the rows are rotated instead, topics and
+partitions (a copy, not a draw per partition).
 
 A preferred read replica (KIP-392, only with a client rack) expires by time, per partition: a
-consumer holding one is planned by aiokafka's own walk until it holds none. A consumer whose
-``auto_offset_reset`` is not ``none`` may lose a position in a fetch answer (out of range): the
-partitions of each answered request are visited once more.
+consumer holding one is planned by aiokafka's own walk until it holds none.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiokafka
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -53,6 +60,9 @@ from replicator.kafka import internals
 from replicator.kafka.internals import FetchActions, FetcherParts
 
 NO_LEADER = -1
+
+# A partition as a fetch request lists it: (partition, from offset, at most max bytes).
+Row = tuple[int, int, int]
 
 
 @dataclass(slots=True)
@@ -69,9 +79,6 @@ class PlanStats:
 class _Plan:
     """One wake's decisions, as aiokafka's walk gathers them."""
 
-    fetchable: defaultdict[int, list[tuple[TopicPartition, int]]] = field(
-        default_factory=lambda: defaultdict(list)
-    )
     awaiting_reset: defaultdict[int, list[TopicPartition]] = field(
         default_factory=lambda: defaultdict(list)
     )
@@ -84,43 +91,64 @@ class _Plan:
 
 class FetchPlanner:
     """``_get_actions_per_node`` for one consumer's fetcher, kept up to date by the consumer's
-    pauses, resumes and offset resets (:meth:`paused`, :meth:`resumed`, :meth:`resetting`) and
-    by what the fetcher and its metadata hold at each wake."""
+    pauses, resumes, seeks and offset resets (:meth:`paused`, :meth:`resumed`, :meth:`sought`,
+    :meth:`resetting`), the records the fetcher buffers (:meth:`buffered`), and what the fetcher
+    and its metadata hold at each wake."""
 
     def __init__(self, parts: FetcherParts) -> None:
         self._parts = parts
         self._assignment: Any = None
         self._unpaused: set[TopicPartition] = set()
-        # The same, by the node leading each (as the leaders were last found).
-        self._unpaused_by_node: defaultdict[int | None, set[TopicPartition]] = defaultdict(set)
         self._unpositioned: set[TopicPartition] = set()
         self._leaders: dict[TopicPartition, int | None] = {}
         self._leaderless: set[TopicPartition] = set()
         self._leaders_seen: object = None
+        # What a fetch asks of each partition fetched with nothing else to decide (not paused,
+        # a position, a leader, no records buffered), by node and topic: (partition, position,
+        # size) as the request lists it. Kept by the partitions whose row may have changed
+        # since the last wake (_dirty).
+        self._rows: defaultdict[int, defaultdict[str, dict[TopicPartition, Row]]] = defaultdict(
+            lambda: defaultdict(dict)
+        )
+        self._row_node: dict[TopicPartition, int] = {}
+        self._dirty: set[TopicPartition] = set()
+        self._turn = 0
         self._resumed: asyncio.Future[None] | None = None
         self._sent: dict[int, list[TopicPartition]] = {}
         self.stats = PlanStats()
 
-    # -- told by the consumer ---------------------------------------------------------------------
+    # -- told by the consumer and the fetcher -----------------------------------------------------
 
     def paused(self, tp: TopicPartition) -> None:
         """``tp`` was paused."""
         if self._current():
             self._unpaused.discard(tp)
-            self._unpaused_by_node[self._leaders.get(tp)].discard(tp)
+            self._dirty.add(tp)
 
     def resumed(self, tp: TopicPartition) -> None:
         """``tp`` was resumed: the loop wakes (if it waits on a resume) and fetches it."""
         if self._current():
             self._unpaused.add(tp)
-            self._unpaused_by_node[self._leaders.get(tp)].add(tp)
+            self._dirty.add(tp)
         if self._resumed is not None and not self._resumed.done():
             self._resumed.set_result(None)
+
+    def sought(self, tp: TopicPartition) -> None:
+        """``tp`` was sought to a position."""
+        if self._current():
+            self._dirty.add(tp)
 
     def resetting(self, tps: Iterable[TopicPartition]) -> None:
         """``tps`` await an offset reset (``seek_to_beginning``, ``seek_to_end``)."""
         if self._current():
             self._unpositioned.update(tps)
+            self._dirty.update(tps)
+
+    def buffered(self, tp: TopicPartition) -> None:
+        """The fetcher buffered records (or an error) of ``tp``: handing them over moves its
+        position (the only way a position moves but a seek or a reset)."""
+        if self._current():
+            self._dirty.add(tp)
 
     def _current(self) -> bool:
         subscription = self._parts.subscription.subscription
@@ -139,12 +167,10 @@ class FetchPlanner:
             self.stats.delegated += 1
             return internals.aiokafka_actions(parts, assignment)
         self._answered()
+        self._positioned(assignment)
+        self._update_rows(assignment)
         plan = _Plan()
-        visited = self._visit_changed(assignment, plan)
-        self.stats.visited += len(visited) + self._visit_unpaused(assignment, plan, visited)
-        self._unpositioned = {
-            tp for tp in self._unpositioned if not assignment.state_value(tp).has_valid_position
-        }
+        self._visit_changed(assignment, plan)
         if len(self._unpaused) < len(self._leaders):  # some partition is paused
             plan.waits_resume = True
         return self._actions(plan)
@@ -161,7 +187,7 @@ class FetchPlanner:
         self._sent.clear()
 
     def _refresh_leaders(self, assignment: Any) -> None:
-        """Each partition's leader, found again when the metadata changed."""
+        """Each partition's leader, found again when the metadata changed (every row anew)."""
         cluster = internals.fetch_cluster(self._parts)
         version = internals.leaders_version(cluster)
         if version is self._leaders_seen:
@@ -172,9 +198,9 @@ class FetchPlanner:
         self._leaderless = {
             tp for tp, node in self._leaders.items() if node is None or node == NO_LEADER
         }
-        self._unpaused_by_node.clear()
-        for tp in self._unpaused:
-            self._unpaused_by_node[self._leaders[tp]].add(tp)
+        self._rows.clear()
+        self._row_node.clear()
+        self._dirty = set(self._unpaused)
 
     def _answered(self) -> None:
         """The partitions of each request answered since, when an answer may reset a position."""
@@ -182,10 +208,41 @@ class FetchPlanner:
             return
         in_flight = self._parts.in_flight
         for node in [node for node in self._sent if node not in in_flight]:
-            self._unpositioned.update(self._sent.pop(node))
+            sent = self._sent.pop(node)
+            self._unpositioned.update(sent)
+            self._dirty.update(sent)
 
-    def _visit_changed(self, assignment: Any, plan: _Plan) -> set[TopicPartition]:
-        """Decide the partitions with records buffered, without a position or a leader."""
+    def _positioned(self, assignment: Any) -> None:
+        """Those without a position that have one now (a seek, a reset answered)."""
+        state_value = assignment.state_value
+        found = {tp for tp in self._unpositioned if state_value(tp).has_valid_position}
+        if found:
+            self._unpositioned -= found
+            self._dirty |= found
+
+    def _update_rows(self, assignment: Any) -> None:
+        """Each partition's row as it is now, for those whose row may have changed; those with
+        records buffered stay to be looked at again (handing them over moves the position)."""
+        records, state_value = self._parts.records, assignment.state_value
+        kept: set[TopicPartition] = set()
+        self.stats.visited += len(self._dirty)
+        for tp in self._dirty:
+            node = self._row_node.pop(tp, None)
+            if node is not None:
+                del self._rows[node][tp.topic][tp]
+            if tp in records:
+                kept.add(tp)
+            elif tp in self._unpaused and tp not in self._unpositioned:
+                node = self._leaders.get(tp)
+                if node is not None and node != NO_LEADER:
+                    row = (tp.partition, state_value(tp).position, self._partition_fetch_bytes)
+                    self._rows[node][tp.topic][tp] = row
+                    self._row_node[tp] = node
+        self._dirty = kept
+
+    def _visit_changed(self, assignment: Any, plan: _Plan) -> None:
+        """Decide the partitions with records buffered, without a position or a leader: every
+        other partition is paused (waits for a resume) or has its row."""
         records, leaders = self._parts.records, self._leaders
         visited: set[TopicPartition] = set()
         for tp, buffered in records.items():
@@ -199,58 +256,42 @@ class FetchPlanner:
             if tp not in visited:
                 visited.add(tp)
                 self._decide(assignment, tp, plan)
-        return visited
+        self.stats.visited += len(visited)
 
     def _decide(self, assignment: Any, tp: TopicPartition, plan: _Plan) -> None:
-        """aiokafka's decision for ``tp``, not buffered (after its precedence)."""
+        """aiokafka's decision for ``tp``, not buffered, without a position or a leader (after
+        aiokafka's precedence)."""
         node = self._leaders[tp]
         if node in self._parts.in_flight:
             return
         if node is None or node == NO_LEADER:
             plan.invalid_metadata = True
             return
-        state = assignment.state_value(tp)
-        if not state.has_valid_position:
+        if tp in self._unpositioned:  # those with a position have theirs now (_positioned)
             plan.awaiting_reset[node].append(tp)
-        elif state.paused:
+        elif assignment.state_value(tp).paused:  # pragma: no cover - leaderless: decided above
             plan.waits_resume = True
-        else:
-            plan.fetchable[node].append((tp, state.position))
-
-    def _visit_unpaused(self, assignment: Any, plan: _Plan, visited: set[TopicPartition]) -> int:
-        """Decide the partitions not paused, not visited yet, of the nodes to fetch from (no
-        request in flight, no records backing off, no reset awaited): each has a leader and a
-        position, so it is fetched. How many were visited."""
-        in_flight, fetchable, state_value = (
-            self._parts.in_flight,
-            plan.fetchable,
-            assignment.state_value,
-        )
-        count = 0
-        for node, unpaused in self._unpaused_by_node.items():
-            if node is None or node == NO_LEADER or node in in_flight:
-                continue
-            if node in plan.backoff_by_nodes or node in plan.awaiting_reset:
-                continue
-            fetched = [(tp, state_value(tp).position) for tp in unpaused if tp not in visited]
-            if fetched:
-                fetchable[node].extend(fetched)
-            count += len(unpaused)
-        return count
 
     def _actions(self, plan: _Plan) -> FetchActions:
         requests: list[tuple[int, Any]] = []
-        for node, partitions in plan.fetchable.items():
-            if node in plan.backoff_by_nodes or node in plan.awaiting_reset:
+        in_flight = self._parts.in_flight
+        self._turn += 1
+        for node, by_topic in self._rows.items():
+            if node in in_flight or node in plan.backoff_by_nodes or node in plan.awaiting_reset:
                 continue
-            random.shuffle(partitions)  # as aiokafka: fairer among partitions over time
-            by_topic: defaultdict[str, list[tuple[int, int, int]]] = defaultdict(list)
-            size = self._partition_fetch_bytes
-            for tp, position in partitions:
-                by_topic[tp.topic].append((tp.partition, position, size))
-            requests.append((node, internals.fetch_request(self._parts, list(by_topic.items()))))
+            topics = _rotated(
+                [
+                    (topic, _rotated(list(rows.values()), self._turn))
+                    for topic, rows in by_topic.items()
+                    if rows
+                ],
+                self._turn,
+            )
+            if not topics:
+                continue
+            requests.append((node, internals.fetch_request(self._parts, topics)))
             if self._parts.resets_by_itself:
-                self._sent[node] = [tp for tp, _ in partitions]
+                self._sent[node] = [tp for rows in by_topic.values() for tp in rows]
         if plan.backoff_by_nodes:
             timeout = min(map(max, plan.backoff_by_nodes.values()))
         else:
@@ -266,6 +307,19 @@ class FetchPlanner:
         if self._resumed is None or self._resumed.done():
             self._resumed = asyncio.get_running_loop().create_future()
         return self._resumed
+
+
+T = TypeVar("T")
+
+
+def _rotated(items: list[T], turn: int) -> list[T]:
+    """``items`` starting at another one at each turn: over time, each partition and topic is
+    first in its request as often as the others (aiokafka shuffles them, at a cost per
+    partition, so that an answer cut at the fetch's size limit favours none)."""
+    if len(items) < 2:
+        return items
+    at = turn % len(items)
+    return items[at:] + items[:at]
 
 
 _planners: weakref.WeakKeyDictionary[AIOKafkaConsumer, FetchPlanner] = weakref.WeakKeyDictionary()
@@ -284,10 +338,9 @@ def use_fetch_planner(consumer: AIOKafkaConsumer) -> FetchPlanner | None:
 
 def install_planner(parts: FetcherParts) -> FetchPlanner:
     """A :class:`FetchPlanner` deciding for the fetcher of ``parts``."""
+    parts = internals.note_records(parts)
     planner = FetchPlanner(parts)
-    internals.install_fetch_planner(
-        parts, planner.plan, planner.paused, planner.resumed, planner.resetting
-    )
+    internals.install_fetch_planner(parts, planner)
     return planner
 
 

@@ -32,10 +32,11 @@ import inspect
 import re
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import aiokafka
 import structlog
@@ -139,6 +140,7 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(fetcher.Fetcher, "_fetcher_timeout", "the fetch planner: the idle wake"),
     Reliance(fetcher.Fetcher, "_default_reset_strategy", "the fetch planner: resets by itself"),
     Reliance(fetcher.Fetcher, "request_offset_reset", "the fetch planner told of a reset"),
+    Reliance(fetcher.Fetcher, "seek_to", "the fetch planner told of a seek"),
     Reliance(fetcher.Fetcher, "_fetch_min_bytes", "the fetch planner's requests"),
     Reliance(fetcher.Fetcher, "_fetch_max_bytes", "the fetch planner's requests"),
     Reliance(fetcher.Fetcher, "_isolation_level", "the fetch planner's requests"),
@@ -358,39 +360,77 @@ def aiokafka_actions(parts: FetcherParts, assignment: Assignment) -> FetchAction
     return actions
 
 
-def install_fetch_planner(
-    parts: FetcherParts,
-    plan: Callable[[Assignment], FetchActions],
-    paused: Callable[[TopicPartition], None],
-    resumed: Callable[[TopicPartition], None],
-    resetting: Callable[[Iterable[TopicPartition]], None],
-) -> None:
-    """Make ``plan`` decide each wake of the fetcher's loop in place of aiokafka's walk, and
-    tell the planner of every pause, resume and offset reset asked of the consumer, once done
-    (on this fetcher and subscription only; nothing else in aiokafka pauses, resumes, or resets
-    a position without a fetch answer or a commit lookup)."""
+class FetchPlannerHooks(Protocol):
+    """What a fetch planner decides and is told (:class:`replicator.kafka.fetch_planner.
+    FetchPlanner`)."""
+
+    def plan(self, assignment: Any) -> FetchActions: ...
+    def paused(self, tp: TopicPartition) -> None: ...
+    def resumed(self, tp: TopicPartition) -> None: ...
+    def sought(self, tp: TopicPartition) -> None: ...
+    def resetting(self, tps: Iterable[TopicPartition]) -> None: ...
+    def buffered(self, tp: TopicPartition) -> None: ...
+
+
+class _NotedRecords(OrderedDict[TopicPartition, Any]):
+    """A fetcher's buffer of fetched records that tells ``noted`` of each partition buffered
+    (aiokafka only ever stores into it with ``records[tp] = ...``)."""
+
+    def __init__(self, records: dict[TopicPartition, Any]) -> None:
+        super().__init__(records)
+        self.noted: Callable[[TopicPartition], None] | None = None
+
+    def __setitem__(self, tp: TopicPartition, value: Any) -> None:
+        super().__setitem__(tp, value)
+        if self.noted is not None:
+            self.noted(tp)
+
+
+def note_records(parts: FetcherParts) -> FetcherParts:
+    """``parts`` with the fetcher's buffer replaced by one that can tell of each partition
+    buffered (:func:`install_fetch_planner` says whom)."""
+    records = _NotedRecords(parts.records)
+    parts.fetcher._records = records
+    return replace(parts, records=records)
+
+
+def install_fetch_planner(parts: FetcherParts, planner: FetchPlannerHooks) -> None:
+    """Make ``planner`` decide each wake of the fetcher's loop in place of aiokafka's walk, and
+    tell it of every pause, resume, seek and offset reset asked of the consumer, once done, and
+    of every partition the fetcher buffers records of (``parts`` from :func:`note_records`).
+    On this fetcher and subscription only; nothing else in aiokafka pauses, resumes, moves or
+    loses a position (``Fetcher.seek_to`` is the consumer's seek; records handed over move a
+    position; a reset comes from a seek to an end, a fetch answer or a missing commit)."""
     subscription = parts.subscription
     pause, resume = subscription.pause, subscription.resume
-    request_reset = parts.fetcher.request_offset_reset
+    owner = parts.fetcher
+    seek_to, request_reset = owner.seek_to, owner.request_offset_reset
 
     def pausing(tp: TopicPartition) -> None:
         pause(tp)
-        paused(tp)
+        planner.paused(tp)
 
     def resuming(tp: TopicPartition) -> None:
         resume(tp)
-        resumed(tp)
+        planner.resumed(tp)
+
+    def seeking(tp: TopicPartition, offset: int) -> None:
+        seek_to(tp, offset)
+        planner.sought(tp)
 
     def reset(tps: Iterable[TopicPartition], strategy: int) -> Any:
         tps = list(tps)
         waiting = request_reset(tps, strategy)
-        resetting(tps)
+        planner.resetting(tps)
         return waiting
 
+    if isinstance(parts.records, _NotedRecords):
+        parts.records.noted = planner.buffered
     subscription.pause = pausing
     subscription.resume = resuming
-    parts.fetcher.request_offset_reset = reset
-    parts.fetcher._get_actions_per_node = plan
+    owner.seek_to = seeking
+    owner.request_offset_reset = reset
+    owner._get_actions_per_node = planner.plan
 
 
 def drop_connection(client: AIOKafkaClient, node: int, group: ConnectionGroup) -> None:

@@ -115,31 +115,54 @@ def test_the_fetch_planner_replaces_the_walk_aiokafka_calls_at_each_wake() -> No
     assert "self._subscription.resume(partition)" in consumer_source
 
 
-async def test_the_fetch_planner_is_told_of_pauses_resumes_and_resets() -> None:
+class Told:
+    """A fetch planner that notes what it is told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, Any]] = []
+
+    def plan(self, assignment: Any) -> internals.FetchActions:
+        return [], {}, 0.0, False, []
+
+    def paused(self, tp: TopicPartition) -> None:
+        self.told.append(("paused", tp))
+
+    def resumed(self, tp: TopicPartition) -> None:
+        self.told.append(("resumed", tp))
+
+    def sought(self, tp: TopicPartition) -> None:
+        self.told.append(("sought", tp))
+
+    def resetting(self, tps: Any) -> None:
+        self.told.append(("reset", list(tps)))
+
+    def buffered(self, tp: TopicPartition) -> None:
+        self.told.append(("buffered", tp))
+
+
+async def test_the_fetch_planner_is_told_of_pauses_resumes_seeks_resets_and_records() -> None:
     subscription = SubscriptionState()
     tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
     subscription.assign_from_user(tps)
     client = AIOKafkaClient(bootstrap_servers="127.0.0.1:9")
     owner = fetcher.Fetcher(client, subscription, auto_offset_reset="none")
     owner._fetch_task.cancel()
-    told: list[tuple[str, Any]] = []
-    parts = internals.fetcher_parts_of(owner, subscription)
+    parts = internals.note_records(internals.fetcher_parts_of(owner, subscription))
     assert parts.records is owner._records and not parts.resets_by_itself
-
-    def plan(assignment: Any) -> internals.FetchActions:
-        return [], {}, 0.0, False, []
-
-    internals.install_fetch_planner(
-        parts,
-        plan,
-        lambda tp: told.append(("paused", tp)),
-        lambda tp: told.append(("resumed", tp)),
-        lambda tps: told.append(("reset", list(tps))),
-    )
+    planner = Told()
+    internals.install_fetch_planner(parts, planner)
     subscription.pause(tps[0])
     subscription.resume(tps[0])
+    owner.seek_to(tps[1], 7)
     waiting = owner.request_offset_reset(tps, fetcher.OffsetResetStrategy.EARLIEST)
-    assert told == [("paused", tps[0]), ("resumed", tps[0]), ("reset", tps)]
-    assert owner._get_actions_per_node is plan
+    owner._records[tps[0]] = "buffered"  # as a fetch answer with records stores them
+    assert planner.told == [
+        ("paused", tps[0]),
+        ("resumed", tps[0]),
+        ("sought", tps[1]),
+        ("reset", tps),
+        ("buffered", tps[0]),
+    ]
+    assert owner._get_actions_per_node == planner.plan
     assert not subscription.subscription.assignment.state_value(tps[1]).has_valid_position
     waiting.cancel()
