@@ -221,9 +221,11 @@ def run_size(
     )
     producer.start()
     try:
-        return [
-            asyncio.run(measure(broker, topic, partitions, variant, shape)) for variant in VARIANTS
-        ]
+        found = []
+        for variant in VARIANTS:
+            found.append(asyncio.run(measure(broker, topic, partitions, variant, shape)))
+            print(json.dumps(found[-1].row()), flush=True)  # each as it comes
+        return found
     finally:
         stop.set()
         producer.join(timeout=30)
