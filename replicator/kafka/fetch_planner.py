@@ -170,7 +170,7 @@ class FetchPlanner:
         self._positioned(assignment)
         self._update_rows(assignment)
         plan = _Plan()
-        self._visit_changed(assignment, plan)
+        self._visit_changed(plan)
         if len(self._unpaused) < len(self._leaders):  # some partition is paused
             plan.waits_resume = True
         return self._actions(plan)
@@ -240,7 +240,7 @@ class FetchPlanner:
                     self._row_node[tp] = node
         self._dirty = kept
 
-    def _visit_changed(self, assignment: Any, plan: _Plan) -> None:
+    def _visit_changed(self, plan: _Plan) -> None:
         """Decide the partitions with records buffered, without a position or a leader: every
         other partition is paused (waits for a resume) or has its row."""
         records, leaders = self._parts.records, self._leaders
@@ -255,10 +255,10 @@ class FetchPlanner:
         for tp in (*self._unpositioned, *self._leaderless):
             if tp not in visited:
                 visited.add(tp)
-                self._decide(assignment, tp, plan)
+                self._decide(tp, plan)
         self.stats.visited += len(visited)
 
-    def _decide(self, assignment: Any, tp: TopicPartition, plan: _Plan) -> None:
+    def _decide(self, tp: TopicPartition, plan: _Plan) -> None:
         """aiokafka's decision for ``tp``, not buffered, without a position or a leader (after
         aiokafka's precedence)."""
         node = self._leaders[tp]
@@ -267,10 +267,7 @@ class FetchPlanner:
         if node is None or node == NO_LEADER:
             plan.invalid_metadata = True
             return
-        if tp in self._unpositioned:  # those with a position have theirs now (_positioned)
-            plan.awaiting_reset[node].append(tp)
-        elif assignment.state_value(tp).paused:  # pragma: no cover - leaderless: decided above
-            plan.waits_resume = True
+        plan.awaiting_reset[node].append(tp)  # without a position (_positioned)
 
     def _actions(self, plan: _Plan) -> FetchActions:
         requests: list[tuple[int, Any]] = []
