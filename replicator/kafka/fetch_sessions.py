@@ -142,7 +142,6 @@ class FetchSession:
         if plan is not self._pending:  # sessionless: the session is not concerned
             return f"answered partitions not fetched: {unknown}" if unknown else None
         self._pending = None
-        self.last_answer = None
         if error_code:
             if error_code == FETCH_SESSION_ID_NOT_FOUND:
                 self._restart(NO_SESSION)
@@ -154,7 +153,8 @@ class FetchSession:
             return f"session {plan.session_id} epoch {plan.epoch}: not fetched {unknown}"
         if session_id == NO_SESSION:  # none opened (the broker's cache is full), or closed
             self._restart(NO_SESSION)
-        elif plan.full:
+            return None
+        if plan.full:
             self.session_id, self.epoch = session_id, 1
         else:
             self.epoch = _next_epoch(self.epoch)
@@ -168,7 +168,6 @@ class FetchSession:
         request is full (closing this session), and an answer still awaited, once it comes,
         concerns no session."""
         self._pending = None
-        self.last_answer = None
         self._restart(self.session_id)
 
     def quiet_since(self, tp: Partition, position: int) -> int | None:
@@ -184,11 +183,12 @@ class FetchSession:
         took it is unknown, so the next request is full and closes this session."""
         if plan is self._pending:
             self._pending = None
-            self.last_answer = None
             self._restart(self.session_id)
 
     def _restart(self, session_id: int) -> None:
+        """The next request is full; no answer of the session says a partition was quiet."""
         self.session_id, self.epoch, self.held = session_id, INITIAL_EPOCH, {}
+        self.last_answer = None
 
 
 # -- on the wire ----------------------------------------------------------------------------------

@@ -135,6 +135,15 @@ def test_a_partition_left_out_of_an_answer_was_quiet_at_its_fetch_offset() -> No
     assert session.quiet_since(A1, 40) is None  # the session starts over
 
 
+def test_an_answer_that_closes_the_session_says_nothing_of_quiet_partitions() -> None:
+    session = FetchSession()
+    opened(session, at(a0=5, a1=40))
+    plan = session.next_request(at(a0=6, a1=40), V11)
+    assert session.answered(plan, 0, NO_SESSION, [A0]) is None
+    assert session.quiet_since(A1, 40) is None
+    assert session.epoch == INITIAL_EPOCH
+
+
 def test_a_new_assignment_makes_the_next_request_full_and_an_answer_awaited_moot() -> None:
     """New partition states (a new assignment) know no high watermark: the broker must name
     every partition again. An answer to the request in flight meanwhile moves nothing."""
