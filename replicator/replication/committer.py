@@ -8,6 +8,10 @@ released (rebalance) and on shutdown; then it saves their destination marks in t
 cluster (where a resume starts reading it, :mod:`replicator.replication.resume`), never before the
 offsets they go with. A commit is bounded in time (a commit for a partition being deleted is
 retried by the client forever) and its outcome counted.
+
+Commits go one at a time, in order: a commit retried while its coordinator is not ready yet
+could otherwise land after a later one (the final commit at a stop) and move the group's offsets
+or the destination marks back.
 """
 
 from __future__ import annotations
@@ -19,12 +23,17 @@ from typing import Protocol
 import structlog
 from aiokafka import TopicPartition
 
+from replicator import clock
 from replicator.kafka.translation import translate
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.replication.partition import LegPartition
 from replicator.telemetry.metrics import Metrics
 
 log = structlog.get_logger(__name__)
+
+# What a commit that waited for the one before it still gets: a moment, for a coordinator that
+# answers at once.
+_FLOOR_S = 0.5
 
 
 class OffsetCommits(Protocol):
@@ -53,6 +62,8 @@ class Committer:
         self._log = log.bind(leg=leg)
         # Partitions whose tracker has something to commit, since the last timed commit.
         self._due: dict[TopicPartition, LegPartition] = {}
+        # Held by the commit under way: the next one reads the trackers once it is done.
+        self._in_order = asyncio.Lock()
 
     def due(self, partition: LegPartition) -> None:
         """``partition``'s tracker has an offset or a mark to commit at the next tick."""
@@ -75,10 +86,23 @@ class Committer:
     async def commit(self, partitions: Iterable[LegPartition], within: float | None = None) -> None:
         """Commit the acknowledged prefix of every partition that moved since its last commit
         (within ``within`` seconds, else the request timeout); what could not be committed (or
-        its mark saved) is due again."""
+        its mark saved) is due again; a commit under way is waited for first, within the same
+        bound."""
         partitions = list(partitions)
+        timeout = self._timeout if within is None else within
+        deadline = clock.monotonic() + timeout
         try:
-            await self._commit(partitions, self._timeout if within is None else within)
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._in_order.acquire()
+            except TimeoutError:
+                self._log.warning("offset commit skipped: the previous one is still under way",
+                                  partitions=len(partitions))  # fmt: skip
+                return
+            try:
+                await self._commit(partitions, max(deadline - clock.monotonic(), _FLOOR_S))
+            finally:
+                self._in_order.release()
         finally:
             for partition in partitions:
                 if (tracker := partition.tracker) is not None and tracker.needs_commit:

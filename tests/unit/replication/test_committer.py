@@ -128,6 +128,61 @@ async def test_a_failed_commit_is_due_again_and_a_released_partition_is_not_comm
     assert group.committed == {first.tp: 20}
 
 
+class HeldMarks(MemoryMarks):
+    """Marks saved in the order their saves end; the first save is held until ``release``
+    (a coordinator not ready yet, retried meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.started: list[int] = []
+        self.landed: list[int] = []
+
+    async def __call__(self, marks: dict[TopicPartition, tuple[int, int]]) -> None:
+        self.started.extend(mark for mark, _ in marks.values())
+        if len(self.started) == 1:
+            await self.release.wait()
+        self.landed.extend(mark for mark, _ in marks.values())
+        await super().__call__(marks)
+
+
+async def test_a_commit_under_way_is_waited_for_so_marks_and_offsets_never_move_back() -> None:
+    """The final commit of a stop starts while a timed one is still retrying: it goes after
+    it, so the newest mark and offset land last (else the stale retry overwrote them)."""
+    group, marks = MemoryGroup(), HeldMarks()
+    c = committer(group, marks)
+    p = replicating(0, 0)
+    acknowledge(p, 0, 10, destination_end=5)
+    timed = asyncio.create_task(c.commit([p]))
+    await asyncio.sleep(0.01)
+    assert marks.started == [5]  # held, like a coordinator not ready yet
+    acknowledge(p, 10, 20, destination_end=9)
+    final = asyncio.create_task(c.commit([p], within=5.0))
+    await asyncio.sleep(0.01)
+    assert marks.started == [5] and group.requests == [{p.tp: 10}]  # waiting its turn
+    marks.release.set()
+    await asyncio.gather(timed, final)
+    assert marks.landed == [5, 9] and marks.saved == {TopicPartition("orders", 0): 9}
+    assert group.requests == [{p.tp: 10}, {p.tp: 20}] and group.committed == {p.tp: 20}
+    assert p.tracker is not None and not p.tracker.needs_commit
+
+
+async def test_a_commit_that_cannot_have_its_turn_in_time_is_due_again() -> None:
+    group, marks = MemoryGroup(), HeldMarks()
+    c = committer(group, marks)
+    p = replicating(0, 0)
+    acknowledge(p, 0, 10, destination_end=5)
+    timed = asyncio.create_task(c.commit([p]))
+    await asyncio.sleep(0.01)
+    acknowledge(p, 10, 20, destination_end=9)
+    await c.commit([p], within=0.5)  # the held save never ends within it
+    assert group.requests == [{p.tp: 10}] and marks.started == [5]
+    marks.release.set()
+    await timed
+    await ticks(c, {p.tp: p}, 1)  # due again: the next timed commit takes it
+    assert group.committed == {p.tp: 20} and marks.saved == {TopicPartition("orders", 0): 9}
+
+
 async def test_a_partition_assigned_before_the_committer_existed_is_committed() -> None:
     group = MemoryGroup()
     p = replicating(3, 0)
