@@ -1,7 +1,18 @@
 """The local clusters every benchmark runs on: Apache Kafka by default, the embedded broker on
-request, and the name each figure is printed with.
+request, where Apache Kafka keeps its logs, and the name each figure is printed with.
 
-    .venv/bin/python -m benchmarks.run --broker embedded     # the demo's broker instead
+    .venv/bin/python -m benchmarks.run --broker embedded         # the demo's broker instead
+    .venv/bin/python -m benchmarks.scale --broker-storage memory  # logs on tmpfs
+
+Where the logs live matters on a machine whose disk is slow to allocate: Apache Kafka writes its
+offset and time indexes through memory-mapped files created sparse, so the first entry written
+into each new 4 KiB page of an index (one per ``index.interval.bytes``, 4 KiB of records, per
+partition) waits for the file system to allocate that page. Measured on this project's 2-core
+machine (ext4 on a virtual disk): 40-60 ms per page, in the broker's request handler
+(``OffsetIndex.append``, ``TimeIndex.maybeAppend`` in a thread dump), so a produce request
+holding the batches that take 100 partitions past their first 4 KiB together is answered after
+4-5 s. That is the disk, not the contender: ``--broker-storage memory`` puts the brokers'
+directories on tmpfs (``/dev/shm``) so that a comparison of contenders measures them.
 """
 
 from __future__ import annotations
@@ -9,34 +20,55 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from replicator.devtools.apache_kafka import BROKERS, KAFKA_VERSION, local_clusters
 from replicator.devtools.embedded import LocalBroker
 
-# Chosen once per run by --broker (add_broker_option); Apache Kafka unless told otherwise.
-_chosen = {"broker": "kafka"}
+# Chosen once per run by --broker and --broker-storage (add_broker_option); Apache Kafka with
+# its logs on disk unless told otherwise.
+_chosen = {"broker": "kafka", "storage": "disk"}
 # A broker's heap for the benchmarks: room for a million records in its caches.
 HEAP_MB = 1024
+STORAGES = ("disk", "memory")
+MEMORY = Path("/dev/shm")  # tmpfs on Linux
 
 
-def add_broker_option(parser: argparse.ArgumentParser) -> None:
+def add_broker_option(parser: argparse.ArgumentParser, storage: str = "disk") -> None:
+    """``--broker`` and ``--broker-storage`` (default ``storage``) on ``parser``."""
     parser.add_argument(
         "--broker",
         choices=BROKERS,
         default="kafka",
         help=f"the local clusters: Apache Kafka {KAFKA_VERSION} (default) or the embedded broker",
     )
+    parser.add_argument(
+        "--broker-storage",
+        choices=STORAGES,
+        default=storage,
+        help="where Apache Kafka keeps its logs: the temporary directory (disk) or tmpfs "
+        f"({MEMORY}: memory), which keeps a slow disk's page allocation out of the figures "
+        f"(default: {storage})",
+    )
 
 
 def choose(args: argparse.Namespace) -> None:
-    """Take the ``--broker`` of parsed arguments for every cluster this run starts."""
+    """Take ``--broker`` and ``--broker-storage`` of parsed arguments for every cluster this
+    run starts; ``memory`` on a machine without tmpfs at :data:`MEMORY` is refused."""
+    storage = getattr(args, "broker_storage", "disk")
+    if storage == "memory" and not MEMORY.is_dir():
+        raise SystemExit(f"--broker-storage memory: no tmpfs at {MEMORY}")
     _chosen["broker"] = args.broker
+    _chosen["storage"] = storage
 
 
 def broker_name() -> str:
     """What the figures were measured on, printed with them."""
     if _chosen["broker"] == "kafka":
-        return f"Apache Kafka {KAFKA_VERSION} (one KRaft node per cluster, {HEAP_MB} MB heap)"
+        logs = "logs in memory (tmpfs)" if _chosen["storage"] == "memory" else "logs on disk"
+        return (
+            f"Apache Kafka {KAFKA_VERSION} (one KRaft node per cluster, {HEAP_MB} MB heap, {logs})"
+        )
     return "the embedded broker (Tansu, in memory)"
 
 
@@ -50,6 +82,9 @@ def lists_offsets() -> bool:
 @contextmanager
 def clusters(*aliases: str, wan: bool = False) -> Iterator[dict[str, LocalBroker]]:
     """One fresh single-node cluster per alias of the chosen broker, each with a WAN listener
-    if asked (Apache Kafka only); removed on exit."""
-    with local_clusters(*aliases, broker=_chosen["broker"], heap_mb=HEAP_MB, wan=wan) as started:
+    if asked (Apache Kafka only), its logs where chosen; removed on exit."""
+    storage = MEMORY if _chosen["storage"] == "memory" else None
+    with local_clusters(
+        *aliases, broker=_chosen["broker"], heap_mb=HEAP_MB, wan=wan, storage=storage
+    ) as started:
         yield started

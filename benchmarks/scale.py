@@ -335,7 +335,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--steady-seconds", type=float, default=60, help="steady window")
     add_setting_option(parser)
-    add_broker_option(parser)
+    add_broker_option(parser, storage="memory")
     args = parser.parse_args(argv)
     choose(args)
     _complete(parser, args)

@@ -563,12 +563,17 @@ def grant(
 
 @contextlib.contextmanager
 def local_clusters(
-    *aliases: str, broker: str = "kafka", heap_mb: int = 0, wan: bool = False
+    *aliases: str,
+    broker: str = "kafka",
+    heap_mb: int = 0,
+    wan: bool = False,
+    storage: Path | None = None,
 ) -> Iterator[dict[str, LocalBroker]]:
     """One single-node cluster per alias, started together: Apache Kafka (``broker="kafka"``,
     each JVM with ``heap_mb`` of heap, the default if 0; with ``wan``, each with a WAN listener
-    on a port of its own for a relay to serve) or the embedded broker (``"embedded"``); stopped,
-    their data deleted, on exit."""
+    on a port of its own for a relay to serve; its directory, logs included, under ``storage``
+    if given, else the temporary directory) or the embedded broker (``"embedded"``, in memory);
+    stopped, their data deleted, on exit."""
     if broker not in BROKERS:
         raise LocalKafkaError(f"no local broker {broker!r}: one of {', '.join(BROKERS)}")
     if wan and broker != "kafka":
@@ -578,7 +583,12 @@ def local_clusters(
             yield dict(brokers)
         return
     clusters = {
-        alias: ApacheKafkaCluster(alias, heap_mb=heap_mb, wan_port=free_port() if wan else None)
+        alias: ApacheKafkaCluster(
+            alias,
+            heap_mb=heap_mb,
+            wan_port=free_port() if wan else None,
+            directory=Path(tempfile.mkdtemp(prefix="apache-kafka-", dir=storage)),
+        )
         for alias in aliases
     }
     try:

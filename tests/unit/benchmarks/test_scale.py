@@ -4,6 +4,7 @@ record written, and which contenders and modes a command line runs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,27 @@ def test_the_embedded_broker_runs_the_replicator_alone() -> None:
     assert parse(["--broker", "embedded", "--contenders", "replicator"]).contenders == [
         "replicator"
     ]
+
+
+@pytest.mark.usefixtures("chosen_broker")
+def test_the_scale_benchmark_keeps_broker_logs_in_memory_unless_told_and_says_where() -> None:
+    """Apache Kafka's index pages, allocated on a slow disk, would be measured instead of the
+    contenders (see :mod:`benchmarks.brokers`): the scale benchmark asks for tmpfs, the other
+    benchmarks keep the disk, and every figure names where the logs were."""
+    from benchmarks import run
+
+    assert parse([]).broker_storage == "memory"
+    assert brokers.broker_name().endswith("logs in memory (tmpfs))")
+    assert parse(["--broker-storage", "disk"]).broker_storage == "disk"
+    assert brokers.broker_name().endswith("logs on disk)")
+    assert run.parse([]).broker_storage == "disk"
+
+
+@pytest.mark.usefixtures("chosen_broker")
+def test_memory_storage_is_refused_where_there_is_no_tmpfs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(brokers, "MEMORY", tmp_path / "absent")
+    with pytest.raises(SystemExit, match="no tmpfs at"):
+        parse([])
+    assert parse(["--broker-storage", "disk"]).broker_storage == "disk"
