@@ -4,7 +4,9 @@
   have been, counted once per leg (metrics and ``/status``);
 - :func:`count_marked`: the records whose provenance kept them from being copied (the loop rule)
   or marked them derived, counted and said (a flow's copies and derived data once per partition,
-  anything else skipped at every batch).
+  anything else skipped at every batch);
+- :class:`Resumptions`: the partitions that resumed from the destination's tail since the leg
+  last said so, said once per leg (with "every assigned partition started"), not per partition.
 """
 
 from __future__ import annotations
@@ -17,6 +19,59 @@ from replicator.config.topology import Leg
 from replicator.model.batching import OutboundBatch
 from replicator.model.provenance import Marking
 from replicator.telemetry.metrics import Metrics
+
+
+class Resumptions:
+    """What a leg's partitions found at the destination's tail as they (re)started, since the
+    last :meth:`take`: how many resumed, how many of them after records the destination already
+    held (and how many records were so not written twice), and the slowest read of a tail.
+    Thousands of partitions starting together make one log line, not thousands."""
+
+    EXAMPLES = 3
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._resumed = 0
+        self._after_written = 0
+        self._records = 0
+        self._slowest = 0.0
+        self._examples: list[str] = []
+
+    def resumed(self, where: str, already_written: int, seconds: float) -> None:
+        """A partition (named ``where``) resumed from the destination's tail, read in
+        ``seconds``, skipping ``already_written`` records the destination held."""
+        self._resumed += 1
+        self._slowest = max(self._slowest, seconds)
+        if already_written:
+            self._after_written += 1
+            self._records += already_written
+            if len(self._examples) < self.EXAMPLES:
+                self._examples.append(where)
+
+    @property
+    def pending(self) -> bool:
+        """Whether a partition resumed since the last :meth:`take`."""
+        return self._resumed > 0
+
+    def take(self) -> dict[str, Any]:
+        """What was counted since the last call, as log fields (none if nothing resumed);
+        counting starts again."""
+        if not self._resumed:
+            return {}
+        fields: dict[str, Any] = {
+            "resumed_from_destination": self._resumed,
+            "slowest_tail_read_s": round(self._slowest, 3),
+        }
+        if self._after_written:
+            fields |= {
+                "resumed_after_records_written": self._after_written,
+                "records_not_written_twice": self._records,
+                "examples": self._examples,
+            }
+        self._reset()
+        return fields
 
 
 class Duplicates:

@@ -36,7 +36,7 @@ from aiokafka import TopicPartition
 
 from replicator import clock
 from replicator.config.topology import Leg
-from replicator.replication.accounting import Duplicates
+from replicator.replication.accounting import Duplicates, Resumptions
 from replicator.replication.partition import LegPartition
 from replicator.replication.states import FED_ALONE, Halt, Mode
 from replicator.telemetry.metrics import Metrics
@@ -101,6 +101,9 @@ class LegView(Protocol):
 
     @property
     def duplicates(self) -> Duplicates: ...
+
+    @property
+    def resumptions(self) -> Resumptions: ...
 
     @property
     def refused_topics(self) -> Mapping[str, str]: ...
@@ -515,8 +518,14 @@ class LegHealth:
             )
         self._stalled = stalled
         starting = census.counts[STARTING]
-        if self._starting and not starting and census.assigned:
-            self._log.info("every assigned partition started", partitions=census.assigned)
+        # Partitions that started between two censuses are said too (their resumptions).
+        started = self._starting or self._runner.resumptions.pending
+        if started and not starting and census.assigned:
+            self._log.info(
+                "every assigned partition started",
+                partitions=census.assigned,
+                **self._runner.resumptions.take(),
+            )
         self._starting = starting
         alone = census.detached
         if alone and not self._alone:

@@ -48,7 +48,7 @@ from replicator.lifecycle import (
 )
 from replicator.model.handover import Handover
 from replicator.model.offsets import OutOfRange
-from replicator.replication.accounting import Duplicates
+from replicator.replication.accounting import Duplicates, Resumptions
 from replicator.replication.catch_up import CatchUpFetch
 from replicator.replication.committer import Committer
 from replicator.replication.connections import LegConnections, LegDestination, LegSource
@@ -315,6 +315,11 @@ class LegRunner:
         if self._stopping.started:
             within = min(within, self._stopping.left())
         await self.destination.tail.save_marks(marks, within)
+
+    @property
+    def resumptions(self) -> Resumptions:
+        """What the leg's partitions found at the destination's tail as they started."""
+        return self._sending.resumptions
 
     @property
     def topic_config_sync(self) -> dict[str, object]:

@@ -325,8 +325,10 @@ class Resumption:
             )
         if skipped > 0:
             metrics.resume_skipped.labels(leg, target).inc(skipped)
-        if skipped or tail.seconds > 1.0:
-            log.info(
+        tp = partition.tp
+        self._sending.resumptions.resumed(f"{tp.topic}[{tp.partition}]", skipped, tail.seconds)
+        if skipped or tail.seconds > 1.0:  # said for the leg by its health, once
+            log.debug(
                 "resumed after the last record the destination holds",
                 committed=before,
                 resume_at=partition.position,

@@ -10,14 +10,14 @@ in each, and the modules around the sender (:mod:`~replicator.replication.prepar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiokafka import TopicPartition
 
 from replicator.config.topology import Leg
 from replicator.model.offsets import OutOfRange
-from replicator.replication.accounting import Duplicates
+from replicator.replication.accounting import Duplicates, Resumptions
 from replicator.replication.destination import DeadLetterSink, Destination, TopicPreparer
 from replicator.replication.offset_reset import OffsetResets
 from replicator.telemetry.metrics import Metrics
@@ -48,3 +48,5 @@ class LegSending:
     dead_letters: DeadLetterSink | None = None  # None: a record too large halts
     preserve_partitions: bool = True  # else records are placed by key
     resets: OffsetResets | None = None  # a replay past the source log end is an offset reset
+    # What the leg's partitions found at the destination's tail as they started (said once).
+    resumptions: Resumptions = field(default_factory=Resumptions)

@@ -12,6 +12,7 @@ variables.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -274,6 +275,17 @@ class ReplicatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-20000:]
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        """Every line of the (JSON) log saying ``event``, in order."""
+        found = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if f'"{event}"' in line:
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    if entry.get("event") == event:
+                        found.append(entry)
+        return found
 
     def metric(self, name: str, **labels: str) -> float:
         """The sum of a metric's samples whose labels include ``labels``."""

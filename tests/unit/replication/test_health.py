@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 
 from replicator import clock
 from replicator.config.topology import Leg
-from replicator.replication.accounting import Duplicates
+from replicator.replication.accounting import Duplicates, Resumptions
 from replicator.replication.health import (
     DEFAULT_LIMIT,
     HALTED,
@@ -63,6 +63,7 @@ class FakeLeg:
     destination_error: str | None = None
     last_error: str | None = None
     duplicates: Duplicates = field(default_factory=lambda: Duplicates(LEG.name, Metrics()))
+    resumptions: Resumptions = field(default_factory=Resumptions)
     refused_topics: dict[str, str] = field(default_factory=dict)
     grown_topics: dict[str, int] = field(default_factory=dict)
     topic_config_sync: dict[str, object] = field(default_factory=dict)
@@ -489,3 +490,52 @@ def test_transitions_are_logged_once_per_leg_with_counts_and_examples() -> None:
     ]
     assert logs[0]["examples"] == ["orders_REPLICA[0]", "orders_REPLICA[1]", "orders_REPLICA[2]"]
     assert logs[0]["leg"] == "dc1->dc2" and logs[1]["stalled"] == 0
+    assert "resumed_from_destination" not in logs[2]  # none resumed: nothing said of it
+
+
+def test_partitions_resumed_from_the_destination_are_said_once_with_the_start() -> None:
+    """A thousand partitions resuming after what the destination holds make one line (with
+    the start of the last of them), not a thousand; the next start says only its own."""
+    leg = FakeLeg()
+    starting = [leg.add("orders", n, STARTING) for n in range(1_000)]
+    for n in range(len(starting)):
+        leg.resumptions.resumed(f"orders_REPLICA[{n}]", 15 if n % 2 else 0, 0.5 + n / 1000)
+    with capture_logs() as logs:
+        view, _ = health(leg)
+        now = later()
+        view.refresh(no_log_end, now)
+        for partition in starting:
+            partition.prepared(new_batch)
+        view.refresh(no_log_end, now)
+        restarted = leg.add("orders", 1_000, STARTING)
+        view.refresh(no_log_end, now)
+        leg.resumptions.resumed("orders_REPLICA[1000]", 0, 0.1)
+        restarted.prepared(new_batch)
+        view.refresh(no_log_end, now)
+    started = [entry for entry in logs if entry["event"] == "every assigned partition started"]
+    assert len(started) == 2 and len(logs) == 2
+    assert started[0]["resumed_from_destination"] == 1_000
+    assert started[0]["resumed_after_records_written"] == 500
+    assert started[0]["records_not_written_twice"] == 7_500
+    assert started[0]["slowest_tail_read_s"] == 1.499
+    assert started[0]["examples"] == ["orders_REPLICA[1]", "orders_REPLICA[3]", "orders_REPLICA[5]"]
+    assert started[1]["resumed_from_destination"] == 1 and started[1]["partitions"] == 1_001
+    assert "records_not_written_twice" not in started[1]
+
+
+def test_partitions_that_started_between_two_censuses_are_said_too() -> None:
+    """Three partitions resume and start before the health first looks: never seen starting,
+    their start is still said, once, with what they resumed after."""
+    leg = FakeLeg()
+    for n in range(3):
+        leg.add("orders", n, STARTING).prepared(new_batch)
+        leg.resumptions.resumed(f"orders_REPLICA[{n}]", 5, 0.01)
+    with capture_logs() as logs:
+        view, _ = health(leg)
+        now = later()
+        view.refresh(no_log_end, now)
+        view.refresh(no_log_end, now)
+    assert [(entry["event"], entry["partitions"]) for entry in logs] == [
+        ("every assigned partition started", 3)
+    ]
+    assert logs[0]["records_not_written_twice"] == 15
