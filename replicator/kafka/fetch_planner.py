@@ -57,6 +57,7 @@ import aiokafka
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.kafka import internals
+from replicator.kafka.fetch_sessions import PlannedFetch
 from replicator.kafka.internals import FetchActions, FetcherParts
 
 NO_LEADER = -1
@@ -112,6 +113,14 @@ class FetchPlanner:
         )
         self._row_node: dict[TopicPartition, int] = {}
         self._dirty: set[TopicPartition] = set()
+        # The same rows as each node's fetch session takes them, (offset, size) by partition,
+        # with the partitions whose entry changed since the last request to the node, and
+        # that request's token (generation of the rows, number): the session compares those
+        # partitions alone (:class:`~replicator.kafka.fetch_sessions.PlannedFetch`).
+        self._wanted: defaultdict[int, dict[TopicPartition, tuple[int, int]]] = defaultdict(dict)
+        self._since: defaultdict[int, set[TopicPartition]] = defaultdict(set)
+        self._generation = 0
+        self._requests: defaultdict[int, int] = defaultdict(int)
         self._turn = 0
         self._resumed: asyncio.Future[None] | None = None
         self._sent: dict[int, list[TopicPartition]] = {}
@@ -200,6 +209,9 @@ class FetchPlanner:
         }
         self._rows.clear()
         self._row_node.clear()
+        self._wanted.clear()
+        self._since.clear()
+        self._generation += 1  # no session holds what these rows ask: each compares all
         self._dirty = set(self._unpaused)
 
     def _answered(self) -> None:
@@ -226,17 +238,22 @@ class FetchPlanner:
         records, state_value = self._parts.records, assignment.state_value
         kept: set[TopicPartition] = set()
         self.stats.visited += len(self._dirty)
+        size = self._partition_fetch_bytes
         for tp in self._dirty:
             node = self._row_node.pop(tp, None)
             if node is not None:
                 del self._rows[node][tp.topic][tp]
+                del self._wanted[node][tp]
+                self._since[node].add(tp)
             if tp in records:
                 kept.add(tp)
             elif tp in self._unpaused and tp not in self._unpositioned:
                 node = self._leaders.get(tp)
                 if node is not None and node != NO_LEADER:
-                    row = (tp.partition, state_value(tp).position, self._partition_fetch_bytes)
-                    self._rows[node][tp.topic][tp] = row
+                    position = state_value(tp).position
+                    self._rows[node][tp.topic][tp] = (tp.partition, position, size)
+                    self._wanted[node][tp] = (position, size)
+                    self._since[node].add(tp)
                     self._row_node[tp] = node
         self._dirty = kept
 
@@ -286,7 +303,9 @@ class FetchPlanner:
             )
             if not topics:
                 continue
-            requests.append((node, internals.fetch_request(self._parts, topics)))
+            requests.append(
+                (node, internals.fetch_request(self._parts, topics, self._planned(node)))
+            )
             if self._parts.resets_by_itself:
                 self._sent[node] = [tp for rows in by_topic.values() for tp in rows]
         if plan.backoff_by_nodes:
@@ -295,6 +314,17 @@ class FetchPlanner:
             timeout = self._parts.idle_timeout
         waiters: list[Any] = [self._resume_waiter()] if plan.waits_resume else []
         return requests, dict(plan.awaiting_reset), timeout, plan.invalid_metadata, waiters
+
+    def _planned(self, node: int) -> PlannedFetch:
+        """What the request built now for ``node`` fetches, and what changed since the last."""
+        number = self._requests[node] = self._requests[node] + 1
+        changed = self._since.pop(node, set())
+        return PlannedFetch(
+            token=(self._generation, number),
+            base=(self._generation, number - 1),
+            wanted=dict(self._wanted[node]),  # a snapshot: the rows change after this wake
+            changed=frozenset(changed),
+        )
 
     @property
     def _partition_fetch_bytes(self) -> int:

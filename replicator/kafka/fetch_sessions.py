@@ -20,7 +20,15 @@ error). The rules are Apache Kafka's ``FetchSessionHandler``:
 
 The fetch offset of each partition in an answer is the one the session holds for it when the
 request was sent (:attr:`FetchPlan.held`), listed or not: aiokafka's own response handling reads
-the request's partitions, which are exactly those (:class:`SessionFetch`).
+it from the request, which names, once answered, the partitions answered alone with those offsets
+(:class:`SessionClient`), so that reading an answer costs what it holds.
+
+What a request costs grows with what changed, not with the partitions fetched: the fetch planner
+(:mod:`replicator.kafka.fetch_planner`) hands each request's partitions over as a snapshot with
+the partitions changed since its previous request to the node (:class:`PlannedFetch`); a session
+that holds that previous request compares those alone, and an incremental request is built for
+the partitions it lists (not built whole, then narrowed). Any other request (aiokafka's own, or
+one following a request never sent) is compared whole.
 
 :class:`FetchSession` is the pure state of one node's session; :class:`SessionFetch` and
 :class:`SessionClient` put it on the wire under a started consumer's fetcher
@@ -88,6 +96,22 @@ class FetchPlan:
         return fetch[0] if fetch is not None else None
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedFetch:
+    """What the fetch planner (:mod:`replicator.kafka.fetch_planner`) tells the session of one
+    request it built for a node: every partition it fetches with its offset and size
+    (``wanted``, a snapshot), and the partitions whose entry was added, changed or removed
+    since the planner's request ``base`` to the same node (``changed``). A session that holds
+    what request ``base`` asked diffs ``changed`` alone; any other session diffs ``wanted``
+    whole. ``token`` names this request, ``base`` the one before (a new generation of the
+    planner's rows, after leaders moved or a new assignment, matches no session)."""
+
+    token: tuple[int, int]
+    base: tuple[int, int]
+    wanted: Mapping[Partition, PartitionFetch]
+    changed: frozenset[Partition]
+
+
 def _next_epoch(epoch: int) -> int:
     return 1 if epoch >= MAX_EPOCH else epoch + 1
 
@@ -100,32 +124,56 @@ class FetchSession:
 
     session_id: int = NO_SESSION
     epoch: int = INITIAL_EPOCH
-    held: dict[Partition, PartitionFetch] = field(default_factory=dict)
+    held: Mapping[Partition, PartitionFetch] = field(default_factory=dict)
     # The last request answered in the session, and when (ms, wall clock): a partition it held
     # that its answer does not name had no record and no change at its fetch offset then.
     last_answer: FetchPlan | None = None
     answered_ms: int = 0
     named: frozenset[Partition] = frozenset()  # the partitions that answer named
+    # The planner's request whose partitions :attr:`held` is (PlannedFetch.token), if any.
+    held_token: tuple[int, int] | None = None
     _pending: FetchPlan | None = None
 
-    def next_request(self, wanted: Mapping[Partition, PartitionFetch], version: int) -> FetchPlan:
+    def next_request(
+        self,
+        wanted: Mapping[Partition, PartitionFetch],
+        version: int,
+        planned: PlannedFetch | None = None,
+    ) -> FetchPlan:
         """The request that fetches exactly ``wanted`` at FetchRequest ``version``; the session
-        now waits for its answer (:meth:`answered`) or failure (:meth:`failed`)."""
-        held = dict(wanted)
+        now waits for its answer (:meth:`answered`) or failure (:meth:`failed`). With the
+        planner's ``planned`` (whose ``wanted`` it is) following the request the session holds,
+        only its changed partitions are compared: the cost is what changed, not what is held."""
+        held = dict(wanted) if planned is None else planned.wanted
         if version < FIRST_SESSION_VERSION:  # no sessions: full, as aiokafka sends it
             self.session_id, self.epoch, self.held = NO_SESSION, INITIAL_EPOCH, {}
+            self.held_token = None
             return FetchPlan(NO_SESSION, FINAL_EPOCH, tuple(held), (), held)
         if self._pending is not None:  # one epoch at a time: this one without the session
             return FetchPlan(NO_SESSION, FINAL_EPOCH, tuple(held), (), held)
         if self.epoch == INITIAL_EPOCH:
             plan = FetchPlan(self.session_id, INITIAL_EPOCH, tuple(held), (), held)
         else:
-            changed = [tp for tp, fetch in held.items() if self.held.get(tp) != fetch]
-            forget = [tp for tp in self.held if tp not in held]
+            changed, forget = self._changes(held, planned)
             plan = FetchPlan(self.session_id, self.epoch, tuple(changed), tuple(forget), held)
         self.held = held
+        self.held_token = None if planned is None else planned.token
         self._pending = plan
         return plan
+
+    def _changes(
+        self, held: Mapping[Partition, PartitionFetch], planned: PlannedFetch | None
+    ) -> tuple[list[Partition], list[Partition]]:
+        """The partitions to list (added, or another offset or size) and to forget."""
+        before = self.held
+        if planned is not None and self.held_token is not None and planned.base == self.held_token:
+            candidates: Iterable[Partition] = planned.changed
+            changed = [tp for tp in candidates if tp in held and before.get(tp) != held[tp]]
+            forget = [tp for tp in candidates if tp not in held and tp in before]
+            return changed, forget
+        changed = [tp for tp, fetch in held.items() if before.get(tp) != fetch]
+        forget = [tp for tp in before if tp not in held]
+        return changed, forget
 
     def answered(
         self,
@@ -188,6 +236,7 @@ class FetchSession:
     def _restart(self, session_id: int) -> None:
         """The next request is full; no answer of the session says a partition was quiet."""
         self.session_id, self.epoch, self.held = session_id, INITIAL_EPOCH, {}
+        self.held_token = None
         self.last_answer = None
 
 
@@ -209,17 +258,16 @@ def _by_topic(partitions: Iterable[Partition]) -> list[tuple[str, list[int]]]:
     return list(grouped.items())
 
 
-def _listed(plan: FetchPlan, version: int) -> list[tuple[str, list[tuple[int, ...]]]]:
-    """The partitions ``plan`` sends, laid out as aiokafka lays them out at ``version`` (v9
-    added the leader epoch, unknown to a consumer: -1; a consumer's log start offset is -1)."""
-    grouped: dict[str, list[tuple[int, ...]]] = {}
-    for topic, partition in plan.send:
-        offset, max_bytes = plan.held[topic, partition]
-        if version >= LEADER_EPOCH_VERSION:
-            fields: tuple[int, ...] = (partition, -1, offset, -1, max_bytes)
-        else:
-            fields = (partition, offset, -1, max_bytes)
-        grouped.setdefault(topic, []).append(fields)
+def _rows(
+    partitions: Iterable[Partition], held: Mapping[Partition, PartitionFetch]
+) -> list[tuple[str, list[tuple[int, int, int]]]]:
+    """``partitions`` as a FetchRequest lists them: by topic, (partition, offset, max bytes);
+    one ``held`` does not name is left out (aiokafka could not read its answer either)."""
+    grouped: dict[str, list[tuple[int, int, int]]] = {}
+    for topic, partition in partitions:
+        fetch = held.get((topic, partition))
+        if fetch is not None:
+            grouped.setdefault(topic, []).append((partition, *fetch))
     return list(grouped.items())
 
 
@@ -246,13 +294,23 @@ class SessionFetch:
         return topics
 
     def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
-        struct: Any = self._request.prepare(versions)
-        self.plan = plan = self._session.next_request(_wanted(self._request), struct.API_VERSION)
-        if struct.API_VERSION >= FIRST_SESSION_VERSION and not plan.sessionless:
+        request = self._request
+        # The version, from a request of no partition (built whole only when sent whole).
+        version = internals.fetch_request_like(request, []).prepare(versions).API_VERSION
+        planned = internals.planned_of(request)
+        if isinstance(planned, PlannedFetch):
+            plan = self._session.next_request(planned.wanted, version, planned)
+        else:
+            plan = self._session.next_request(_wanted(request), version)
+        self.plan = plan
+        if version >= FIRST_SESSION_VERSION and not plan.sessionless and not plan.full:
+            listed = internals.fetch_request_like(request, _rows(plan.send, plan.held))
+            struct: Any = listed.prepare(versions)
+            struct.forgotten_topics_data = _by_topic(plan.forget)
+        else:
+            struct = request.prepare(versions)
+        if version >= FIRST_SESSION_VERSION and not plan.sessionless:
             struct.session_id, struct.session_epoch = plan.session_id, plan.epoch
-            if not plan.full:
-                struct.topics = _listed(plan, struct.API_VERSION)
-                struct.forgotten_topics_data = _by_topic(plan.forget)
         self.struct = struct
         return struct
 
@@ -324,6 +382,10 @@ class SessionClient:
             raise
         if fetch.plan is not None:
             self._answered(node_id, session, fetch.plan, response)
+            # aiokafka reads each answered partition's fetch offset from the request: it names
+            # those alone from now on, not every partition fetched.
+            answered = _answered_partitions(response)
+            internals.set_fetch_topics(request, _rows(answered, fetch.plan.held))
         return response
 
     def _answered(

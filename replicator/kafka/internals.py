@@ -130,6 +130,12 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(fetcher.Fetcher, "_fetch_max_wait_ms", "the fetch wait"),
     Reliance(fetcher.Fetcher, "_client", "fetches sent through fetch sessions"),
     Reliance(fetcher.Fetcher, "_proc_fetch_request", "fetch offsets read from the request"),
+    Reliance(FetchRequest, "_topics", "a session's answer read against what it answered"),
+    Reliance(FetchRequest, "_max_wait_ms", "a session's request built for what it lists"),
+    Reliance(FetchRequest, "_min_bytes", "a session's request built for what it lists"),
+    Reliance(FetchRequest, "_max_bytes", "a session's request built for what it lists"),
+    Reliance(FetchRequest, "_isolation_level", "a session's request built for what it lists"),
+    Reliance(FetchRequest, "_rack_id", "a session's request built for what it lists"),
     Reliance(SubscriptionState, "subscription", "a consumer's current assignment"),
     Reliance(SubscriptionState, "pause", "the fetch planner told of a pause"),
     Reliance(SubscriptionState, "resume", "the fetch planner told of a resume"),
@@ -333,18 +339,62 @@ def leaders_version(cluster: ClusterMetadata) -> object:
     return version
 
 
-def fetch_request(parts: FetcherParts, topics: list[tuple[str, list[tuple[int, int, int]]]]) -> Any:
+class _PlannedFetchRequest(FetchRequest):  # type: ignore[misc]  # aiokafka's, untyped
+    """aiokafka's FetchRequest, carrying what its planner knows of it for the fetch session
+    that sends it (:class:`replicator.kafka.fetch_sessions.PlannedFetch`)."""
+
+    def __init__(self, *args: Any, planned: object, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.planned = planned
+
+
+def fetch_request(
+    parts: FetcherParts,
+    topics: list[tuple[str, list[tuple[int, int, int]]]],
+    planned: object = None,
+) -> Any:
     """The FetchRequest aiokafka's fetcher would send for ``topics`` (its wait, sizes,
-    isolation level and rack as they are now)."""
+    isolation level and rack as they are now), carrying ``planned`` (:func:`planned_of`)."""
     owner = parts.fetcher
-    return FetchRequest(
+    return _PlannedFetchRequest(
         owner._fetch_max_wait_ms,
         owner._fetch_min_bytes,
         owner._fetch_max_bytes,
         owner._isolation_level,
         topics,
         rack_id=owner._client_rack or "",
+        planned=planned,
     )
+
+
+def planned_of(request: FetchRequest) -> object:
+    """What the planner that built ``request`` (:func:`fetch_request`) attached to it; ``None``
+    for a request built elsewhere (aiokafka's own walk)."""
+    return request.planned if isinstance(request, _PlannedFetchRequest) else None
+
+
+def fetch_request_like(
+    request: FetchRequest, topics: list[tuple[str, list[tuple[int, int, int]]]]
+) -> FetchRequest:
+    """A FetchRequest with ``request``'s wait, sizes, isolation level and rack, for ``topics``
+    (a session's incremental request, built for the partitions it lists alone)."""
+    return FetchRequest(
+        request._max_wait_ms,
+        request._min_bytes,
+        request._max_bytes,
+        request._isolation_level,
+        topics,
+        rack_id=request._rack_id,
+    )
+
+
+def set_fetch_topics(
+    request: FetchRequest, topics: list[tuple[str, list[tuple[int, int, int]]]]
+) -> None:
+    """What ``request`` says it fetched, from now on: aiokafka's fetcher reads the fetch offset
+    of each partition an answer names from it, after the answer (every one of its partitions
+    otherwise, thousands for a few answered)."""
+    request._topics = topics
 
 
 def partition_fetch_bytes(parts: FetcherParts) -> int:

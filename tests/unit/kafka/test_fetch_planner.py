@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from replicator.kafka import internals
 from replicator.kafka.fetch_planner import FetchPlanner, install_planner
+from replicator.kafka.fetch_sessions import FetchSession, PlannedFetch, _wanted
 
 TOPICS = {"a": 6, "b": 4}
 ALL = [TopicPartition(topic, p) for topic, count in TOPICS.items() for p in range(count)]
@@ -68,6 +69,10 @@ class Rig:
     planner: FetchPlanner
     parts: internals.FetcherParts
     resets: list[Any] = field(default_factory=list)
+    # Per node, a fetch session fed the planner's requests with what changed since the last
+    # (as the session client feeds it) and one fed each request whole: they must agree.
+    sessions: dict[int, tuple[FetchSession, FetchSession]] = field(default_factory=dict)
+    unsent: bool = False  # the next wake's requests are not sent (their node not ready)
 
     @property
     def assignment(self) -> Any:
@@ -87,7 +92,33 @@ class Rig:
         assert len(found[4]) <= 1
         if expected[4]:  # a resume that would wake aiokafka's loop wakes the planner's
             assert found[4]
+        self.sessions_agree(found[0])
         return found
+
+    def sessions_agree(self, fetches: list[tuple[int, Any]]) -> None:
+        """Each request's planned partitions are the request's; a session told only what
+        changed since the planner's last request lists and forgets what one comparing the
+        whole request does (also after requests never sent, and new rows after leaders moved
+        or a new assignment)."""
+        unsent, self.unsent = self.unsent, False
+        for node, request in fetches:
+            planned = internals.planned_of(request)  # None: aiokafka's walk built it
+            assert planned is None or isinstance(planned, PlannedFetch)
+            if planned is not None:
+                assert dict(planned.wanted) == _wanted(request)
+            if unsent:
+                continue
+            told, whole = self.sessions.setdefault(node, (FetchSession(), FetchSession()))
+            if planned is None:
+                by_changes = told.next_request(_wanted(request), 11)
+            else:
+                by_changes = told.next_request(planned.wanted, 11, planned)
+            by_whole = whole.next_request(_wanted(request), 11)
+            assert set(by_changes.send) == set(by_whole.send)
+            assert set(by_changes.forget) == set(by_whole.forget)
+            assert (by_changes.full, by_changes.epoch) == (by_whole.full, by_whole.epoch)
+            assert told.answered(by_changes, 0, 7, []) is None
+            assert whole.answered(by_whole, 0, 7, []) is None
 
 
 def requests(actions: list[tuple[int, Any]]) -> dict[int, tuple[Any, ...]]:
@@ -97,7 +128,7 @@ def requests(actions: list[tuple[int, Any]]) -> dict[int, tuple[Any, ...]]:
         listed = sorted(
             (topic, *fields) for topic, partitions in request.topics for fields in partitions
         )
-        options = {k: v for k, v in vars(request).items() if k != "_topics"}
+        options = {k: v for k, v in vars(request).items() if k not in ("_topics", "planned")}
         found[node] = (tuple(listed), tuple(sorted(options.items())))
     return found
 
@@ -154,6 +185,8 @@ def apply(r: Rig, op: tuple[Any, ...]) -> None:
     elif kind == "assign":
         r.subscription.assign_from_user([t for t in ALL if (hash(t) + value) % 3])
         r.fetcher._records.clear()  # as the fetcher's loop does at a new assignment
+    elif kind == "unsent":
+        r.unsent = True
 
 
 OPS = st.tuples(
@@ -170,6 +203,7 @@ OPS = st.tuples(
             "in_flight",
             "leaders",
             "assign",
+            "unsent",
         ]
     ),
     st.sampled_from(ALL),
