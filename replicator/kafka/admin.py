@@ -78,21 +78,46 @@ async def replication_factor(admin: AIOKafkaAdminClient, configured: int | None)
     return min(3, len((await admin.describe_cluster())["brokers"]))
 
 
+# Partitions created by one CreateTopics request at most. Apache Kafka's controller refuses a
+# request creating more than 10,000 in all, whole ("Excessively large number of partitions per
+# request", PolicyViolation: ReplicationControlManager.MAX_PARTITIONS_PER_BATCH); half of that
+# leaves room for brokers with a lower bound.
+MAX_PARTITIONS_PER_REQUEST = 5_000
+
+
+def creation_requests(
+    specs: list[TopicSpec], limit: int = MAX_PARTITIONS_PER_REQUEST
+) -> list[list[TopicSpec]]:
+    """``specs`` in requests of at most ``limit`` partitions each, in order (a topic larger than
+    ``limit`` alone in its request: the broker decides)."""
+    requests: list[list[TopicSpec]] = []
+    size = 0
+    for spec in specs:
+        if not requests or size + spec.partitions > limit:
+            requests.append([])
+            size = 0
+        requests[-1].append(spec)
+        size += spec.partitions
+    return requests
+
+
 async def create_topics(
     admin: AIOKafkaAdminClient, specs: list[TopicSpec], tolerate: tuple[int, ...] = ()
 ) -> dict[str, BrokerErrors]:
-    """Create ``specs`` in one CreateTopics request: the broker's errors per topic (empty:
+    """Create ``specs``, in as few CreateTopics requests as the broker takes
+    (:data:`MAX_PARTITIONS_PER_REQUEST` partitions each): the broker's errors per topic (empty:
     created; codes in ``tolerate`` are not errors)."""
-    response = await admin.create_topics(
-        [
-            NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs)
-            for s in specs
-        ]
-    )
     errors: dict[str, list[tuple[int, str | None]]] = {s.name: [] for s in specs}
-    for topic, code, message in response.topic_errors:
-        if code != 0 and code not in tolerate:
-            errors.setdefault(topic, []).append((code, message))
+    for request in creation_requests(specs):
+        response = await admin.create_topics(
+            [
+                NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.configs)
+                for s in request
+            ]
+        )
+        for topic, code, message in response.topic_errors:
+            if code != 0 and code not in tolerate:
+                errors.setdefault(topic, []).append((code, message))
     return dict(errors)
 
 

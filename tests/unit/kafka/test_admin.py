@@ -5,7 +5,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from replicator.kafka.admin import ConfigEntry, describe_topic_configs
+from replicator.kafka.admin import (
+    MAX_PARTITIONS_PER_REQUEST,
+    ConfigEntry,
+    TopicSpec,
+    create_topics,
+    describe_topic_configs,
+)
 
 
 class DescribingAdmin:
@@ -34,3 +40,39 @@ async def test_config_entries_are_typed_and_refused_topics_left_out() -> None:
     }
     assert found["orders"][0].is_override and not found["orders"][0].is_default
     assert found["keys"][0].is_default
+
+
+class CreatingAdmin:
+    """Answers CreateTopics as Apache Kafka's controller does: a request creating more than
+    10,000 partitions in all is refused whole (PolicyViolation, 44), else each topic created
+    unless it exists (36)."""
+
+    def __init__(self, existing: set[str]) -> None:
+        self.existing = existing
+        self.requests: list[list[Any]] = []
+
+    async def create_topics(self, topics: list[Any]) -> Any:
+        self.requests.append(topics)
+        errors: list[tuple[str, int, str | None]]
+        if sum(t.num_partitions for t in topics) > 10_000:
+            errors = [(t.name, 44, "Excessively large number of partitions per request.")
+                      for t in topics]  # fmt: skip
+            return SimpleNamespace(topic_errors=errors)
+        errors = [(t.name, 36 if t.name in self.existing else 0, None) for t in topics]
+        self.existing |= {t.name for t in topics}
+        return SimpleNamespace(topic_errors=errors)
+
+
+async def test_ten_thousand_partitions_are_created_in_requests_the_controller_takes() -> None:
+    """1,667 topics of 6 partitions (10,002): one request would be refused whole, for every
+    topic; they go in requests of at most 5,000 partitions, each topic once, in order."""
+    specs = [TopicSpec(f"t{n:04d}", 6, 1) for n in range(1_667)]
+    admin = CreatingAdmin(existing={"t0005"})
+    errors = await create_topics(admin, specs, tolerate=(36,))
+    assert errors == {spec.name: [] for spec in specs}
+    sizes = [sum(t.num_partitions for t in request) for request in admin.requests]
+    assert sizes == [4_998, 4_998, 6] and max(sizes) <= MAX_PARTITIONS_PER_REQUEST
+    asked = [t.name for request in admin.requests for t in request]
+    assert asked == [spec.name for spec in specs]
+    refused = await create_topics(CreatingAdmin(set()), [TopicSpec("big", 20_000, 1)])
+    assert refused == {"big": [(44, "Excessively large number of partitions per request.")]}
