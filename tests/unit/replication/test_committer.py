@@ -146,9 +146,9 @@ class HeldMarks(MemoryMarks):
         await super().__call__(marks)
 
 
-async def test_a_commit_under_way_is_waited_for_so_marks_and_offsets_never_move_back() -> None:
-    """The final commit of a stop starts while a timed one is still retrying: it goes after
-    it, so the newest mark and offset land last (else the stale retry overwrote them)."""
+async def commit_held() -> tuple[MemoryGroup, HeldMarks, Committer, LegPartition, Any]:
+    """A timed commit under way, its mark save (5) held; the partition acknowledged further
+    since (offset 20, mark 9)."""
     group, marks = MemoryGroup(), HeldMarks()
     c = committer(group, marks)
     p = replicating(0, 0)
@@ -157,6 +157,13 @@ async def test_a_commit_under_way_is_waited_for_so_marks_and_offsets_never_move_
     await asyncio.sleep(0.01)
     assert marks.started == [5]  # held, like a coordinator not ready yet
     acknowledge(p, 10, 20, destination_end=9)
+    return group, marks, c, p, timed
+
+
+async def test_a_commit_under_way_is_waited_for_so_marks_and_offsets_never_move_back() -> None:
+    """The final commit of a stop starts while a timed one is still retrying: it goes after
+    it, so the newest mark and offset land last (else the stale retry overwrote them)."""
+    group, marks, c, p, timed = await commit_held()
     final = asyncio.create_task(c.commit([p], within=5.0))
     await asyncio.sleep(0.01)
     assert marks.started == [5] and group.requests == [{p.tp: 10}]  # waiting its turn
@@ -168,13 +175,7 @@ async def test_a_commit_under_way_is_waited_for_so_marks_and_offsets_never_move_
 
 
 async def test_a_commit_that_cannot_have_its_turn_in_time_is_due_again() -> None:
-    group, marks = MemoryGroup(), HeldMarks()
-    c = committer(group, marks)
-    p = replicating(0, 0)
-    acknowledge(p, 0, 10, destination_end=5)
-    timed = asyncio.create_task(c.commit([p]))
-    await asyncio.sleep(0.01)
-    acknowledge(p, 10, 20, destination_end=9)
+    group, marks, c, p, timed = await commit_held()
     await c.commit([p], within=0.5)  # the held save never ends within it
     assert group.requests == [{p.tp: 10}] and marks.started == [5]
     marks.release.set()
