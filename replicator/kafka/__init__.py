@@ -20,11 +20,13 @@ functions with product-level arguments.
     decode.
 ``fetch_sessions``
     Incremental fetch sessions (KIP-227) under the source consumers' fetchers: a fetch names only
-    the partitions that changed, and a session error falls back to a full fetch.
+    the partitions that changed, costs what changed (told by the planner), and a session error
+    falls back to a full fetch.
 ``fetch_planner``
     What a source consumer's fetcher does at each wake of its loop, decided from what changed
     (pauses, resumes, resets, records buffered, leaders moved), not by walking every assigned
-    partition; paused partitions wait on one future.
+    partition; paused partitions wait on one future; each request handed to its session with
+    what changed since the last.
 ``fetching``
     What a fetch loop needs of its source consumer, in product terms (the
     :class:`~replicator.kafka.fetching.FetchSource` Protocol: fetch, seek, pause, resume, where
@@ -44,8 +46,8 @@ functions with product-level arguments.
     :class:`~replicator.kafka.testing.MemoryGroupSource` (the same, as a group member a test
     rebalances).
 ``admin``
-    The topic requests made of a cluster in product terms: metadata, CreateTopics,
-    CreatePartitions, DescribeConfigs (typed :class:`~replicator.kafka.admin.ConfigEntry`) and
+    The topic requests made of a cluster in product terms: metadata, CreateTopics (in requests
+    the controller takes), CreatePartitions, DescribeConfigs (typed :class:`~replicator.kafka.admin.ConfigEntry`) and
     the hand-built IncrementalAlterConfigs.
 ``mm2_wire``
     MirrorMaker 2's heartbeat and checkpoint records, encoded in Kafka's protocol types as
