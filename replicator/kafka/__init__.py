@@ -47,8 +47,8 @@ functions with product-level arguments.
     rebalances).
 ``admin``
     The topic requests made of a cluster in product terms: metadata, CreateTopics (in requests
-    the controller takes), CreatePartitions, DescribeConfigs (typed :class:`~replicator.kafka.admin.ConfigEntry`) and
-    the hand-built IncrementalAlterConfigs.
+    the controller takes), CreatePartitions, DescribeConfigs (typed
+    :class:`~replicator.kafka.admin.ConfigEntry`) and the hand-built IncrementalAlterConfigs.
 ``mm2_wire``
     MirrorMaker 2's heartbeat and checkpoint records, encoded in Kafka's protocol types as
     MirrorMaker 2 encodes them.

@@ -56,7 +56,6 @@ INITIAL_EPOCH = 0  # a full request that opens a session (and closes the one nam
 FINAL_EPOCH = -1  # a full request without a session (and closing the one named)
 MAX_EPOCH = 2**31 - 1
 FIRST_SESSION_VERSION = 7  # FetchRequest v7 brought sessions
-LEADER_EPOCH_VERSION = 9  # and v9 each partition's current leader epoch
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 
