@@ -14,6 +14,8 @@ attempt may succeed later without anyone changing anything::
       TopicError              a topic the replicator needs cannot be used as it is
         TopicMissing          a topic is not in the cluster's metadata (yet); yes: it may
                               appear when metadata propagates
+          TopicNotListedYet   one this replicator has just created; yes: expected for a moment,
+                              retried without a warning unless it lasts
         TopicRefused          the destination cluster refused to create a topic; per instance:
                               yes only when the broker's error is retriable (NotController...)
         TopicMismatch         the destination topic exists with fewer partitions than the
@@ -93,6 +95,11 @@ class TopicMissing(TopicError):
     """A topic is not in the cluster's metadata: not created yet, or not propagated yet."""
 
     retriable = True
+
+
+class TopicNotListedYet(TopicMissing):
+    """A topic this replicator has just created is not in the cluster's metadata yet: expected
+    for a moment after a creation, retried without a warning unless it lasts."""
 
 
 class TopicRefused(TopicError):

@@ -57,6 +57,7 @@ async def retrying(
     backoff: Backoff | None = None,
     interruptible: bool = False,
     within: float | None = None,
+    expected: Callable[[ReplicatorError], bool] | None = None,
 ) -> T | None:
     """Run ``attempt`` until it succeeds (its result) or ``stop`` is set (``None``).
 
@@ -69,7 +70,10 @@ async def retrying(
     stop comes, instead of waited for (a connect to a frozen cluster waits out the request
     timeout, which a shutdown must not). ``within``: no attempt starts after that many seconds;
     the last failure is raised instead (a request that should succeed shortly, such as one to a
-    group coordinator still loading, rather than a connection to keep trying).
+    group coordinator still loading, rather than a connection to keep trying). ``expected``:
+    failures that are expected for a moment (a topic just created, not in the metadata yet),
+    logged at debug the first time and as a warning only if they last (the reminder); they are
+    handed to ``on_error`` all the same.
     """
     policy = backoff or Backoff()
     said, said_at, attempts = "", 0.0, 0
@@ -96,7 +100,8 @@ async def retrying(
             now = clock.monotonic()
             if str(error) != said or now - said_at >= REPEAT_LOG_S:
                 # The first failure, a different one, or a reminder: not one line per attempt.
-                log.warning(
+                passing = str(error) != said and expected is not None and expected(error)
+                (log.debug if passing else log.warning)(
                     f"cannot {what}, retrying",
                     error=str(error),
                     retriable=error.retriable,

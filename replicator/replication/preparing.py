@@ -28,6 +28,7 @@ from replicator.errors import (
     ReplicatorError,
     Stopped,
     TopicMismatch,
+    TopicNotListedYet,
 )
 from replicator.kafka.retry import Backoff, retrying
 from replicator.kafka.translation import said, translate
@@ -180,6 +181,7 @@ class Resumption:
             on_error=not_ready,
             persistent=False,
             backoff=Backoff(base=_RETRY_BACKOFF_S, ceiling=_RETRY_BACKOFF_S * 8),
+            expected=lambda error: isinstance(error, TopicNotListedYet),
         )
         try:
             prepared = await unless_stopped(reading, partition.closed)

@@ -38,6 +38,7 @@ from replicator.errors import (
     ReplicatorError,
     TopicMismatch,
     TopicMissing,
+    TopicNotListedYet,
     TopicRefused,
 )
 from replicator.kafka.admin import (
@@ -378,7 +379,7 @@ class TopicProvisioner:
             found = existing.get(spec.name)
             if found is None:
                 del specs[pair]
-                answers[pair] = TopicMissing(
+                answers[pair] = TopicNotListedYet(
                     f"destination topic {spec.name} created on {self._destination.alias} "
                     "but not in its metadata yet"
                 )
@@ -437,23 +438,19 @@ class TopicProvisioner:
         """Create the ``missing`` destination topics in one request; those refused leave
         ``specs`` with their answer (remembered when refused for good)."""
         errors = await self._destination.create(missing)
+        created: list[TopicSpec] = []
         for pair, spec in list(specs.items()):
             failure = creation_failure(spec.name, errors.get(spec.name, ()))
             if failure is None:
                 if spec in missing:
-                    log.info(
-                        "destination topic created",
-                        topic=spec.name,
-                        partitions=spec.partitions,
-                        replication_factor=spec.replication_factor,
-                        configs=spec.configs,
-                    )
+                    created.append(spec)
                 continue
             del specs[pair]
             if failure.retriable:
                 answers[pair] = failure
             else:  # TopicRefused or AuthorizationFailed, for good: remembered
                 answers[pair] = self._refuse(spec.name, partial(type(failure), str(failure)))
+        _log_created(created, self._destination.alias)
 
     async def _grow(
         self,
@@ -521,3 +518,28 @@ def partition_shortfall(
         f"destination topic {target_topic} has {target_partitions} partitions, "
         f"source {source_topic} has {source_partitions}: partition numbers cannot be kept"
     )
+
+
+_CREATED_EXAMPLES = 3
+
+
+def _log_created(created: list[TopicSpec], cluster: str) -> None:
+    """Topics created in one batch: each said (with its configs) when the batch is small; else
+    one line for the batch, each topic at debug (a start-up creating thousands of topics)."""
+    level = log.info if len(created) <= _CREATED_EXAMPLES else log.debug
+    for spec in created:
+        level(
+            "destination topic created",
+            topic=spec.name,
+            partitions=spec.partitions,
+            replication_factor=spec.replication_factor,
+            configs=spec.configs,
+        )
+    if len(created) > _CREATED_EXAMPLES:
+        log.info(
+            "destination topics created",
+            cluster=cluster,
+            topics=len(created),
+            partitions=sum(spec.partitions for spec in created),
+            examples=[spec.name for spec in created[:_CREATED_EXAMPLES]],
+        )

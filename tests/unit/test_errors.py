@@ -24,6 +24,7 @@ from replicator.errors import (
     TopicGone,
     TopicMismatch,
     TopicMissing,
+    TopicNotListedYet,
     TopicRefused,
 )
 from replicator.kafka.translation import broker_error, error_name, translate
@@ -91,6 +92,8 @@ def test_the_replicators_own_errors_pass_through_unchanged() -> None:
 
 def test_retriable_flags_of_the_tree() -> None:
     assert TopicMissing("orders not in metadata yet").retriable
+    assert TopicNotListedYet("orders created, not listed yet").retriable
+    assert isinstance(TopicNotListedYet("t"), TopicMissing)
     assert ClusterUnavailable("down").retriable
     for error in (
         AuthorizationFailed("denied"),
@@ -125,7 +128,7 @@ def test_every_class_is_drawn_in_the_module_docstring() -> None:
         for value in vars(errors_module).values()
         if isinstance(value, type) and issubclass(value, BaseException)
     ]
-    assert len(classes) == 24
+    assert len(classes) == 25
     for cls in classes:
         assert f" {cls.__name__} " in doc, cls.__name__
     assert not issubclass(errors_module.Stopped, ReplicatorError)  # no failure handler takes it

@@ -12,18 +12,22 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 
-from replicator.errors import ReplicatorError
+from replicator.errors import ReplicatorError, TopicMissing, TopicNotListedYet
 from replicator.kafka.retry import Backoff, retrying
 
 
 class Said:
-    """Collects what :func:`retrying` logs."""
+    """Collects what :func:`retrying` logs: warnings (``lines``) and debug lines (``quiet``)."""
 
     def __init__(self) -> None:
         self.lines: list[tuple[str, dict[str, Any]]] = []
+        self.quiet: list[tuple[str, dict[str, Any]]] = []
 
     def warning(self, event: str, **fields: Any) -> None:
         self.lines.append((event, fields))
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self.quiet.append((event, fields))
 
 
 def failing(times: int, error: Exception, result: str = "up") -> Any:
@@ -122,3 +126,27 @@ async def test_within_raises_the_last_failure_once_the_time_is_spent() -> None:
         within=1.0,
     )
     assert result == "up"
+
+
+async def test_an_expected_failure_is_said_quietly_unless_it_lasts() -> None:
+    """A topic just created, not in the metadata yet: at debug the first time (thousands of
+    partitions starting meet it together), a warning if it is still failing at the reminder;
+    every failure reaches ``on_error`` (``/status``) either way."""
+    said, errors = Said(), list[ReplicatorError]()
+    brief = failing(3, TopicNotListedYet("orders created but not in its metadata yet"))
+    expected = lambda error: isinstance(error, TopicNotListedYet)  # noqa: E731
+    assert await retrying(brief, stop=asyncio.Event(), what="prepare", log=said,
+                          on_error=errors.append, backoff=Backoff(base=1.0),
+                          expected=expected) == "up"  # fmt: skip
+    assert said.lines == [] and [e for e, _ in said.quiet] == ["cannot prepare, retrying"]
+    assert len(errors) == 3
+    said = Said()
+    lasting = failing(40, TopicNotListedYet("orders created but not in its metadata yet"))
+    assert await retrying(lasting, stop=asyncio.Event(), what="prepare", log=said,
+                          backoff=Backoff(base=1.0), expected=expected) == "up"  # fmt: skip
+    assert len(said.quiet) == 1 and [e for e, _ in said.lines] == ["cannot prepare, retrying"]
+    said = Said()
+    other = failing(1, TopicMissing("orders not in metadata"))
+    assert await retrying(other, stop=asyncio.Event(), what="prepare", log=said,
+                          backoff=Backoff(base=1.0), expected=expected) == "up"  # fmt: skip
+    assert said.quiet == [] and len(said.lines) == 1  # not expected: warned at once

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import InvalidPartitionsError
+from structlog.testing import capture_logs
 
 from replicator.config.values import ConfigSync
 from replicator.errors import ClusterUnavailable, TopicMismatch, TopicMissing, TopicRefused
@@ -118,11 +119,21 @@ async def test_a_wave_of_partitions_costs_one_round_whatever_its_size(topic_coun
     destination = MemoryAdmin("dc2")
     topics = provisioner(source, destination)
 
-    answers = await start_partitions(topics, layout)
+    with capture_logs() as logs:
+        answers = await start_partitions(topics, layout)
 
     assert all(answer.partitions == 6 for answer in answers), answers[:3]
     assert destination.topics == {t.removesuffix("_REPLICA"): 6 for t in layout}
     assert topics.rounds == 1
+    # Said per topic when few, once for the wave when many (each topic then at debug).
+    said = [(e["event"], e["log_level"]) for e in logs if e["log_level"] != "debug"]
+    if topic_count <= 3:
+        assert said == [("destination topic created", "info")] * topic_count
+    else:
+        assert said == [("destination topics created", "info")]
+        summary = next(e for e in logs if e["event"] == "destination topics created")
+        assert (summary["topics"], summary["partitions"]) == (topic_count, 6 * topic_count)
+        assert summary["examples"] == ["t0", "t1", "t2"]
     # One metadata request per cluster (and one more after creating), one DescribeConfigs per
     # cluster, one CreateTopics: the same for 12 partitions as for 1,200.
     assert source.requests == Counter({"Metadata": 1, "DescribeConfigs": 1})
