@@ -24,9 +24,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from rich.table import Table
-
-from benchmarks.shared import console
+from benchmarks.shared import console, rows_table
 from replicator.kafka.testing import IdleFetcher
 
 
@@ -92,12 +90,9 @@ def main() -> None:
     sizes = [int(size) for size in args.sizes.split(",")]
     results = asyncio.run(measure(sizes, args.unpaused, args))
     rows = [asdict(figures) for figures in results]
-    table = Table(title=f"A fetcher's wakes (3 nodes, idle answers every {args.wait_ms} ms)")
-    for column in rows[0]:
-        table.add_column(column.replace("_", " "), justify="right")
-    for row in rows:
-        table.add_row(*(str(value) for value in row.values()))
-    console.print(table)
+    console.print(
+        rows_table(f"A fetcher's wakes (3 nodes, idle answers every {args.wait_ms} ms)", rows)
+    )
     print(json.dumps({"wait_ms": args.wait_ms, "runs": rows}))
 
 

@@ -29,10 +29,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from rich.table import Table
 
 from benchmarks.brokers import broker_name, clusters
-from benchmarks.shared import console
+from benchmarks.shared import console, rows_table
 from replicator.config.loading import load_settings
 from replicator.devtools.embedded import LocalBroker
 from replicator.kafka.clients import make_consumer
@@ -245,12 +244,7 @@ def main() -> None:
             shape = Shape(args.seconds, args.paused)
             results.extend(run_size(started["dc1"], size, shape, args.interval_ms / 1000))
     rows = [figures.row() for figures in results]
-    table = Table(title=f"Fetches with one active partition, on {broker_name()}")
-    for column in rows[0]:
-        table.add_column(column.replace("_", " "), justify="right")
-    for row in rows:
-        table.add_row(*(str(value) for value in row.values()))
-    console.print(table)
+    console.print(rows_table(f"Fetches with one active partition, on {broker_name()}", rows))
     print(json.dumps({"broker": broker_name(), "runs": rows, "raw": [asdict(r) for r in results]}))
 
 

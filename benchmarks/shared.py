@@ -11,9 +11,11 @@ import signal
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.console import Console
+from rich.table import Table
 
 from benchmarks.brokers import lists_offsets
 from replicator.devtools.embedded import LocalBroker
@@ -147,3 +149,13 @@ def add_setting_option(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="a replicator setting for every run, e.g. linger_ms=10 (REPLICATOR_LINGER_MS)",
     )
+
+
+def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    """``rows`` (dicts with the same keys) as a table: a right-aligned column per key."""
+    table = Table(title=title)
+    for column in rows[0]:
+        table.add_column(column.replace("_", " "), justify="right")
+    for row in rows:
+        table.add_row(*(str(value) for value in row.values()))
+    return table

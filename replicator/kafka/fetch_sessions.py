@@ -250,7 +250,8 @@ def _wanted(request: FetchRequest) -> dict[Partition, PartitionFetch]:
     }
 
 
-def _by_topic(partitions: Iterable[Partition]) -> list[tuple[str, list[int]]]:
+def by_topic(partitions: Iterable[Partition]) -> list[tuple[str, list[int]]]:
+    """``partitions`` grouped by topic, in the order their topics first come."""
     grouped: dict[str, list[int]] = {}
     for topic, partition in partitions:
         grouped.setdefault(topic, []).append(partition)
@@ -305,7 +306,7 @@ class SessionFetch:
         if version >= FIRST_SESSION_VERSION and not plan.sessionless and not plan.full:
             listed = internals.fetch_request_like(request, _rows(plan.send, plan.held))
             struct: Any = listed.prepare(versions)
-            struct.forgotten_topics_data = _by_topic(plan.forget)
+            struct.forgotten_topics_data = by_topic(plan.forget)
         else:
             struct = request.prepare(versions)
         if version >= FIRST_SESSION_VERSION and not plan.sessionless:
@@ -380,16 +381,16 @@ class SessionClient:
                 self.stats.unanswered += 1
             raise
         if fetch.plan is not None:
-            self._answered(node_id, session, fetch.plan, response)
+            answered = self._answered(node_id, session, fetch.plan, response)
             # aiokafka reads each answered partition's fetch offset from the request: it names
-            # those alone from now on, not every partition fetched.
-            answered = _answered_partitions(response)
+            # those alone from now on (those it fetched), not every partition fetched.
             internals.set_fetch_topics(request, _rows(answered, fetch.plan.held))
         return response
 
     def _answered(
         self, node_id: int, session: FetchSession, plan: FetchPlan, response: Any
-    ) -> None:
+    ) -> list[Partition]:
+        """Apply ``response`` to ``session`` and the stats; the partitions it names."""
         stats = self.stats
         stats.requests += 1
         stats.full += plan.full
@@ -398,10 +399,10 @@ class SessionClient:
         answered = _answered_partitions(response)
         stats.answered += len(answered)
         if response.API_VERSION < FIRST_SESSION_VERSION:
-            return
+            return answered
         problem = session.answered(plan, response.error_code, response.session_id, answered)
         if problem is None:
-            return
+            return answered
         stats.resets += not plan.sessionless
         log.info("fetch session reset", node=node_id, problem=problem)
         if any(tp not in plan.held for tp in answered):  # aiokafka knows no offset for them
@@ -409,6 +410,7 @@ class SessionClient:
                 (topic, [p for p in partitions if (topic, p[0]) in plan.held])
                 for topic, partitions in response.topics
             ]
+        return answered
 
 
 def use_fetch_sessions(consumer: AIOKafkaConsumer) -> SessionClient | None:

@@ -57,6 +57,7 @@ from replicator.kafka import internals
 from replicator.kafka.clients import FETCHER_IDLE_WAKE_MS
 from replicator.kafka.decoding import Poison
 from replicator.kafka.fetch_planner import FetchPlanner, install_planner
+from replicator.kafka.fetch_sessions import by_topic
 from replicator.kafka.fetching import Fetched, Partitions
 from replicator.model.offsets import OutOfRange, out_of_range
 from replicator.model.records import SourceRecord
@@ -388,7 +389,7 @@ class IdleFetcher:
         tps = [TopicPartition(f"t{n // 100}", n % 100) for n in range(self.partitions)]
         listed = [
             (0, topic, False, [(0, p, p % nodes, [p % nodes], [p % nodes]) for p in partitions])
-            for topic, partitions in _by_topic(tps).items()
+            for topic, partitions in by_topic(tps)
         ]
         brokers = [(node, "127.0.0.1", 9, None) for node in range(nodes)]
         client.cluster.update_metadata(MetadataResponse_v1(brokers, 0, listed))
@@ -430,10 +431,3 @@ class IdleFetcher:
     async def close(self) -> None:
         if self.parts is not None:
             await self.parts.fetcher.close()
-
-
-def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    found: dict[str, list[int]] = {}
-    for tp in tps:
-        found.setdefault(tp.topic, []).append(tp.partition)
-    return found
