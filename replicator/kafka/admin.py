@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiokafka.errors as kerr
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
@@ -25,6 +25,8 @@ from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, 
 from replicator.errors import KafkaFailure
 from replicator.kafka.internals import kafka_client
 from replicator.kafka.translation import broker_error, error_name
+
+_T = TypeVar("_T")
 
 # Where a config's value comes from, as DescribeConfigs (v1 and later) says.
 TOPIC_OVERRIDE = 1  # DYNAMIC_TOPIC_CONFIG: set on the topic itself
@@ -90,14 +92,30 @@ def creation_requests(
 ) -> list[list[TopicSpec]]:
     """``specs`` in requests of at most ``limit`` partitions each, in order (a topic larger than
     ``limit`` alone in its request: the broker decides)."""
-    requests: list[list[TopicSpec]] = []
+    return _requests(specs, [spec.partitions for spec in specs], limit)
+
+
+def growth_requests(
+    counts: dict[str, int], limit: int = MAX_PARTITIONS_PER_REQUEST
+) -> list[dict[str, int]]:
+    """Topics to grow to ``counts`` in requests of at most ``limit`` partitions each, counting
+    a topic's whole count (what it adds is at most that), in order."""
+    topics = list(counts)
+    return [
+        {topic: counts[topic] for topic in request}
+        for request in _requests(topics, [counts[t] for t in topics], limit)
+    ]
+
+
+def _requests(items: list[_T], sizes: list[int], limit: int) -> list[list[_T]]:
+    requests: list[list[_T]] = []
     size = 0
-    for spec in specs:
-        if not requests or size + spec.partitions > limit:
+    for item, partitions in zip(items, sizes, strict=True):
+        if not requests or size + partitions > limit:
             requests.append([])
             size = 0
-        requests[-1].append(spec)
-        size += spec.partitions
+        requests[-1].append(item)
+        size += partitions
     return requests
 
 
@@ -124,8 +142,17 @@ async def create_topics(
 async def grow_topics(
     admin: AIOKafkaAdminClient, counts: dict[str, int]
 ) -> dict[str, BaseException | None]:
-    """Grow each topic to its partition count (CreatePartitions): per topic, the error
-    (``None``: grown)."""
+    """Grow each topic to its partition count (CreatePartitions, in requests the controller
+    takes: :func:`growth_requests`): per topic, the error (``None``: grown)."""
+    found: dict[str, BaseException | None] = {}
+    for request in growth_requests(counts):
+        found |= await _grow(admin, request)
+    return found
+
+
+async def _grow(
+    admin: AIOKafkaAdminClient, counts: dict[str, int]
+) -> dict[str, BaseException | None]:
     try:  # aiokafka raises for the first topic refused: then each is asked alone
         await admin.create_partitions(
             {topic: NewPartitions(total_count=count) for topic, count in counts.items()}

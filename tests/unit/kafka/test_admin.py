@@ -5,12 +5,17 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import aiokafka.errors as kerr
+from aiokafka.admin import NewPartitions
+
 from replicator.kafka.admin import (
     MAX_PARTITIONS_PER_REQUEST,
     ConfigEntry,
     TopicSpec,
     create_topics,
     describe_topic_configs,
+    grow_topics,
+    growth_requests,
 )
 
 
@@ -76,3 +81,47 @@ async def test_ten_thousand_partitions_are_created_in_requests_the_controller_ta
     assert asked == [spec.name for spec in specs]
     refused = await create_topics(CreatingAdmin(set()), [TopicSpec("big", 20_000, 1)])
     assert refused == {"big": [(44, "Excessively large number of partitions per request.")]}
+
+
+class GrowingAdmin:
+    """Answers CreatePartitions as aiokafka's admin client does over Apache Kafka's controller:
+    a request adding more than 10,000 partitions in all is refused whole (aiokafka raises the
+    first topic's error), a topic that has its count already is refused alone."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = counts
+        self.requests: list[dict[str, int]] = []
+
+    async def create_partitions(self, topics: dict[str, NewPartitions]) -> None:
+        asked = {topic: new.total_count for topic, new in topics.items()}
+        self.requests.append(asked)
+        if sum(asked[t] - self.counts[t] for t in asked) > 10_000:
+            raise kerr.PolicyViolationError("Excessively large number of partitions per request.")
+        for topic, count in asked.items():
+            if count <= self.counts[topic]:
+                raise kerr.InvalidPartitionsError(f"{topic} has {self.counts[topic]} already")
+        self.counts |= asked
+
+
+async def test_ten_thousand_new_partitions_grow_in_requests_the_controller_takes() -> None:
+    """1,667 topics each grown from 1 to 6 partitions (8,335 new, 10,002 in all) and one that
+    has its count already: in requests of at most 5,000 partitions (counted whole), every
+    topic grown but that one, which is refused alone."""
+    counts = {f"t{n:04d}": 1 for n in range(1_667)} | {"grown": 6}
+    admin = GrowingAdmin(dict(counts))
+    wanted = dict.fromkeys(counts, 6)
+    found = await grow_topics(admin, wanted)
+    assert admin.counts == wanted
+    assert [t for t, error in found.items() if error is not None] == ["grown"]
+    assert isinstance(found["grown"], kerr.InvalidPartitionsError)
+    assert list(found) == list(wanted)
+    whole = [sum(request.values()) for request in growth_requests(wanted)]
+    assert whole == [4_998, 4_998, 12] and max(whole) <= MAX_PARTITIONS_PER_REQUEST
+
+
+def test_a_topic_larger_than_a_request_is_asked_alone() -> None:
+    assert growth_requests({"a": 2, "big": 7_000, "b": 3}, limit=5_000) == [
+        {"a": 2},
+        {"big": 7_000},
+        {"b": 3},
+    ]
