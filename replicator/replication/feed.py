@@ -53,6 +53,7 @@ log = structlog.get_logger(__name__)
 
 _SWEEP_BATCH = 256
 _IDLE_HOLD_S = 10.0
+_YIELD_EVERY = 500  # partitions started between turns of the event loop
 
 
 class FeedLeg(Protocol):
@@ -135,6 +136,7 @@ class SourceFeed(Generic[L]):
         self._metadata_refreshed = False
         self.joined = False
         self._assigning = 0  # partitions of an assignment not yet handed to every leg
+        self._taking: asyncio.Task[None] | None = None  # handing them over
         self._connect_error: str | None = None
         self._fetched: list[TopicPartition] = []  # the partitions of this round's records
         self._log = log.bind(feed=plan.name, source=plan.source)
@@ -398,9 +400,18 @@ class SourceFeed(Generic[L]):
     # -- rebalance (called by the group consumer) -----------------------------------------------
 
     async def _revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.taken()
         await self._release(revoked)
 
     async def _assigned(self, assigned: list[TopicPartition]) -> None:
+        """The group's assignment: every partition paused at once, then handed to the legs by a
+        task of the feed's own, so that the group consumer's callback returns at once.
+
+        The group client sends no heartbeat until its assignment callback returns: a callback
+        that took the assignment over (reading thousands of committed offsets and log bounds,
+        preparing each partition) lasted past the session timeout at 10,002 partitions (10.8 s
+        against 10 s), the member was dropped from the group, and every rebalance after that
+        ended the same way. A revocation waits for the task (:meth:`taken`)."""
         source = self._source
         if source is None:
             return
@@ -418,12 +429,28 @@ class SourceFeed(Generic[L]):
             self._metrics.rebalances.labels(leg.leg.name).inc()
         # Not ready until the legs hold them: a partition assigned is a partition to start.
         self._assigning = len(partitions)
+        if self._tasks is None:  # not running: nothing else would take it
+            await self._take(partitions)
+            return
+        self._taking = self._tasks.create_task(self._take(partitions), name="take assignment")
+
+    async def taken(self) -> None:
+        """Until the last assignment is handed to the legs, if it is not (a failure to take it
+        over is the feed's task group's to raise)."""
+        if self._taking is not None:
+            await asyncio.wait([self._taking])
+
+    async def _take(self, partitions: list[TopicPartition]) -> None:
+        """Hand ``partitions`` to every leg, then start fetching each from where the legs need
+        it (a pass over thousands yields to the event loop now and then)."""
         try:
             await asyncio.gather(*(leg.assign(partitions) for leg in self.legs))
-            if self._stop.is_set():
-                return  # the legs release what they took when they close
-            for tp in partitions:
+            for number, tp in enumerate(partitions, 1):
+                if self._stop.is_set():
+                    return  # the legs release what they took when they close
                 await self._start_fanout(tp)
+                if number % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
         finally:
             self._assigning = 0
         self._log.info("partitions assigned", partitions=len(partitions))

@@ -187,6 +187,7 @@ class Rig:
     async def assigned(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """A rebalance gives the feed ``partitions`` (all by default); the legs prepare them."""
         await self.source.rebalance(partitions)
+        await self.feed.taken()
         for leg in self.legs:
             leg.prepare()
 
@@ -290,6 +291,7 @@ async def test_a_revocation_waits_for_the_legs_to_drain_and_commit() -> None:
         for leg in rig.legs:
             leg.may_release.set()
         await rebalance
+        await rig.feed.taken()  # OTHER handed to the legs after the group's callback returned
         for leg in rig.legs:
             leg.prepare()
         assert [leg.committed for leg in rig.legs] == [{TP: 20, OTHER: 20}] * 2
@@ -366,6 +368,39 @@ async def test_a_record_that_cannot_be_decoded_halts_its_partition_on_every_leg(
         assert [o for w in leg_works for o in offsets(w)] == list(range(12))
         assert (leg_works[-1].start, leg_works[-1].poison) == (12, reason)
     assert [leg.sent[OTHER] for leg in rig.legs] == [list(range(30))] * 2
+
+
+async def test_the_groups_callback_returns_before_the_legs_take_the_assignment() -> None:
+    """The group client sends no heartbeat while its assignment callback runs: the feed pauses
+    what it was given and returns; the legs take it meanwhile (the feed not ready: it says so)
+    and fetching starts once they did. A revocation meanwhile waits for them to finish, then
+    releases: nothing is taken twice or released before it was taken."""
+    source = JournalSource({TP: log(0, 20), OTHER: log(0, 20)}, per_fetch=100)
+    rig = Rig(source, {TP: 0, OTHER: 0}, {TP: 0, OTHER: 0})
+    async with running(rig):
+        rig.remote.may_assign.clear()
+        await asyncio.wait_for(source.rebalance(), 1)  # returned while the remote leg waits
+        assert sorted(source.paused()) == [TP, OTHER] and source.fetches_of(TP) == []
+        assert rig.feed.problems() == [
+            "source feed: 2 partitions assigned, handing them to the legs"
+        ]
+        revoking = asyncio.create_task(source.rebalance([OTHER]))
+        await asyncio.sleep(5)
+        assert not revoking.done()  # waits for the legs to have taken the first assignment
+        assert [leg.journal for leg in rig.legs] == [[("assign", [TP, OTHER])]] * 2
+        rig.remote.may_assign.set()
+        await revoking
+        await rig.feed.taken()
+        assert [leg.journal for leg in rig.legs] == [
+            [("assign", [TP, OTHER]), ("release", [TP, OTHER]), ("assign", [OTHER])]
+        ] * 2
+        assert rig.feed.problems() == []
+        for leg in rig.legs:
+            leg.prepare()
+        await until(lambda: all(leg.partitions[OTHER].position == 20 for leg in rig.legs))
+        rig.send()
+    assert [leg.sent for leg in rig.legs] == [{OTHER: list(range(20))}] * 2
+    assert source.fetches_of(TP) == []
 
 
 async def test_a_stop_during_an_assignment_starts_nothing() -> None:
