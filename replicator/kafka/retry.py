@@ -22,6 +22,26 @@ T = TypeVar("T")
 REPEAT_LOG_S = 30.0  # the same failure is logged again at most this often
 
 
+class SharedWarnings:
+    """One warning per :data:`REPEAT_LOG_S` for a failure many retries share (every partition of
+    a leg preparing its destination while it does not answer: thousands of lines otherwise).
+    The first passes; the others are logged at debug and counted, and the next one that passes
+    says how many were held back."""
+
+    def __init__(self) -> None:
+        self._passed_at: float | None = None
+        self._held = 0
+
+    def admit(self) -> int | None:
+        """``None``: hold this warning back (counted); else how many were held back before it."""
+        now = clock.monotonic()
+        if self._passed_at is not None and now - self._passed_at < REPEAT_LOG_S:
+            self._held += 1
+            return None
+        held, self._held, self._passed_at = self._held, 0, now
+        return held
+
+
 class Backoff:
     """Delays between attempts to connect to a cluster.
 
@@ -58,6 +78,7 @@ async def retrying(
     interruptible: bool = False,
     within: float | None = None,
     expected: Callable[[ReplicatorError], bool] | None = None,
+    shared: SharedWarnings | None = None,
 ) -> T | None:
     """Run ``attempt`` until it succeeds (its result) or ``stop`` is set (``None``).
 
@@ -73,7 +94,8 @@ async def retrying(
     group coordinator still loading, rather than a connection to keep trying). ``expected``:
     failures that are expected for a moment (a topic just created, not in the metadata yet),
     logged at debug the first time and as a warning only if they last (the reminder); they are
-    handed to ``on_error`` all the same.
+    handed to ``on_error`` all the same. ``shared``: the warnings of every retry given the same
+    one pass at most once per :data:`REPEAT_LOG_S` between them (the others at debug).
     """
     policy = backoff or Backoff()
     said, said_at, attempts = "", 0.0, 0
@@ -101,12 +123,25 @@ async def retrying(
             if str(error) != said or now - said_at >= REPEAT_LOG_S:
                 # The first failure, a different one, or a reminder: not one line per attempt.
                 passing = str(error) != said and expected is not None and expected(error)
-                (log.debug if passing else log.warning)(
-                    f"cannot {what}, retrying",
-                    error=str(error),
-                    retriable=error.retriable,
-                    attempts=attempts,
-                )
+                _say(log, f"cannot {what}, retrying", error, attempts, passing, shared)
                 said, said_at = str(error), now
             await sleep_unless_stopped(stop, delay)
     return None
+
+
+def _say(
+    log: Any,
+    event: str,
+    error: ReplicatorError,
+    attempts: int,
+    passing: bool,
+    shared: SharedWarnings | None,
+) -> None:
+    """Log a failure: at debug if it is expected to pass (``passing``) or ``shared`` holds it
+    back, else as a warning (saying how many alike were held back)."""
+    held = None if passing or shared is None else shared.admit()
+    details: dict[str, Any] = {"error": str(error), "retriable": error.retriable}
+    if held:
+        details["alike_held_back"] = held
+    quiet = passing or (shared is not None and held is None)
+    (log.debug if quiet else log.warning)(event, **details, attempts=attempts)

@@ -182,6 +182,7 @@ class Resumption:
             persistent=False,
             backoff=Backoff(base=_RETRY_BACKOFF_S, ceiling=_RETRY_BACKOFF_S * 8),
             expected=lambda error: isinstance(error, TopicNotListedYet),
+            shared=sending.preparing_warnings,
         )
         try:
             prepared = await unless_stopped(reading, partition.closed)

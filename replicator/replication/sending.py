@@ -16,6 +16,7 @@ from typing import Protocol
 from aiokafka import TopicPartition
 
 from replicator.config.topology import Leg
+from replicator.kafka.retry import SharedWarnings
 from replicator.model.offsets import OutOfRange
 from replicator.replication.accounting import Duplicates, Resumptions
 from replicator.replication.destination import DeadLetterSink, Destination, TopicPreparer
@@ -50,3 +51,5 @@ class LegSending:
     resets: OffsetResets | None = None  # a replay past the source log end is an offset reset
     # What the leg's partitions found at the destination's tail as they started (said once).
     resumptions: Resumptions = field(default_factory=Resumptions)
+    # Its partitions' warnings that the destination cannot be prepared yet: one per 30 s.
+    preparing_warnings: SharedWarnings = field(default_factory=SharedWarnings)

@@ -13,7 +13,7 @@ from aiokafka.errors import (
 )
 
 from replicator.errors import ReplicatorError, TopicMissing, TopicNotListedYet
-from replicator.kafka.retry import Backoff, retrying
+from replicator.kafka.retry import Backoff, SharedWarnings, retrying
 
 
 class Said:
@@ -150,3 +150,24 @@ async def test_an_expected_failure_is_said_quietly_unless_it_lasts() -> None:
     assert await retrying(other, stop=asyncio.Event(), what="prepare", log=said,
                           backoff=Backoff(base=1.0), expected=expected) == "up"  # fmt: skip
     assert said.quiet == [] and len(said.lines) == 1  # not expected: warned at once
+
+
+async def test_retries_sharing_their_warnings_say_one_per_interval_and_count_the_rest() -> None:
+    """Every partition of a leg preparing its destination while it times out: 1,000 retries,
+    each failing twice 40 s apart (a reminder each time), share one warning per 30 s; the
+    second says how many alike it held back; every failure still reaches ``on_error``
+    (``/status``)."""
+    said, errors, shared = Said(), list[ReplicatorError](), SharedWarnings()
+
+    async def one() -> str | None:
+        attempt = failing(2, KafkaConnectionError("reading the end of orders/3"))
+        return await retrying(attempt, stop=asyncio.Event(), what="prepare", log=said,
+                              on_error=errors.append, backoff=Backoff(base=40.0),
+                              shared=shared)  # fmt: skip
+
+    assert await asyncio.gather(*(one() for _ in range(1_000))) == ["up"] * 1_000
+    assert len(errors) == 2_000
+    warned = [fields for event, fields in said.lines]
+    assert len(warned) == 2  # at 0 s, and at 40 s
+    assert "alike_held_back" not in warned[0] and warned[1]["alike_held_back"] == 999
+    assert len(said.quiet) == 2_000 - 2
