@@ -102,6 +102,14 @@ class Settings(BaseSettings):
         description="Consumer groups: <prefix>.<source> (shared fetch), "
         "<prefix>.<source>.<destination> (each leg's committed offsets).",
     )
+    group_session_timeout_ms: int = Field(
+        45_000,
+        ge=1000,
+        description="How long the source cluster keeps a replicator in a consumer group without "
+        "a heartbeat (Kafka's own default): a replicator that crashed gives its partitions to "
+        "the others after this; a lower value makes that sooner, but a replicator taking "
+        "thousands of partitions over may miss heartbeats and be dropped (10 s did at 10,000).",
+    )
     http_host: str = Field("0.0.0.0", description="Address of the health and metrics server.")
     http_port: int = Field(8080, ge=0, le=65535, description="Port of health and metrics.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(

@@ -162,7 +162,21 @@ def make_consumer(
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
         consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
         key_deserializer=as_fetched,  # the data path: records handed over as decoded
+        **group_timings(settings),
     )
+
+
+def group_timings(settings: Settings) -> dict[str, int]:
+    """A group member's session (``REPLICATOR_GROUP_SESSION_TIMEOUT_MS``), heartbeats three per
+    session at most every 3 s (Kafka's defaults), and the rebalance timeout: how long the group
+    waits for its members to rejoin, the session's but 5 s inside the request timeout (a join
+    is one request, answered when the rebalance ends)."""
+    session = settings.group_session_timeout_ms
+    return {
+        "session_timeout_ms": session,
+        "heartbeat_interval_ms": min(3000, session // 3),
+        "rebalance_timeout_ms": max(1000, min(session, settings.request_timeout_ms - 5000)),
+    }
 
 
 def make_reader(

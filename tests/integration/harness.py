@@ -330,6 +330,8 @@ def replicator_env(local: str, brokers: dict[str, Broker], **extra: str) -> dict
         "REPLICATOR_LOG_FORMAT": "json",
         "REPLICATOR_COMMIT_INTERVAL_MS": "200",
         "REPLICATOR_METADATA_MAX_AGE_MS": "1000",
+        # A replica killed in a test gives its partitions away after 10 s, not Kafka's 45.
+        "REPLICATOR_GROUP_SESSION_TIMEOUT_MS": "10000",
     }
     for alias, broker in brokers.items():
         env[f"REPLICATOR_CLUSTERS__{alias.upper()}__BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
