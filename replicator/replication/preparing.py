@@ -104,16 +104,28 @@ async def read_destination(
     limit, count = topic.max_message_bytes, topic.partitions
     reading = partition.mode is Mode.STARTING or replaying
     try:
-        if not sending.preserve_partitions:
-            # Placed by key, whatever the counts: as MirrorMaker 1 does without
-            # --preserve.partitions, and one way of resuming for the partition's whole life.
-            written = await _written(destination, partition, count) if reading else frozenset()
-            return Prepared(limit, count, placement=Placement(count, written))
-        if not reading:
-            return Prepared(limit, count)
-        return await _tail(destination, partition, replaying, Prepared(limit, count))
+        async with sending.tail_reads:
+            return await _read(sending, partition, reading, replaying, Prepared(limit, count))
     except Exception as exc:
         raise tail_error(exc, sending.leg.destination) from exc
+
+
+async def _read(
+    sending: LegSending,
+    partition: LegPartition,
+    reading: bool,
+    replaying: bool,
+    prepared: Prepared,
+) -> Prepared:
+    destination, limit, count = sending.destination, prepared.limit, prepared.partitions
+    if not sending.preserve_partitions:
+        # Placed by key, whatever the counts: as MirrorMaker 1 does without
+        # --preserve.partitions, and one way of resuming for the partition's whole life.
+        written = await _written(destination, partition, count) if reading else frozenset()
+        return Prepared(limit, count, placement=Placement(count, written))
+    if not reading:
+        return prepared
+    return await _tail(destination, partition, replaying, prepared)
 
 
 async def _written(

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
 
+from replicator import clock
 from replicator.config.topology import Leg
 from replicator.config.values import OffsetResetPolicy
 from replicator.errors import AuthorizationFailed, OutcomeUnknown, RecordRefused, TopicMismatch
@@ -25,6 +27,8 @@ from replicator.replication.accounting import Duplicates
 from replicator.replication.committer import Committer
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition
+from replicator.replication.preparing import read_destination
+from replicator.replication.resume import Tail
 from replicator.replication.sender import PartitionSender
 from replicator.replication.sending import LegSending
 from replicator.replication.states import Halt, Mode
@@ -422,3 +426,48 @@ async def test_a_halted_partition_is_left_unfenced_for_others_placed_by_key() ->
     assert {tp.partition for tp in made.destination.unfenced} >= {0, 1, 2}
     assert not made.destination.fenced
     await made.stop()
+
+
+class SlowTails(MemoryDestination):
+    """A destination answering tail reads after ``delay`` seconds, counting those waiting."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.reading = 0
+        self.most = 0
+
+    async def last_written(self, tp: TopicPartition, *args: Any, **kwargs: Any) -> Tail:
+        self.reading += 1
+        self.most = max(self.most, self.reading)
+        try:
+            await asyncio.sleep(self.delay)
+            return await super().last_written(tp, *args, **kwargs)
+        finally:
+            self.reading -= 1
+
+
+async def test_a_legs_partitions_read_their_destination_tails_a_wave_at_a_time() -> None:
+    """Thousands of partitions starting at once must not all wait on the destination together
+    (their reads timed out and were asked again): at most ``tail_reads`` read at once, the
+    others start as those finish, and every one resumes."""
+    metrics = Metrics()
+    destination = SlowTails(delay=1.0)
+    sending = LegSending(
+        LEG,
+        destination,
+        MemoryTopics(),
+        metrics,
+        Rig(),
+        Duplicates(LEG.name, metrics),
+        tail_reads=asyncio.Semaphore(4),
+    )
+    partitions = [
+        LegPartition(TopicPartition("orders_REPLICA", n), "orders", "dc1", 0, 10, 1 << 20)
+        for n in range(10)
+    ]
+    began = clock.monotonic()
+    prepared = await asyncio.gather(*(read_destination(sending, p, False) for p in partitions))
+    assert destination.most == 4
+    assert clock.monotonic() - began == 3.0  # waves of 4, 4 and 2, a second each
+    assert all(p.tail is not None for p in prepared) and len(prepared) == 10
