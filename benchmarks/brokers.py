@@ -18,6 +18,8 @@ directories on tmpfs (``/dev/shm``) so that a comparison of contenders measures 
 from __future__ import annotations
 
 import argparse
+import math
+import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +33,14 @@ _chosen = {"broker": "kafka", "storage": "disk"}
 # A broker's heap for the benchmarks: room for a million records in its caches.
 HEAP_MB = 1024
 STORAGES = ("disk", "memory")
+# Partitions one Apache Kafka node is given at most. A node holds a file open for each
+# partition's active segment (its indexes are mapped, not held open) beside its sockets, and a
+# process here may open 20,000 files at most (``ulimit -Hn``; it cannot be raised): 20,004
+# partitions (the 10,002 partitions of 10,000 in topics of 6, twice: ``_REPLICA`` and real) made
+# a single node fail ("Too many open files"). Three quarters of the hard limit (the JVM raises
+# its own to it) leaves room; no limit: 100,000.
+_OPEN_FILES = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+PARTITIONS_PER_NODE = 100_000 if _OPEN_FILES == resource.RLIM_INFINITY else _OPEN_FILES * 3 // 4
 MEMORY = Path("/dev/shm")  # tmpfs on Linux
 
 
@@ -67,7 +77,8 @@ def broker_name() -> str:
     if _chosen["broker"] == "kafka":
         logs = "logs in memory (tmpfs)" if _chosen["storage"] == "memory" else "logs on disk"
         return (
-            f"Apache Kafka {KAFKA_VERSION} (one KRaft node per cluster, {HEAP_MB} MB heap, {logs})"
+            f"Apache Kafka {KAFKA_VERSION} (KRaft nodes of {HEAP_MB} MB heap: one per cluster, "
+            f"more where a cluster holds over {PARTITIONS_PER_NODE:,} partitions; {logs})"
         )
     return "the embedded broker (Tansu, in memory)"
 
@@ -79,12 +90,28 @@ def lists_offsets() -> bool:
     return _chosen["broker"] == "kafka"
 
 
+def nodes_for(partitions: int) -> int:
+    """Apache Kafka nodes for a cluster holding ``partitions``: one unless one JVM would hold
+    more partitions than :data:`PARTITIONS_PER_NODE` (the embedded broker: always one)."""
+    if _chosen["broker"] != "kafka":
+        return 1
+    return max(1, math.ceil(partitions / PARTITIONS_PER_NODE))
+
+
 @contextmanager
-def clusters(*aliases: str, wan: bool = False) -> Iterator[dict[str, LocalBroker]]:
-    """One fresh single-node cluster per alias of the chosen broker, each with a WAN listener
-    if asked (Apache Kafka only), its logs where chosen; removed on exit."""
+def clusters(
+    *aliases: str, wan: bool = False, partitions: int = 0
+) -> Iterator[dict[str, LocalBroker]]:
+    """One fresh cluster per alias of the chosen broker, each with a WAN listener if asked
+    (Apache Kafka only), its logs where chosen, and as many nodes as holding ``partitions``
+    (the most any of them will hold) takes (:func:`nodes_for`); removed on exit."""
     storage = MEMORY if _chosen["storage"] == "memory" else None
     with local_clusters(
-        *aliases, broker=_chosen["broker"], heap_mb=HEAP_MB, wan=wan, storage=storage
+        *aliases,
+        broker=_chosen["broker"],
+        heap_mb=HEAP_MB,
+        wan=wan,
+        storage=storage,
+        nodes=nodes_for(partitions),
     ) as started:
         yield started

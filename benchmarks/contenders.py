@@ -48,6 +48,17 @@ class Running:
     destinations: dict[str, LocalBroker]
     topics: list[str]
     ports: list[int] = field(default_factory=list)
+    left: list[Monitored] = field(default_factory=list)  # instances stopped while it ran
+    settings: dict[str, str] = field(default_factory=dict)  # the replicators' own, if any
+
+    def leave(self, index: int) -> Monitored:
+        """Take the ``index``-th process (and its port) out of the running ones, for the caller
+        to stop (:meth:`Monitored.stop`: SIGTERM, its graceful shutdown)."""
+        process = self.processes.pop(index)
+        if self.ports:
+            self.ports.pop(index)
+        self.left.append(process)
+        return process
 
     def cpu_seconds(self) -> float:
         return sum(process.cpu_seconds() for process in self.processes)
@@ -96,26 +107,28 @@ def start_contender(
         processes = [_start_mm2(brokers, layout)]
         running = Running(name, processes, {"dc2": brokers["dc2"]}, layout.source_topics())
     else:
-        running = Running(name, [], brokers, layout.real_topics())
+        running = Running(name, [], brokers, layout.real_topics(), settings=settings or {})
     try:
         if name != "mm2":
-            _start_replicators(running, brokers, instances, settings or {})
+            for _ in range(instances):
+                add_replicator(running, brokers)
         yield running
     finally:
-        for process in running.processes:
+        for process in [*running.processes, *running.left]:
             process.stop()
 
 
-def _start_replicators(
-    running: Running, brokers: dict[str, LocalBroker], instances: int, settings: dict[str, str]
-) -> None:
-    """``instances`` replicator processes beside dc1, the same configuration, own HTTP ports."""
-    for number in range(1, instances + 1):
-        port = free_port()
-        env = replicator_environment("dc1", brokers, port, log_format="json", **settings)
-        args = [sys.executable, "-m", "replicator", "run"]
-        running.processes.append(Monitored(args, child_env(env), f"scale-replicator-{number}"))
-        running.ports.append(port)
+def add_replicator(running: Running, brokers: dict[str, LocalBroker]) -> Monitored:
+    """One more replicator instance of ``running`` beside dc1 (its settings and consumer
+    groups, its own HTTP port); stopped with the others."""
+    port = free_port()
+    env = replicator_environment("dc1", brokers, port, log_format="json", **running.settings)
+    args = [sys.executable, "-m", "replicator", "run"]
+    name = f"scale-replicator-{len(running.processes) + len(running.left) + 1}"
+    process = Monitored(args, child_env(env), name)
+    running.processes.append(process)
+    running.ports.append(port)
+    return process
 
 
 def _start_mm2(brokers: dict[str, LocalBroker], layout: Layout) -> Monitored:

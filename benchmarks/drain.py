@@ -90,7 +90,7 @@ async def scale_run(
     if per_partition == 0:
         result.failure = f"{records} records cannot cover {layout.partitions} partitions"
         return result
-    with clusters("dc1", "dc2") as brokers:
+    with clusters("dc1", "dc2", partitions=layout.most_held) as brokers:
         began = time.monotonic()
         await preload_layout(brokers["dc1"], layout, per_partition)
         source = layout.partitions_of(layout.source_topics())

@@ -48,6 +48,12 @@ class Layout:
         return self.topics * self.partitions_per_topic
 
     @property
+    def most_held(self) -> int:
+        """The partitions of the cluster holding the most: dc1, with the ``_REPLICA`` topics and
+        the real topics the replicator writes there too."""
+        return 2 * self.partitions
+
+    @property
     def name(self) -> str:
         return f"{self.topics:,} x {self.partitions_per_topic}"
 

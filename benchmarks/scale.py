@@ -36,6 +36,16 @@ partitions for ``--steady-seconds``, each record carrying its send time; the end
 to dc2 (p50, p99), the contender's CPU during the window and idle, its peak RSS, and the CPU of
 this process's own producer and latency consumer, which share the 2 cores with the contender.
 
+**Instances leaving and joining** (:mod:`benchmarks.membership`; ``--membership``, by default
+the instances layout in a whole run): three replicator instances share the steady load, one is
+stopped and a fresh one started; the time until every partition runs again after each, each
+instance's share, the latency, and every record counted in both destinations by its sequence
+number: 0 lost and 0 duplicated, or the run fails.
+
+A cluster that would hold more partitions than one Apache Kafka node may hold files open for
+(:data:`benchmarks.brokers.PARTITIONS_PER_NODE`) gets more nodes, sharing the partitions
+(``1667x6``: dc1 holds 20,004, on two nodes).
+
 Every drain ends by checking that each destination holds exactly the records preloaded, and every
 steady run that each record sent arrived; anything else is printed as a failure, as is a run that
 exceeds ``--timeout``. A rich table goes to stderr; the last line printed is one JSON object.
@@ -46,6 +56,7 @@ MirrorMaker 2 runs on Apache Kafka only (``--broker embedded --contenders replic
     .venv/bin/python -m benchmarks.scale --sizes 24,240,1200 --instances 1,2 --records 60000
     .venv/bin/python -m benchmarks.scale --steady --sizes 240 --rate 500 --steady-seconds 30
     .venv/bin/python -m benchmarks.scale --contenders replicator --no-steady
+    .venv/bin/python -m benchmarks.scale --sizes 1667x6 --instances "" --membership 1667x6
 """
 
 from __future__ import annotations
@@ -66,6 +77,7 @@ from benchmarks.brokers import add_broker_option, broker_name, choose
 from benchmarks.contenders import CONTENDERS
 from benchmarks.drain import ScaleResult, attempt, summary
 from benchmarks.layout import Layout
+from benchmarks.membership import membership_comparison, membership_table
 from benchmarks.peers import mm2_scale_settings, mm2_tasks
 from benchmarks.shared import add_setting_option, console
 from benchmarks.steady import steady_comparison, steady_figures, steady_table
@@ -268,7 +280,7 @@ async def main(args: argparse.Namespace) -> None:
     layouts = [Layout.parse(token) for token in args.sizes.split(",") if token.strip()]
     settings = dict(item.split("=", 1) for item in args.setting)
     figures: dict[str, Any] = {"failures": {}}
-    if args.drain:
+    if args.drain and layouts:
         figures = await scale_comparison(
             layouts,
             args.records,
@@ -279,7 +291,7 @@ async def main(args: argparse.Namespace) -> None:
             settings,
             args.contenders,
         )
-    if args.steady:
+    if args.steady and layouts:
         steady = await steady_comparison(
             layouts, args.contenders, args.rate, args.steady_seconds, args.idle_seconds, settings
         )
@@ -288,6 +300,14 @@ async def main(args: argparse.Namespace) -> None:
         figures["failures"] |= {
             f"steady {r.contender} {r.layout}": r.failure for r in steady if r.failure
         }
+    membership_layouts = [Layout.parse(t) for t in args.membership.split(",") if t.strip()]
+    if membership_layouts:
+        moved = await membership_comparison(
+            membership_layouts, args.rate, args.membership_seconds, settings, args.timeout
+        )
+        tables.print(membership_table(moved))
+        figures["membership"] = [asdict(r) for r in moved]
+        figures["failures"] |= {f"membership {r.layout}": r.failure for r in moved if r.failure}
     mm2 = mm2_scale_settings(Layout(1, 1).source_pattern(), mm2_tasks())
     if "mm2" in args.contenders:
         tables.print(f"MirrorMaker 2: {', '.join(f'{k}={v}' for k, v in mm2.items())}")
@@ -334,6 +354,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "partition per second, at most 1,000)",
     )
     parser.add_argument("--steady-seconds", type=float, default=60, help="steady window")
+    parser.add_argument(
+        "--membership",
+        default=None,
+        help="layouts where 3 replicator instances share the steady load while one leaves and "
+        "one joins (default: the instances layout in a whole run, none with --quick, --steady "
+        "or --no-steady)",
+    )
+    parser.add_argument(
+        "--membership-seconds", type=float, default=120, help="the window of those runs"
+    )
     add_setting_option(parser)
     add_broker_option(parser, storage="memory")
     args = parser.parse_args(argv)
@@ -348,6 +378,9 @@ def _complete(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         args.sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
     if args.instances is None:
         args.instances = "" if args.quick else "1,2,3"
+    if args.membership is None:
+        whole = not (args.quick or args.steady or args.no_steady)
+        args.membership = args.instances_layout if whole else ""
     args.drain, args.steady = not args.steady, not args.no_steady
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     unknown = sorted(set(args.contenders) - set(CONTENDERS))
@@ -361,7 +394,7 @@ def _complete(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     if args.rate is not None and args.rate <= 0:
         parser.error("--rate: a positive number of records/s")
     try:
-        for token in [*args.sizes.split(","), args.instances_layout]:
+        for token in [*args.sizes.split(","), args.instances_layout, *args.membership.split(",")]:
             if token.strip():
                 Layout.parse(token)
     except ValueError as exc:

@@ -58,10 +58,16 @@ def default_rate(partitions: int) -> int:
     return max(1, min(partitions, RATE_CAP))
 
 
-def stamp(sent_ns: int, size: int = VALUE_BYTES) -> bytes:
-    """A value of ``size`` bytes carrying its send time (ns since the epoch)."""
-    head = TIMED + sent_ns.to_bytes(8, "big")
+def stamp(sent_ns: int, size: int = VALUE_BYTES, sequence: int = 0) -> bytes:
+    """A value of ``size`` bytes carrying its send time (ns since the epoch) and its sequence
+    number in the window (each record's own: copies of one record are counted by it)."""
+    head = TIMED + sent_ns.to_bytes(8, "big") + sequence.to_bytes(8, "big")
     return head + b"t" * (size - len(head))
+
+
+def sequence_of(value: bytes) -> int:
+    """The sequence number a :func:`stamp` value carries."""
+    return int.from_bytes(value[9:17], "big")
 
 
 def sent_at(value: bytes | None) -> int | None:
@@ -136,12 +142,41 @@ class SteadyResult:
     logs: list[str] = field(default_factory=list)
 
 
-class LatencyReader:
-    """One consumer over the contender's topics on dc2: the latency of each timed record."""
+class Copies:
+    """How many copies of each of ``total`` sequence numbers were read (at most 255 each)."""
 
-    def __init__(self, broker: LocalBroker, partitions: list[TopicPartition]) -> None:
+    def __init__(self, total: int) -> None:
+        self.counts = bytearray(total)
+        self.read = 0
+        self.distinct = 0
+
+    def add(self, sequence: int) -> None:
+        copies = self.counts[sequence]
+        self.read += 1
+        self.distinct += copies == 0
+        self.counts[sequence] = min(255, copies + 1)
+
+    @property
+    def lost(self) -> int:
+        """Sequence numbers not read (yet)."""
+        return len(self.counts) - self.distinct
+
+    @property
+    def duplicated(self) -> int:
+        """Copies read past the first of each."""
+        return self.read - self.distinct
+
+
+class LatencyReader:
+    """One consumer over the contender's topics on one destination: the latency of each timed
+    record and, given the window's ``sequenced`` total, how many copies of each arrived."""
+
+    def __init__(
+        self, broker: LocalBroker, partitions: list[TopicPartition], sequenced: int = 0
+    ) -> None:
         self.latencies_ms = array("d")
         self.untimed = 0  # the warm-up records
+        self.copies = Copies(sequenced)
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=broker.bootstrap_servers,
             enable_auto_commit=False,
@@ -159,23 +194,42 @@ class LatencyReader:
         await self._consumer.stop()
 
     async def read_until(self, timed: int, untimed: int, timeout: float) -> None:
-        """Read until ``timed`` timed and ``untimed`` other records arrived; TimeoutError."""
+        """Read until ``timed`` timed (distinct ones, when sequenced) and ``untimed`` other
+        records arrived; TimeoutError."""
         deadline = time.monotonic() + timeout
-        while len(self.latencies_ms) < timed or self.untimed < untimed:
+        while self._arrived() < timed or self.untimed < untimed:
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"{len(self.latencies_ms):,} of {timed:,} timed records arrived "
+                    f"{self._arrived():,} of {timed:,} timed records arrived "
                     f"({self.untimed:,} of {untimed:,} warm-up records)"
                 )
-            fetched = await self._consumer.getmany(timeout_ms=100, max_records=10_000)
-            now_ns = time.time_ns()
-            for records in fetched.values():
-                for record in records:
-                    sent = sent_at(record.value)
-                    if sent is None:
-                        self.untimed += 1
-                    else:
-                        self.latencies_ms.append((now_ns - sent) / 1e6)
+            await self._read(100)
+
+    async def read_quiet(self, quiet_seconds: float) -> None:
+        """Read until nothing arrived for ``quiet_seconds`` (copies written late included)."""
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < quiet_seconds:
+            if await self._read(200):
+                quiet_since = time.monotonic()
+
+    def _arrived(self) -> int:
+        return self.copies.distinct if self.copies.counts else len(self.latencies_ms)
+
+    async def _read(self, timeout_ms: int) -> int:
+        fetched = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=10_000)
+        now_ns = time.time_ns()
+        count = 0
+        for records in fetched.values():
+            count += len(records)
+            for record in records:
+                sent = sent_at(record.value)
+                if sent is None:
+                    self.untimed += 1
+                    continue
+                self.latencies_ms.append((now_ns - sent) / 1e6)
+                if self.copies.counts:
+                    self.copies.add(sequence_of(record.value))
+        return count
 
 
 async def steady_run(
@@ -190,7 +244,7 @@ async def steady_run(
     """One steady-state run (see the module docstring). A failure is in the result."""
     result = SteadyResult(contender, layout.name, layout.partitions, rate, seconds, [])
     try:
-        with clusters("dc1", "dc2") as brokers:
+        with clusters("dc1", "dc2", partitions=layout.most_held) as brokers:
             await preload_layout(brokers["dc1"], layout, 1)
             with start_contender(contender, brokers, layout, 1, settings) as running:
                 result.destinations = list(running.destinations)
@@ -254,7 +308,7 @@ async def _window(
     try:
         cpu, own, began = running.cpu_seconds(), time.process_time(), time.monotonic()
         targets = layout.partitions_of(layout.source_topics())
-        refused = await _offer(producer, targets, pacer, running)
+        refused = await offer(producer, targets, pacer, running)
         window = time.monotonic() - began
         result.cpu_percent = round((running.cpu_seconds() - cpu) / window * 100, 1)
         result.bench_cpu_percent = round((time.process_time() - own) / window * 100, 1)
@@ -264,12 +318,12 @@ async def _window(
     return refused
 
 
-async def _offer(
+async def offer(
     producer: AIOKafkaProducer, targets: list[TopicPartition], pacer: Pacer, running: Running
 ) -> Counter[str]:
     """Send what ``pacer`` says is due every tick, each record to the next partition; the
     records the source refused, by error."""
-    spread, refused = RoundRobin(len(targets)), Counter[str]()
+    spread, refused, sequence = RoundRobin(len(targets)), Counter[str](), 0
 
     def answered(future: asyncio.Future[Any]) -> None:
         if future.exception() is not None:
@@ -280,8 +334,10 @@ async def _offer(
         now = time.monotonic()
         for index in spread.take(pacer.due(now - began)):
             tp = targets[index]
-            sent = await producer.send(tp.topic, stamp(time.time_ns()), partition=tp.partition)
+            value = stamp(time.time_ns(), sequence=sequence)
+            sent = await producer.send(tp.topic, value, partition=tp.partition)
             sent.add_done_callback(answered)
+            sequence += 1
         if now >= next_sample:
             running.sample_rss()
             next_sample = now + 1.0

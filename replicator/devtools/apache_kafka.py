@@ -561,6 +561,22 @@ def grant(
     )
 
 
+# A cluster of several nodes whose partitions are spread over them, one copy each (the nodes'
+# own default is three copies, for the tests that stop a node).
+SHARED_NOT_COPIED = {
+    name: "1"
+    for name in (
+        "default.replication.factor",
+        "min.insync.replicas",
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+    )
+}
+
+
 @contextlib.contextmanager
 def local_clusters(
     *aliases: str,
@@ -568,16 +584,22 @@ def local_clusters(
     heap_mb: int = 0,
     wan: bool = False,
     storage: Path | None = None,
+    nodes: int = 1,
 ) -> Iterator[dict[str, LocalBroker]]:
-    """One single-node cluster per alias, started together: Apache Kafka (``broker="kafka"``,
-    each JVM with ``heap_mb`` of heap, the default if 0; with ``wan``, each with a WAN listener
+    """One cluster per alias, started together: Apache Kafka (``broker="kafka"``, ``nodes``
+    JVMs each with ``heap_mb`` of heap, the default if 0; with ``wan``, each with a WAN listener
     on a port of its own for a relay to serve; its directory, logs included, under ``storage``
-    if given, else the temporary directory) or the embedded broker (``"embedded"``, in memory);
-    stopped, their data deleted, on exit."""
+    if given, else the temporary directory) or the embedded broker (``"embedded"``, in memory,
+    one node); stopped, their data deleted, on exit.
+
+    Several ``nodes`` share the partitions rather than copy them (replication factor 1): they
+    are for more partitions than one JVM may hold files open for, not for failures."""
     if broker not in BROKERS:
         raise LocalKafkaError(f"no local broker {broker!r}: one of {', '.join(BROKERS)}")
     if wan and broker != "kafka":
         raise LocalKafkaError("a WAN listener needs Apache Kafka (--broker kafka)")
+    if nodes > 1 and broker != "kafka":
+        raise LocalKafkaError("several nodes per cluster need Apache Kafka (--broker kafka)")
     if broker == "embedded":
         with embedded_clusters(*aliases) as brokers:
             yield dict(brokers)
@@ -585,6 +607,8 @@ def local_clusters(
     clusters = {
         alias: ApacheKafkaCluster(
             alias,
+            nodes_count=nodes,
+            overrides=SHARED_NOT_COPIED if nodes > 1 else {},
             heap_mb=heap_mb,
             wan_port=free_port() if wan else None,
             directory=Path(tempfile.mkdtemp(prefix="apache-kafka-", dir=storage)),

@@ -3,7 +3,6 @@ record written, and which contenders and modes a command line runs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,13 +53,6 @@ def test_ratios_against_the_smallest_layout_per_contender() -> None:
         "mm2 rate 240/24": 0.5,
         "mm2 cpu per record 240/24": 2.0,
     }
-
-
-@pytest.fixture
-def chosen_broker() -> Iterator[None]:
-    before = dict(brokers._chosen)
-    yield
-    brokers._chosen.update(before)
 
 
 @pytest.mark.usefixtures("chosen_broker")

@@ -9,11 +9,13 @@ import pytest
 
 from benchmarks.steady import (
     RATE_CAP,
+    Copies,
     Pacer,
     RoundRobin,
     default_rate,
     percentile,
     sent_at,
+    sequence_of,
     stamp,
 )
 
@@ -62,6 +64,32 @@ def test_a_value_carries_its_send_time_and_keeps_its_size() -> None:
     value = stamp(1_795_000_000_123_456_789)
     assert len(value) == 100
     assert sent_at(value) == 1_795_000_000_123_456_789
+
+
+def test_a_value_carries_its_sequence_number_beside_its_send_time() -> None:
+    value = stamp(1_795_000_000_123_456_789, sequence=123_456)
+    assert (len(value), sent_at(value), sequence_of(value)) == (
+        100,
+        1_795_000_000_123_456_789,
+        123_456,
+    )
+
+
+def test_copies_count_each_sequence_number_lost_and_duplicated() -> None:
+    copies = Copies(total=5)
+    assert (copies.lost, copies.duplicated) == (5, 0)
+    for sequence in (0, 1, 1, 3, 1, 4):
+        copies.add(sequence)
+    assert (copies.read, copies.distinct, copies.lost, copies.duplicated) == (6, 4, 1, 2)
+    assert list(copies.counts) == [1, 3, 0, 1, 1]
+
+
+def test_copies_of_one_record_saturate_without_overflow() -> None:
+    copies = Copies(total=1)
+    for _ in range(300):
+        copies.add(0)
+    assert copies.counts[0] == 255
+    assert (copies.distinct, copies.duplicated) == (1, 299)
 
 
 @pytest.mark.parametrize("value", [None, b"", b"T1234567", b"x" * 100, b"\x00" * 100])
