@@ -7,12 +7,14 @@ only the two partitions whose position moved (or forget them while their records
 handed over), and answers name only those two, not 500. Every record produced is consumed
 exactly once, in order. A session the broker refuses (an epoch it did not expect, an id it does
 not hold) or loses (a restart) falls back to a full fetch and a new session, and still loses,
-skips and repeats nothing.
+skips and repeats nothing. And end to end: a replicator's ``/status`` counts what its feed's
+sessions did, and once idle its fetches name and answer no partition of the hundreds it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +28,19 @@ from replicator.devtools.apache_kafka import ApacheKafkaCluster
 from replicator.kafka.clients import answered_at, start_consumer
 from replicator.kafka.fetch_sessions import SessionFetch, session_client
 from replicator.kafka.internals import kafka_client
-from tests.integration.harness import BACKEND, create_topics, replicator_env, run, start_clusters
+from tests.integration.harness import (
+    BACKEND,
+    Start,
+    count,
+    create_topics,
+    feed_status,
+    produce,
+    replicator_env,
+    run,
+    start_clusters,
+    wait_settled,
+    wait_until,
+)
 
 pytestmark = pytest.mark.skipif(BACKEND != "kafka", reason="Apache Kafka's fetch sessions")
 
@@ -300,3 +314,46 @@ def test_a_quiet_partition_is_answered_by_every_fetch_and_a_new_assignment_start
         again, *after = wire.fetches[before:]
         assert again.epoch == 0 and again.listed == again.answered == set(range(PARTITIONS))
         assert after and all(not f.listed and not f.answered for f in after)  # quiet since
+
+
+IDLE_TOPICS = 4
+IDLE_PARTITIONS = 60
+
+
+def _sessions(process: Any) -> dict[str, int]:
+    feed = feed_status(process)
+    assert feed is not None, "no /status"
+    stats = feed["fetch_sessions"]
+    assert isinstance(stats, dict), f"the feed fetches without sessions: {feed}"
+    return stats
+
+
+def test_an_idle_replicators_feed_fetches_naming_no_partition_and_status_counts_it(
+    replicators: Start,
+) -> None:
+    """A replicator over 240 ``_REPLICA`` partitions copies every record, then idles (no
+    heartbeats): its feed keeps long-polling, and ``/status`` shows those fetches listing,
+    answering and resetting nothing: an idle feed's requests do not grow with its partitions."""
+    with start_clusters("dc1") as brokers:
+        dc1 = brokers["dc1"]
+        topics = [f"idle{n}" for n in range(IDLE_TOPICS)]
+        create_topics(dc1, None, **{f"{t}_REPLICA": IDLE_PARTITIONS for t in topics})
+        env = replicator_env("dc1", brokers, heartbeat_interval_ms="0")
+        process = replicators("dc1", env)
+        for topic in topics:
+            produce(dc1, f"{topic}_REPLICA", 2 * IDLE_PARTITIONS, IDLE_PARTITIONS)
+        copied = lambda: all(count(dc1, t) == 2 * IDLE_PARTITIONS for t in topics)  # noqa: E731
+        wait_until(copied, 120, "copied", process.log)
+        wait_settled(process)
+        before = _sessions(process)
+        time.sleep(5)
+        after = _sessions(process)
+        grew = {name: after[name] - before[name] for name in before}
+        print("fetch sessions:", before, "then idle 5 s:", grew)
+        everything = IDLE_TOPICS * IDLE_PARTITIONS
+        assert before["full"] >= 1 and before["listed"] >= everything
+        assert before["answered"] >= everything  # every partition's records came
+        assert grew["requests"] >= 2, "the idle feed stopped fetching"
+        quiet = {name: grew[name] for name in ("full", "listed", "forgotten", "answered")}
+        assert quiet == dict.fromkeys(quiet, 0)
+        assert grew["resets"] == grew["unanswered"] == 0
