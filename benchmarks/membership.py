@@ -135,7 +135,8 @@ async def membership_run(
                         result.shares["before"] = await _settled(
                             observers, layout.partitions, deadline
                         )
-                        await _window(running, brokers, layout, session, observers, result)
+                        moving = Moving(running, brokers, layout, session, observers, result)
+                        await _window(moving)
                 finally:
                     result.logs = [p.log_path for p in [*running.processes, *running.left]]
     except Exception as exc:
@@ -150,43 +151,41 @@ def reason(exc: BaseException) -> str:
     return str(exc) or repr(exc)
 
 
-async def _window(
-    running: Running,
-    brokers: dict[str, LocalBroker],
-    layout: Layout,
-    session: aiohttp.ClientSession,
-    observers: list[Observer],
-    result: MembershipResult,
-) -> None:
+@dataclass
+class Moving:
+    """One run's parts, as the window, the offer and the moves share them."""
+
+    running: Running
+    brokers: dict[str, LocalBroker]
+    layout: Layout
+    session: aiohttp.ClientSession
+    observers: list[Observer]
+    result: MembershipResult
+
+
+async def _window(run: Moving) -> None:
     """The steady window with the leave and the join in it; every record read back from both
     destinations and counted."""
-    pacer = Pacer(result.rate, result.seconds)
-    partitions = layout.partitions_of(running.topics)
+    pacer = Pacer(run.result.rate, run.result.seconds)
+    partitions = run.layout.partitions_of(run.running.topics)
     readers = {
-        alias: LatencyReader(broker, partitions, pacer.total) for alias, broker in brokers.items()
+        alias: LatencyReader(broker, partitions, pacer.total)
+        for alias, broker in run.brokers.items()
     }
     async with contextlib.AsyncExitStack() as stack:
         for reader in readers.values():
             await stack.enter_async_context(reader)
         try:
-            await _offered(running, brokers, layout, session, observers, result, pacer, readers)
+            await _offered(run, pacer, readers)
         finally:
-            _tally(readers, layout.partitions, result)
+            _tally(readers, run.layout.partitions, run.result)
 
 
-async def _offered(
-    running: Running,
-    brokers: dict[str, LocalBroker],
-    layout: Layout,
-    session: aiohttp.ClientSession,
-    observers: list[Observer],
-    result: MembershipResult,
-    pacer: Pacer,
-    readers: dict[str, LatencyReader],
-) -> None:
+async def _offered(run: Moving, pacer: Pacer, readers: dict[str, LatencyReader]) -> None:
     """Offer the window's records while the moves happen, until every one was read back."""
+    layout, result = run.layout, run.result
     producer = AIOKafkaProducer(
-        bootstrap_servers=brokers["dc1"].bootstrap_servers, acks="all", linger_ms=LINGER_MS
+        bootstrap_servers=run.brokers["dc1"].bootstrap_servers, acks="all", linger_ms=LINGER_MS
     )
     await producer.start()
     try:
@@ -194,8 +193,8 @@ async def _offered(
             await reader.read_until(0, layout.partitions, 120)
         targets = layout.partitions_of(layout.source_topics())
         async with asyncio.TaskGroup() as group:
-            offered = group.create_task(offer(producer, targets, pacer, running))
-            group.create_task(_moves(running, brokers, layout, session, observers, result))
+            offered = group.create_task(offer(producer, targets, pacer, run.running))
+            group.create_task(_moves(run))
             for reader in readers.values():
                 group.create_task(
                     reader.read_until(pacer.total, 0, result.seconds * 2 + DRAIN_SECONDS)
@@ -211,18 +210,12 @@ async def _offered(
         await producer.stop()
 
 
-async def _moves(
-    running: Running,
-    brokers: dict[str, LocalBroker],
-    layout: Layout,
-    session: aiohttp.ClientSession,
-    observers: list[Observer],
-    result: MembershipResult,
-) -> None:
+async def _moves(run: Moving) -> None:
     """Stop the last instance at :data:`LEAVE_AT` of the window and start a fresh one at
     :data:`JOIN_AT`, each timed until every partition runs again."""
+    running, observers, result = run.running, run.observers, run.result
     began = time.monotonic()
-    held = layout.partitions
+    held = run.layout.partitions
     limit = result.seconds + DRAIN_SECONDS
     await asyncio.sleep(result.seconds * LEAVE_AT)
     leaving = running.leave(len(running.processes) - 1)
@@ -232,9 +225,9 @@ async def _moves(
     result.shares["after leave"] = await _settled(observers, held, left_at + limit)
     result.leave_seconds = round(time.monotonic() - left_at, 2)
     await asyncio.sleep(max(0.0, began + result.seconds * JOIN_AT - time.monotonic()))
-    add_replicator(running, brokers)
+    add_replicator(running, run.brokers)
     joined_at = time.monotonic()
-    newcomer = Observer(session, running.ports[-1])
+    newcomer = Observer(run.session, running.ports[-1])
     observers.append(newcomer)
     result.shares["after join"] = await _settled(observers, held, joined_at + limit, newcomer)
     result.join_seconds = round(time.monotonic() - joined_at, 2)
