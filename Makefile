@@ -56,7 +56,8 @@ bench-quick: $(STAMP) kafka
 	$(BIN)/python -m benchmarks.run --quick
 
 ## The same records over 24 to 6,000 partitions (the replicator and MirrorMaker 2), then 1, 2 and
-## 3 instances, then the steady state of both: latency and CPU at a fixed rate (benchmarks/scale.py).
+## 3 instances, then the steady state of both: latency and CPU at a fixed rate; then 3 instances
+## under that load while one leaves and one joins, every record counted (benchmarks/scale.py).
 bench-scale: $(STAMP) kafka
 	$(BIN)/python -m benchmarks.scale
 
