@@ -22,6 +22,7 @@ from tests.integration.harness import (
     Stream,
     create_topics,
     holds_distinct,
+    kafka_cluster,
     oracle,
     peak_rss_mb,
     produce,
@@ -117,7 +118,7 @@ def test_the_destination_leader_killed_under_load_in_a_three_node_cluster(
     partition the replicator writes to is SIGKILLed mid-stream, a new leader is elected from the
     in-sync replicas, and the node returns later. Nothing acknowledged is lost (acks=all), and
     the idempotent producer's retries write nothing twice."""
-    dc2 = ApacheKafkaCluster("dc2", nodes_count=3)
+    dc2 = kafka_cluster("dc2", nodes_count=3)
     try:
         dc2.start()
         with start_clusters("dc1") as brokers:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from replicator.devtools.apache_kafka import ApacheKafkaCluster, ScramUser, Security, grant
+from replicator.devtools.apache_kafka import ScramUser, Security, grant
 from replicator.kafka.admin import describe_partitions
 from tests.integration.harness import (
     BACKEND,
@@ -32,6 +32,7 @@ from tests.integration.harness import (
     create_topics,
     holds,
     holds_distinct,
+    kafka_cluster,
     oracle,
     produce,
     read,
@@ -105,7 +106,7 @@ def growth_refused(brokers: dict[str, Broker], topic: str) -> Iterator[dict[str,
             brokers.update(more)
             yield {}
         return
-    dc2 = ApacheKafkaCluster(
+    dc2 = kafka_cluster(
         "dc2",
         security=Security(
             users=(ScramUser("replicator", "replicator-secret"),), acls=True, sasl_plaintext=True

@@ -36,6 +36,7 @@ from tests.integration.harness import (
     Start,
     create_topics,
     holds,
+    kafka_cluster,
     oracle,
     produce,
     read,
@@ -61,7 +62,7 @@ def secured(
 ) -> Iterator[tuple[dict[str, ApacheKafkaCluster], Pki]]:
     pki = write_pki(tmp_path_factory.mktemp("pki"))
     clusters = {
-        "dc1": ApacheKafkaCluster(
+        "dc1": kafka_cluster(
             "dc1",
             security=Security(
                 pki=pki.directory,
@@ -69,10 +70,10 @@ def secured(
                 acls=True,
             ),
         ),
-        "dc2": ApacheKafkaCluster(
+        "dc2": kafka_cluster(
             "dc2", security=Security(pki=pki.directory, mutual_tls=True, acls=True)
         ),
-        "dc3": ApacheKafkaCluster(
+        "dc3": kafka_cluster(
             "dc3",
             security=Security(
                 users=(ScramUser("replicator-from-dc1", DC3_PASSWORD, ("SCRAM-SHA-512",)),),
