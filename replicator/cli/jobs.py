@@ -107,15 +107,21 @@ def audit(
     allow_lag: bool = typer.Option(
         False, help="Records not yet replicated at the snapshot's tail do not fail the audit."
     ),
+    allow_duplicates: bool = typer.Option(
+        False,
+        help="Records held more than once do not fail the audit (still counted and shown): "
+        "for clusters a peer that delivers at least once (MirrorMaker) wrote.",
+    ),
     max_offsets_per_task: MaxOffsetsPerTask = 0,
     mm2_file: Mm2File = None,
     mirror_maker_line: MirrorMakerLine = None,
 ) -> None:
     """Prove that clusters hold the same data: missing, duplicated, reordered, altered, looped.
 
-    Exits 0 when nothing is missing, altered, reordered or looped; 1 otherwise; 2 when it would
-    check nothing (no topic selected, a topic no cluster holds, topics without a record, or a
-    configuration of flows only), naming what.
+    Exits 0 when nothing is missing, duplicated, altered, reordered, looped or malformed (lag
+    and duplicates only where allowed); 1 otherwise; 2 when it would check nothing (no topic
+    selected, a topic no cluster holds, topics without a record, or a configuration of flows
+    only), naming what, or on invalid configuration.
     """
     jobs = spark_jobs("audit")
     settings = configuration(mm2_file, mirror_maker_line)
@@ -127,7 +133,7 @@ def audit(
             real_topic_names(settings, topic or []),
             master,
             json_path,
-            allow_lag,
+            jobs.Allowed(lag=allow_lag, duplicates=allow_duplicates),
             max_offsets_per_task,
         )
     )

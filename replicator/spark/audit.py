@@ -25,8 +25,10 @@ Loops and malformed records are never expected (the replicator refuses them by d
 are not missing anywhere), but both fail the audit, like missing, mismatched and reordered
 records: each is data an application published into a replica topic that no cluster will ever
 hold, a fault of that application to fix (the live replicator only counts them, in
-``replicator_records_skipped_total``). ``untagged``, ``duplicates`` and ``lag`` (with
-``allow_lag``) are reported without failing it.
+``replicator_records_skipped_total``). Duplicates fail it too: a record held twice is not what
+was published. Only what the operator allows (:class:`Allowed`: the tail not yet replicated,
+duplicates, for clusters a peer that delivers at least once wrote) is reported without failing;
+``untagged`` records (written to ``X`` directly, not by replication) never fail it.
 
 Everything is computed in Spark; only the per-partition report reaches the driver.
 """
@@ -64,7 +66,19 @@ COUNTS = (
     "loops",
     "malformed",
 )
-FAILING = ("missing", "mismatched", "out_of_order", "loops", "malformed")
+FAILING = ("missing", "duplicates", "mismatched", "out_of_order", "loops", "malformed")
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What the operator allows an audit to find and still pass (``--allow-lag``,
+    ``--allow-duplicates``): nothing, by default."""
+
+    lag: bool = False  # missing records that are the tail not yet replicated at the snapshot
+    duplicates: bool = False  # a source record held more than once in a cluster
+
+    def named(self) -> list[str]:
+        return [name for name, on in asdict(self).items() if on]
 
 
 @dataclass
@@ -96,14 +110,23 @@ class AuditReport:
     def totals(self) -> dict[str, int]:
         return {name: sum(getattr(p, name) for p in self.partitions) for name in COUNTS}
 
-    def ok(self, allow_lag: bool = False) -> bool:
+    def failures(self, allowed: Allowed = Allowed()) -> dict[str, int]:
+        """Each count that fails the audit (those ``allowed`` left out), with its total."""
         totals = self.totals()
-        missing = totals["missing"] - (totals["lag"] if allow_lag else 0)
-        return missing == 0 and all(totals[k] == 0 for k in FAILING if k != "missing")
+        if allowed.lag:
+            totals["missing"] -= totals["lag"]
+        if allowed.duplicates:
+            totals["duplicates"] = 0
+        return {name: totals[name] for name in FAILING if totals[name]}
 
-    def as_json(self, allow_lag: bool = False) -> dict[str, Any]:
+    def ok(self, allowed: Allowed = Allowed()) -> bool:
+        return not self.failures(allowed)
+
+    def as_json(self, allowed: Allowed = Allowed()) -> dict[str, Any]:
         return {
-            "ok": self.ok(allow_lag),
+            "ok": self.ok(allowed),
+            "failed_by": self.failures(allowed),
+            "allowed": allowed.named(),
             "totals": self.totals(),
             "partitions": [asdict(p) for p in self.partitions],
             "snapshot": self.snapshot,

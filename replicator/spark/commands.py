@@ -28,7 +28,7 @@ from replicator.config.topology import Leg, TopicRules, feeds_for
 from replicator.errors import ReplicatorError, TopicMissing
 from replicator.kafka.clients import ClusterClient, client_options
 from replicator.kafka.retry import retrying
-from replicator.spark.audit import COUNTS, AuditReport, Route, run_audit, run_flow_audit
+from replicator.spark.audit import COUNTS, Allowed, AuditReport, Route, run_audit, run_flow_audit
 from replicator.spark.backfill import BackfillResult, hand_over, run_backfill
 from replicator.spark.frames import ClusterInput
 from replicator.spark.kafka_source import spark_options
@@ -351,12 +351,12 @@ def audit(
     topics: list[str],
     master: str,
     json_path: str | None,
-    allow_lag: bool,
+    allowed: Allowed,
     max_offsets_per_task: int = 0,
 ) -> int:
     if not settings.replica_mode:
         return _audit_flows(
-            settings, clusters, topics, master, json_path, allow_lag, max_offsets_per_task
+            settings, clusters, topics, master, json_path, allowed, max_offsets_per_task
         )
     if settings.flows:
         err.print(
@@ -384,7 +384,7 @@ def audit(
         master,
         lambda spark: run_audit(spark, kafka_format(spark), inputs, chosen, suffix),
         json_path,
-        allow_lag,
+        allowed,
     )
 
 
@@ -394,7 +394,7 @@ def _audit_flows(
     topics: list[str],
     master: str,
     json_path: str | None,
-    allow_lag: bool,
+    allowed: Allowed,
     max_offsets_per_task: int,
 ) -> int:
     """The audit of a configuration of flows: each flow's source topics against their copies
@@ -424,7 +424,7 @@ def _audit_flows(
         master,
         lambda spark: run_flow_audit(spark, kafka_format(spark), inputs, routes),
         json_path,
-        allow_lag,
+        allowed,
     )
 
 
@@ -433,7 +433,7 @@ def _audit_report(
     master: str,
     run: Callable[[SparkSession], AuditReport],
     json_path: str | None,
-    allow_lag: bool,
+    allowed: Allowed,
 ) -> int:
     """Run an audit in a Spark session of ``master``, print its report; the exit status."""
     snapshot_s = time.monotonic() - began
@@ -449,15 +449,15 @@ def _audit_report(
         "spark start": round(start_s, 2),
         **report.timings,
     }
-    document = report.as_json(allow_lag)
+    document = report.as_json(allowed)
     if json_path == "-":
         print(json.dumps(document))
     else:
-        _print_audit(report, allow_lag)
+        _print_audit(report, allowed)
         if json_path:
             with open(json_path, "w") as out:
                 json.dump(document, out, indent=2)
-    return 0 if report.ok(allow_lag) else 1
+    return 0 if report.ok(allowed) else 1
 
 
 def audit_table(report: AuditReport) -> Table:
@@ -472,9 +472,11 @@ def audit_table(report: AuditReport) -> Table:
     return table
 
 
-def _print_audit(report: AuditReport, allow_lag: bool) -> None:
+def _print_audit(report: AuditReport, allowed: Allowed) -> None:
     print_table(Console(), audit_table(report))
     totals = report.totals()
-    verdict = "OK" if report.ok(allow_lag) else "PROBLEMS FOUND"
-    print(f"{verdict}: " + ", ".join(f"{totals[c]} {c.replace('_', ' ')}" for c in COUNTS))
+    verdict = "OK" if report.ok(allowed) else "PROBLEMS FOUND"
+    counts = ", ".join(f"{totals[c]} {c.replace('_', ' ')}" for c in COUNTS)
+    allowing = "".join(f" ({name} allowed)" for name in allowed.named())
+    print(f"{verdict}: {counts}{allowing}")
     sys.stdout.flush()

@@ -23,6 +23,7 @@ from replicator.devtools.embedded import (
 )
 from replicator.model.provenance import Provenance
 from replicator.spark import commands
+from replicator.spark.audit import Allowed
 
 PARTITIONS = 4
 err = Console(stderr=True)
@@ -77,10 +78,10 @@ def run(records: int, master: str) -> int:
         asyncio.run(_history(brokers["dc1"], records))
         commands.backfill(settings, "dc1", ["dc1", "dc2"], [], None, master, True, False)
         err.print("audit of both clusters after the backfill:")
-        clean = commands.audit(settings, ["dc1", "dc2"], [], master, None, False)
+        clean = commands.audit(settings, ["dc1", "dc2"], [], master, None, Allowed())
         err.print("dc2: writing a tampered copy and an untagged record into orders")
         asyncio.run(_tamper(brokers["dc2"]))
-        found = commands.audit(settings, ["dc1", "dc2"], [], master, None, False)
+        found = commands.audit(settings, ["dc1", "dc2"], [], master, None, Allowed())
     if clean == 0 and found == 1:
         print("OK: the backfill copied everything, the audit proved it, then caught the tampering")
         return 0

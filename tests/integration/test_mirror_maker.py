@@ -236,13 +236,14 @@ def test_mirror_maker_2_file_runs_its_flow_with_mm2_names(
         assert_copied(stored, sent + later, "source")
         assert "source.other" not in topics(destination), "a topic the file does not list"
 
-        # The audit, pointed at the same file, proves the target equal to the source, and finds
-        # a copy written twice (a duplicate is reported, not failed: provenance tells it apart).
+        # The audit, pointed at the same file, proves the target equal to the source but for
+        # a copy written twice, and fails on it (exit 1): a verdict cron and CI can rely on.
         twice = stored[7]
         produce_records(destination, renamed, [replace(twice, offset=-1)])
         status, out, err = replicator_cli(ENV, "audit", "--mm2", str(config), "--json", "-")
-        assert status == 0, err
+        assert status == 1, err
         report = json.loads(out.strip().splitlines()[-1])
+        assert (report["ok"], report["failed_by"]) == (False, {"duplicates": 1}), report
         assert report["totals"] == {
             "expected": 120,
             "delivered": 120,
