@@ -65,6 +65,7 @@ def _code(text: str) -> str:
 
 
 def _default(field: FieldInfo, required: str) -> str:
+    """A field's default as an operator writes it in the environment (``true``, not ``True``)."""
     value: Any = field.default
     if value is PydanticUndefined:
         return required
@@ -72,32 +73,118 @@ def _default(field: FieldInfo, required: str) -> str:
         return ""
     if isinstance(value, Enum):
         value = value.value
-    return _code(str(value))
+    if isinstance(value, bool):
+        value = str(value).lower()
+    return _code(str(value)) if str(value) else "(empty)"
+
+
+def anchor(variable: str) -> str:
+    """The id of a variable's row: its name in lower case, ``<ALIAS>`` as ``alias``
+    (``configuration.md#replicator_clusters__alias__bootstrap_servers``)."""
+    return re.sub(r"[^a-z0-9_]", "", variable.lower())
 
 
 def _row(variable: str, field: FieldInfo, required: str = "(required)") -> str:
-    return f"| `{variable}` | {_default(field, required)} | {_cell(field.description or '')} |"
+    name = f'<a id="{anchor(variable)}"></a>`{variable}`'
+    return f"| {name} | {_default(field, required)} | {_cell(field.description or '')} |"
 
 
-def configuration_table() -> str:
-    """Every ``REPLICATOR_*`` variable: name, default and meaning, in model order."""
-    rows = ["| variable | default | meaning |", "|---|---|---|"]
-    # The settings given once per cluster or flow: one row per field of their block.
+# The settings by purpose, in the order an operator meets them; every field in exactly one.
+CONFIGURATION_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Clusters", ("local_cluster", "clusters")),
+    (
+        "What is replicated",
+        ("replica_mode", "topics_include", "topics_exclude", "replica_suffix", "flows"),
+    ),
+    (
+        "Destination topics",
+        (
+            "destination_replication_factor",
+            "topic_config_sync",
+            "topic_config_sync_interval_ms",
+            "topic_config_defaults_from",
+            "topic_configs_exclude",
+        ),
+    ),
+    (
+        "Consumer groups and commits",
+        ("group_prefix", "group_session_timeout_ms", "commit_interval_ms"),
+    ),
+    ("Producing", ("idempotence", "compression", "linger_ms", "batch_max_bytes")),
+    (
+        "Fetching and buffering",
+        (
+            "fetch_max_bytes",
+            "max_partition_fetch_bytes",
+            "fetch_max_wait_ms",
+            "fetch_idle_max_wait_ms",
+            "partition_queue_max_records",
+            "partition_queue_max_bytes",
+            "detach_after_ms",
+        ),
+    ),
+    (
+        "Timeouts",
+        (
+            "request_timeout_ms",
+            "metadata_max_age_ms",
+            "probe_timeout_ms",
+            "send_stall_timeout_ms",
+            "shutdown_grace_ms",
+        ),
+    ),
+    (
+        "Faults and bad records",
+        ("offset_reset_policy", "record_too_large_policy", "dead_letter_topic"),
+    ),
+    ("Heartbeats", ("heartbeat_interval_ms", "heartbeat_placement", "heartbeat_topic")),
+    (
+        "Consumer-group failover",
+        (
+            "sync_groups",
+            "sync_groups_interval_ms",
+            "sync_group_offsets",
+            "mm2_checkpoints",
+            "checkpoints_topic",
+        ),
+    ),
+    ("HTTP and logs", ("http_host", "http_port", "log_level", "log_format")),
+)
+
+
+def _rows(name: str, field: FieldInfo) -> list[str]:
+    """One setting's rows: one, or one per field of a cluster's or a flow's block."""
     blocks: dict[str, tuple[type[BaseModel], str, str]] = {
         "clusters": (ClusterSettings, "<ALIAS>", "cluster"),
         "flows": (FlowSettings, "<NAME>", "flow"),
     }
-    for name, field in Settings.model_fields.items():
-        if name not in blocks:
-            rows.append(_row(ENV_PREFIX + name.upper(), field))
-            continue
-        model, key, each = blocks[name]
-        prefix = f"{ENV_PREFIX}{name.upper()}{NESTED_DELIMITER}{key}{NESTED_DELIMITER}"
-        for block_name, block_field in model.model_fields.items():
-            rows.append(
-                _row(prefix + block_name.upper(), block_field, f"(required, one per {each})")
-            )
-    return "\n".join(rows)
+    if name not in blocks:
+        return [_row(ENV_PREFIX + name.upper(), field)]
+    model, key, each = blocks[name]
+    prefix = f"{ENV_PREFIX}{name.upper()}{NESTED_DELIMITER}{key}{NESTED_DELIMITER}"
+    return [
+        _row(prefix + block_name.upper(), block_field, f"(required, one per {each})")
+        for block_name, block_field in model.model_fields.items()
+    ]
+
+
+def configuration_table() -> str:
+    """Every ``REPLICATOR_*`` variable: name (with its anchor), default and meaning, a table per
+    purpose (:data:`CONFIGURATION_GROUPS`)."""
+    placed = [name for _, names in CONFIGURATION_GROUPS for name in names]
+    fields = Settings.model_fields
+    if sorted(placed) != sorted(fields):
+        raise ValueError(
+            f"CONFIGURATION_GROUPS must place every setting once: missing "
+            f"{sorted(set(fields) - set(placed))}, unknown {sorted(set(placed) - set(fields))}, "
+            f"twice {sorted({n for n in placed if placed.count(n) > 1})}"
+        )
+    parts = []
+    for title, names in CONFIGURATION_GROUPS:
+        rows = ["| variable | default | meaning |", "|---|---|---|"]
+        rows += [row for name in names for row in _rows(name, fields[name])]
+        parts.append(f"## {title}\n\n" + "\n".join(rows))
+    return "\n\n".join(parts)
 
 
 def metrics_table() -> str:
@@ -145,6 +232,8 @@ def _param(param: Any) -> str:
     shown = ""
     if param.required:
         shown = "(required)"
+    elif default is True:
+        shown = _code(param.opts[0])  # on unless --no-... is given
     elif default not in (None, (), [], "") and not (param.is_flag and default is False):
         shown = _code(str(default))
     return f"| {names} | {shown} | {_cell(_one_line(param.help or ''))} |"

@@ -2,7 +2,7 @@
 page or a bad anchor fails), every page under ``docs/`` is in the navigation, README's links
 into ``docs/`` name pages that exist, the comparison with MirrorMaker has one copy (README's,
 which the site's home page includes), the changelog page includes CHANGELOG.md, and the
-glossary names code that exists."""
+glossary names code that exists, and no page ships prose it can tell is broken."""
 
 from __future__ import annotations
 
@@ -153,3 +153,76 @@ def test_the_changelog_page_includes_the_changelog() -> None:
     """CHANGELOG.md is the one copy; the site's page includes it whole."""
     assert (DOCS / "changelog.md").read_text().strip() == '--8<-- "CHANGELOG.md"'
     assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changelog\n")
+
+
+_NOT_PROSE = re.compile(r"^(\s|[|#>*+<{!=-]|\d+\.\s|\[|---|```|\$|\.\.\.)")
+_ENDS = (".", ":", "!", "?", ")", "`", "*", '"', "|")
+
+
+_BELOW = re.compile(r"\(below\)|\b(see|shown|listed|described|given|follows?) below\b|\bbelow:")
+_COMMENT = re.compile(r"<!--.*?-->")
+
+
+def _blocks(text: str) -> list[str]:
+    """The page's blocks (separated by blank lines), code fences left out whole."""
+    blocks: list[str] = []
+    current: list[str] = []
+    fenced = False
+    for raw in text.splitlines():
+        line = _COMMENT.sub("", raw)
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            current = []
+            continue
+        if fenced:
+            continue
+        if line.strip():
+            current.append(line)
+        elif current:
+            blocks.append("\n".join(current))
+            current = []
+    if current and not fenced:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def prose_problems(name: str, text: str) -> list[str]:
+    """What a reader sees as broken prose: a paragraph that stops without punctuation, a
+    "below" in the page's last block (nothing is below it), a heading repeated as bold text."""
+    problems = []
+    blocks = _blocks(text)
+    for block in blocks:
+        if not _NOT_PROSE.match(block) and not block.rstrip().endswith(_ENDS):
+            problems.append(f"{name}: a paragraph ends without punctuation: ...{block[-60:]!r}")
+    if blocks and _BELOW.search(blocks[-1]):
+        problems.append(f"{name}: the last block says 'below': {blocks[-1][-80:]!r}")
+    heading = None
+    for block in blocks:
+        first = block.splitlines()[0]
+        if first.startswith("#"):
+            heading = first.lstrip("#").strip().lower()
+        elif heading and first.strip().strip("*").strip().rstrip(".:").lower() == heading:
+            problems.append(f"{name}: the heading {heading!r} is repeated as bold text")
+            heading = None
+        else:
+            heading = None
+    return problems
+
+
+def test_no_page_ships_broken_prose() -> None:
+    pages = sorted(DOCS.rglob("*.md"))
+    problems = [
+        p for page in pages for p in prose_problems(str(page.relative_to(ROOT)), page.read_text())
+    ]
+    problems += prose_problems("README.md", (ROOT / "README.md").read_text())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_prose_check_finds_what_it_looks_for() -> None:
+    broken = (
+        "# Exactly once\n\n**Exactly once**\n\nThe resume reads the tail and then\n\n"
+        "See the table (below).\n"
+    )
+    found = prose_problems("page.md", broken)
+    assert len(found) == 3, found
+    assert prose_problems("page.md", "# Title\n\nA sentence.\n\n- a list item\n") == []

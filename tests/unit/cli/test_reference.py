@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from replicator.cli.reference import (
+    CONFIGURATION_GROUPS,
     DOCS,
     HTTP,
     SECTIONS,
     Section,
+    anchor,
     cli_reference,
+    configuration_table,
     generated_part,
     http_endpoints,
     update,
@@ -90,3 +93,17 @@ def test_mm2_side_by_side_is_what_the_translation_prints(tmp_path: Path) -> None
         line.split("#", 1)[0].strip().split("=", 1) for line in shown.splitlines() if line
     )
     assert mm2_translation(config).env == expected
+
+
+def test_the_configuration_reference_is_grouped_with_an_anchor_per_variable() -> None:
+    table = configuration_table()
+    every = re.findall(r"`(REPLICATOR_[A-Z0-9_<>]+)`", table)
+    rows = [line for line in table.splitlines() if line.startswith("| <a id=")]
+    assert len(rows) == len({line.split('"')[1] for line in rows}), "one anchor per variable"
+    assert f'<a id="{anchor("REPLICATOR_LOCAL_CLUSTER")}"></a>' in table
+    assert 'id="replicator_clusters__alias__bootstrap_servers"' in table
+    assert len(re.findall(r"^## ", table, re.MULTILINE)) == len(CONFIGURATION_GROUPS)
+    assert "REPLICATOR_GROUP_SESSION_TIMEOUT_MS" in every
+    # Defaults as an operator writes them in the environment.
+    assert "`True`" not in table and "`False`" not in table
+    assert "| `true` |" in table and "| `false` |" in table
