@@ -12,9 +12,11 @@ variables.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,17 +45,30 @@ from replicator.topics.configs import as_kafka_reports, overrides
 BACKENDS = ("kafka", "embedded", "container")
 BACKEND = os.environ.get("REPLICATOR_TEST_BROKER", "kafka")
 
-# Apache Kafka's logs in memory (tmpfs) where the machine has one: each partition's indexes are
-# files mapped sparse, and a disk here takes 40-60 ms to allocate each page of them (the scale
-# benchmark measured it), which made topics of thousands of partitions slow to serve; what the
-# tests prove does not depend on the medium. Elsewhere the temporary directory.
-KAFKA_DATA = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else None
+
+def _kafka_data() -> Path | None:
+    """Apache Kafka's logs in memory (tmpfs) where the machine has one with room (2 GiB free):
+    each partition's indexes are files mapped sparse, and a disk here takes 40-60 ms to allocate
+    each page of them (the scale benchmark measured it), which made topics of thousands of
+    partitions slow to serve; what the tests prove does not depend on the medium. Elsewhere (a
+    container's 64 MB /dev/shm, say) the temporary directory."""
+    memory = Path("/dev/shm")
+    if not os.access(memory, os.W_OK):
+        return None
+    return memory if shutil.disk_usage(memory).free >= 2 << 30 else None
+
+
+KAFKA_DATA = _kafka_data()
 
 
 def kafka_cluster(alias: str, **options: Any) -> ApacheKafkaCluster:
-    """An Apache Kafka cluster (not started) keeping its data under :data:`KAFKA_DATA`."""
+    """An Apache Kafka cluster (not started) keeping its data under :data:`KAFKA_DATA`; the
+    data is removed when the cluster is (``remove()``), and at the latest when the test process
+    ends (tests that only ``stop()`` a cluster leave no memory held)."""
     directory = Path(tempfile.mkdtemp(prefix="apache-kafka-", dir=KAFKA_DATA))
-    return ApacheKafkaCluster(alias, directory=directory, **options)
+    cluster = ApacheKafkaCluster(alias, directory=directory, **options)
+    atexit.register(shutil.rmtree, directory, True)
+    return cluster
 
 
 APACHE_KAFKA = BACKEND in ("kafka", "container")
