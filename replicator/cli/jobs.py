@@ -109,8 +109,8 @@ def audit(
     ),
     allow_duplicates: bool = typer.Option(
         False,
-        help="Records held more than once do not fail the audit (still counted and shown): "
-        "for clusters a peer that delivers at least once (MirrorMaker) wrote.",
+        help="Records held more than once (the same provenance twice) do not fail the audit; "
+        "still counted and shown.",
     ),
     max_offsets_per_task: MaxOffsetsPerTask = 0,
     mm2_file: Mm2File = None,
@@ -119,11 +119,14 @@ def audit(
     """Prove that clusters hold the same data: missing, duplicated, reordered, altered, looped.
 
     Exits 0 when nothing is missing, duplicated, altered, reordered, looped or malformed (lag
-    and duplicates only where allowed); 1 otherwise; 2 when it would check nothing (no topic
-    selected, a topic no cluster holds, topics without a record, or a configuration of flows
-    only), naming what, or on invalid configuration.
+    and duplicates only where allowed); 1 otherwise, or when the audit could not finish (a
+    cluster unreachable, Spark failing: an error and no verdict); 2 when it would check nothing
+    (no topic selected, a topic no cluster holds, topics without a record), naming what, or on
+    invalid configuration.
     """
     jobs = spark_jobs("audit")
+    from replicator.spark.audit import Allowed  # with the spark extra, which spark_jobs checked
+
     settings = configuration(mm2_file, mirror_maker_line)
     clusters = known_clusters(settings, cluster or sorted(settings.clusters), "--cluster")
     raise typer.Exit(
@@ -133,7 +136,7 @@ def audit(
             real_topic_names(settings, topic or []),
             master,
             json_path,
-            jobs.Allowed(lag=allow_lag, duplicates=allow_duplicates),
+            Allowed(lag=allow_lag, duplicates=allow_duplicates),
             max_offsets_per_task,
         )
     )

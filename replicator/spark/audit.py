@@ -27,8 +27,8 @@ records: each is data an application published into a replica topic that no clus
 hold, a fault of that application to fix (the live replicator only counts them, in
 ``replicator_records_skipped_total``). Duplicates fail it too: a record held twice is not what
 was published. Only what the operator allows (:class:`Allowed`: the tail not yet replicated,
-duplicates, for clusters a peer that delivers at least once wrote) is reported without failing;
-``untagged`` records (written to ``X`` directly, not by replication) never fail it.
+duplicates) is reported without failing; ``untagged`` records (no provenance: written to ``X``
+directly, or copied there by a tool that writes none, such as MirrorMaker) never fail it.
 
 Everything is computed in Spark; only the per-partition report reaches the driver.
 """
