@@ -160,19 +160,24 @@ _ENDS = (".", ":", "!", "?", ")", "`", "*", '"', "|")
 
 
 _BELOW = re.compile(r"\(below\)|\b(see|shown|listed|described|given|follows?) below\b|\bbelow:")
-_COMMENT = re.compile(r"<!--.*?-->")
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_CODE = "```code```"  # a code block's place among the blocks (it is not prose)
 
 
 def _blocks(text: str) -> list[str]:
-    """The page's blocks (separated by blank lines), code fences left out whole."""
+    """The page's blocks (separated by blank lines, HTML comments removed), each code block
+    kept as a placeholder: a sentence before it is not the page's last."""
     blocks: list[str] = []
     current: list[str] = []
     fenced = False
-    for raw in text.splitlines():
-        line = _COMMENT.sub("", raw)
+    for line in _COMMENT.sub("", text).splitlines():
         if line.lstrip().startswith("```"):
+            if current:
+                blocks.append("\n".join(current))
+                current = []
+            if not fenced:
+                blocks.append(_CODE)
             fenced = not fenced
-            current = []
             continue
         if fenced:
             continue
@@ -181,7 +186,7 @@ def _blocks(text: str) -> list[str]:
         elif current:
             blocks.append("\n".join(current))
             current = []
-    if current and not fenced:
+    if current:
         blocks.append("\n".join(current))
     return blocks
 
@@ -201,7 +206,11 @@ def prose_problems(name: str, text: str) -> list[str]:
         first = block.splitlines()[0]
         if first.startswith("#"):
             heading = first.lstrip("#").strip().lower()
-        elif heading and first.strip().strip("*").strip().rstrip(".:").lower() == heading:
+        elif (
+            heading
+            and first.startswith("**")
+            and first.strip().strip("*").strip().rstrip(".:").lower() == heading
+        ):
             problems.append(f"{name}: the heading {heading!r} is repeated as bold text")
             heading = None
         else:
@@ -214,7 +223,8 @@ def test_no_page_ships_broken_prose() -> None:
     problems = [
         p for page in pages for p in prose_problems(str(page.relative_to(ROOT)), page.read_text())
     ]
-    problems += prose_problems("README.md", (ROOT / "README.md").read_text())
+    for name in ("README.md", "CHANGELOG.md"):  # the site includes both
+        problems += prose_problems(name, (ROOT / name).read_text())
     assert not problems, "\n".join(problems)
 
 
@@ -226,3 +236,11 @@ def test_the_prose_check_finds_what_it_looks_for() -> None:
     found = prose_problems("page.md", broken)
     assert len(found) == 3, found
     assert prose_problems("page.md", "# Title\n\nA sentence.\n\n- a list item\n") == []
+    # Not broken: a sentence introducing a code block at the page's end, a comment spanning a
+    # blank line, a paragraph that only shares the heading's words without being bold.
+    fine = "# Run\n\nRun the command below:\n\n```sh\nreplicator run\n```\n"
+    assert prose_problems("page.md", fine) == []
+    assert prose_problems("page.md", "A sentence.\n\n<!-- a\n\nnote -->\n") == []
+    assert prose_problems("page.md", "# Scale\n\nScale.\n") == []
+    # A paragraph running straight into a code block is still checked.
+    assert len(prose_problems("page.md", "Then the\n```sh\nx\n```\n")) == 1
