@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaTimeoutError
 
+from benchmarks.fetch_sessions import log_ends
 from replicator.config.loading import load_settings
 from replicator.devtools.apache_kafka import ApacheKafkaCluster
 from replicator.kafka import internals
@@ -101,19 +101,6 @@ def wake_cost_ms(consumer: AIOKafkaConsumer, times: int = 20) -> tuple[float, fl
     return costs[0], costs[1]
 
 
-async def every_leader_ready(consumer: AIOKafkaConsumer, partitions: list[TopicPartition]) -> None:
-    """Wait until every partition's leader answers for its log: a broker given 2,000 new
-    partitions on a busy machine took longer than one request's 30 s to open them all."""
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            await consumer.end_offsets(partitions)
-            return
-        except KafkaTimeoutError:
-            if time.monotonic() > deadline:
-                raise
-
-
 def test_a_mostly_paused_consumer_consumes_exactly_once_and_plans_what_changed() -> None:
     with start_clusters("dc1") as brokers:
         cluster = brokers["dc1"]
@@ -131,7 +118,7 @@ def test_a_mostly_paused_consumer_consumes_exactly_once_and_plans_what_changed()
             log, unpaused = Log(), set[int]()
             try:
                 partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-                await every_leader_ready(consumer, partitions)
+                await log_ends(consumer, partitions, within_s=180)  # every leader ready
                 consumer.assign(partitions)
                 for tp in partitions:
                     consumer.seek(tp, 0)
