@@ -1,6 +1,6 @@
 """The bulk jobs' speed: a warm backfill and a whole audit, on two embedded clusters.
 
-For each Spark master given (``local[1]``, ``local[2]`` by default), on fresh clusters dc1 and
+For each Spark master given (``local[2]`` by default), on fresh clusters dc1 and
 dc2: dc1's ``orders_REPLICA`` holds ``records`` records of 100 bytes (a key and a header each,
 as an application writes them) in ``partitions`` partitions, and ``warmup_REPLICA`` a tenth of
 that. Then, timed:
@@ -15,7 +15,12 @@ that. Then, timed:
   ``records`` per cluster and topic), its split as the command reports it, and its verdict
   (every record expected, delivered, nothing missing: the benchmark fails otherwise).
 
-``python -m benchmarks.spark [--records N] [--partitions P] [--masters local[1],local[2]]``
+Each connector (``--connectors standard,shipped``: Spark's ``spark-sql-kafka-0-10`` and the
+shipped ``replicator-kafka``) runs on the same records, one after the other, each in a process
+of its own, and both are printed.
+
+``python -m benchmarks.spark [--records N] [--partitions P] [--masters local[2]]
+[--connectors standard,shipped]``
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ from replicator.devtools.embedded import (
     replicator_environment,
 )
 from replicator.spark.backfill import BackfillResult, run_backfill
+from replicator.spark.connectors import Connector
 from replicator.spark.frames import ClusterInput
 from replicator.spark.kafka_source import spark_options
-from replicator.spark.session import kafka_format, spark_session
+from replicator.spark.session import SparkSetup, kafka_format, spark_session
 from replicator.topics import snapshot
 
 SUFFIX = "_REPLICA"
@@ -61,7 +67,7 @@ async def history(broker: LocalBroker, topic: str, records: int, partitions: int
 
 
 def backfill(
-    brokers: dict[str, LocalBroker], spark: Any, topic: str, records: int
+    brokers: dict[str, LocalBroker], spark: Any, connector: Connector, topic: str, records: int
 ) -> dict[str, Any]:
     """Backfill dc1's ``<topic>_REPLICA`` into ``topic`` on dc1 and dc2, timed."""
     began = time.monotonic()
@@ -71,7 +77,8 @@ def backfill(
     source = ClusterInput("dc1", options["dc1"], snapshot.take(clients["dc1"], [topic + SUFFIX]))
     targets = [ClusterInput(a, options[a], snapshot.take(clients[a], [topic])) for a in brokers]
     snapshot_s = time.monotonic() - began
-    result: BackfillResult = run_backfill(spark, kafka_format(spark), source, targets, SUFFIX)
+    fmt = kafka_format(spark, connector)
+    result: BackfillResult = run_backfill(spark, fmt, source, targets, SUFFIX)
     took = time.monotonic() - began
     if result.records != records or any(w != records for w in result.written.values()):
         raise SystemExit(f"backfill of {topic}: {result}")
@@ -83,13 +90,13 @@ def backfill(
     }
 
 
-def audit(brokers: dict[str, LocalBroker], master: str, records: int) -> dict[str, Any]:
+def audit(brokers: dict[str, LocalBroker], setup: SparkSetup, records: int) -> dict[str, Any]:
     """``replicator audit --topic orders`` in its own process, timed from its start."""
     env = {**os.environ, **replicator_environment("dc1", brokers, free_port())}
     command = [sys.executable, "-m", "replicator", "audit", "--topic", "orders"]
     began = time.monotonic()
     done = subprocess.run(
-        [*command, "--master", master, "--json", "-"],
+        [*command, "--master", setup.master, "--connector", setup.connector, "--json", "-"],
         env=env,
         capture_output=True,
         text=True,
@@ -112,7 +119,7 @@ def audit(brokers: dict[str, LocalBroker], master: str, records: int) -> dict[st
     }
 
 
-def measure(master: str, records: int, partitions: int) -> dict[str, Any]:
+def measure(setup: SparkSetup, records: int, partitions: int) -> dict[str, Any]:
     warmup = max(records // 10, partitions)
     with clusters("dc1", "dc2") as brokers:
         asyncio.run(history(brokers["dc1"], "warmup" + SUFFIX, warmup, partitions))
@@ -120,16 +127,18 @@ def measure(master: str, records: int, partitions: int) -> dict[str, Any]:
         for topic in ("warmup", "orders"):
             asyncio.run(create_topics(brokers["dc2"], partitions, topic))
         began = time.monotonic()
-        spark = spark_session(master, "replicator-benchmark")
+        spark = spark_session(setup, "replicator-benchmark")
         started = time.monotonic() - began
+        connector = setup.connector
         try:
-            cold = backfill(brokers, spark, "warmup", warmup - warmup % partitions)
-            warm = backfill(brokers, spark, "orders", records - records % partitions)
+            cold = backfill(brokers, spark, connector, "warmup", warmup - warmup % partitions)
+            warm = backfill(brokers, spark, connector, "orders", records - records % partitions)
         finally:
             spark.stop()
-        checked = audit(brokers, master, records - records % partitions)
+        checked = audit(brokers, setup, records - records % partitions)
     return {
-        "master": master,
+        "master": setup.master,
+        "connector": str(setup.connector),
         "spark_start_s": round(started, 2),
         "backfill_cold": cold,
         "backfill_warm": warm,
@@ -141,26 +150,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Spark jobs benchmark")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--masters", default="local[1],local[2]")
+    parser.add_argument("--masters", default="local[2]")
+    parser.add_argument(
+        "--connectors",
+        default="standard,shipped",
+        help="the Kafka connectors to compare, side by side on the same records (--connector)",
+    )
     add_broker_option(parser)
     args = parser.parse_args()
     choose(args)
-    masters = args.masters.split(",")
-    if len(masters) == 1:
-        runs = [measure(masters[0], args.records, args.partitions)]
-    else:  # each master in a process of its own: Spark's start is then always a cold one
+    setups = [
+        SparkSetup(master, Connector(connector))
+        for master in args.masters.split(",")
+        for connector in args.connectors.split(",")
+    ]
+    if len(setups) == 1:
+        runs = [measure(setups[0], args.records, args.partitions)]
+    else:  # each in a process of its own: Spark's start is then always a cold one
         runs = []
-        for master in masters:
+        for setup in setups:
             sizes = ["--records", str(args.records), "--partitions", str(args.partitions)]
-            one = [sys.executable, "-m", "benchmarks.spark", *sizes, "--masters", master,
-                   "--broker", args.broker]  # fmt: skip
+            one = [sys.executable, "-m", "benchmarks.spark", *sizes, "--masters", setup.master,
+                   "--connectors", setup.connector, "--broker", args.broker,
+                   "--broker-storage", args.broker_storage]  # fmt: skip
             done = subprocess.run(one, stdout=subprocess.PIPE, check=True, text=True)
             runs.extend(json.loads(done.stdout)["spark"])
     for run in runs:
         warm, checked = run["backfill_warm"], run["audit"]
         print(
-            f"{run['master']}: spark start {run['spark_start_s']} s; backfill (warm) "
-            f"{warm['records']} records to 2 clusters in {warm['seconds']} s = "
+            f"{run['master']} {run['connector']}: spark start {run['spark_start_s']} s; "
+            f"backfill (warm) {warm['records']} records to 2 clusters in {warm['seconds']} s = "
             f"{warm['records_per_s']}/s {warm['split_s']}; audit {checked['records_read']} "
             f"records in {checked['seconds']} s = {checked['records_per_s']}/s "
             f"{checked['split_s']}",

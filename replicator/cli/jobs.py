@@ -18,6 +18,18 @@ from replicator.cli.arguments import (
     real_topic_names,
     spark_jobs,
 )
+from replicator.spark.connectors import Connector
+
+# Both jobs read Kafka through the same connector choice.
+KafkaConnector = Annotated[
+    Connector,
+    typer.Option(
+        help="Read Kafka with the replicator-kafka data source this package ships (shipped, "
+        "measured the faster) or Spark's own spark-sql-kafka-0-10 (standard: fetched from "
+        "Maven Central by Spark the first time). Backfills write through replicator-kafka "
+        "either way (it keeps record timestamps).",
+    ),
+]
 
 # Both jobs split each partition's offset range into Spark tasks the same way.
 MaxOffsetsPerTask = Annotated[
@@ -42,6 +54,7 @@ def backfill(
     ] = None,
     since: str = typer.Option("earliest", help="Start: earliest, epoch ms or ISO-8601 time."),
     master: str = typer.Option("local[2]", help="Spark master."),
+    connector: KafkaConnector = Connector.SHIPPED,
     hand_over: bool = typer.Option(
         True,
         help="Set each leg's consumer group to the snapshot "
@@ -82,7 +95,7 @@ def backfill(
             destinations,
             real_topic_names(settings, topic or []),
             since_ms,
-            master,
+            jobs.SparkSetup(master, connector),
             hand_over,
             json_output,
             real_topics,
@@ -101,6 +114,7 @@ def audit(
         typer.Option(help="Real topic X to audit with X_REPLICA (repeatable; default: all)."),
     ] = None,
     master: str = typer.Option("local[2]", help="Spark master."),
+    connector: KafkaConnector = Connector.SHIPPED,
     json_path: str = typer.Option(
         None, "--json", help="Also write the JSON report here ('-': only JSON, on stdout)."
     ),
@@ -134,7 +148,7 @@ def audit(
             settings,
             clusters,
             real_topic_names(settings, topic or []),
-            master,
+            jobs.SparkSetup(master, connector),
             json_path,
             Allowed(lag=allow_lag, duplicates=allow_duplicates),
             max_offsets_per_task,

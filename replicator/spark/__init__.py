@@ -12,6 +12,8 @@
     The ``replicator-kafka`` batch data source, where Spark's Kafka connector is not installed.
 ``session``
     The job's Spark session and which Kafka format it reads and writes.
+``connectors``
+    Which Kafka connector a job reads with (no pyspark: the command line's choice).
 ``progress``
     Tasks done of the running stages, on the terminal.
 ``stage_times``

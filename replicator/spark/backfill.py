@@ -40,6 +40,7 @@ from replicator.spark.frames import (
     task_size,
     with_provenance,
 )
+from replicator.spark.kafka_source import FORMAT
 
 _WITH, _WITHOUT = "with_provenance", "without_provenance"  # a real-topic record's kind
 
@@ -64,7 +65,7 @@ class BackfillResult:
 
 def run_backfill(
     spark: SparkSession,
-    fmt: str,
+    fmt: str,  # the format that reads (the connector's)
     source: ClusterInput,
     destinations: list[ClusterInput],
     suffix: str,
@@ -149,7 +150,9 @@ def run_backfill(
                 "partition",
                 sf.unix_millis("timestamp").alias("timestamp"),
             )
-            .write.format(fmt)
+            # replicator-kafka, whichever connector read: Spark's own Kafka sink has no
+            # timestamp column, and would stamp every copy with the time it was written.
+            .write.format(FORMAT)
             .options(**destination.options)
             .mode("append")
             .save()

@@ -33,7 +33,7 @@ from replicator.spark.backfill import BackfillResult, hand_over, run_backfill
 from replicator.spark.frames import ClusterInput
 from replicator.spark.kafka_source import spark_options
 from replicator.spark.progress import spark_progress
-from replicator.spark.session import kafka_format, spark_session
+from replicator.spark.session import SparkSetup, kafka_format, spark_session
 from replicator.telemetry.logs import configure_logging, print_table
 from replicator.topics import snapshot
 from replicator.topics.provisioning import ClusterAdmin, TopicProvisioner
@@ -198,7 +198,7 @@ def backfill(
     destinations: list[str],
     topics: list[str],
     since_ms: int | None,
-    master: str,
+    setup: SparkSetup,
     with_hand_over: bool,
     as_json: bool,
     copy_real_topics: bool = False,
@@ -240,11 +240,18 @@ def backfill(
         ClusterInput(d, options[d], snapshot.take(_client(settings, d), chosen))
         for d in destinations
     ]
-    spark = spark_session(master, "replicator-backfill")
     try:
-        fmt = kafka_format(spark)
+        spark = spark_session(setup, "replicator-backfill")
+    except ReplicatorError as exc:
+        err.print(f"backfill: {exc}")
+        return 1
+    try:
+        fmt = kafka_format(spark, setup.connector)
         with spark_progress(spark, f"backfill {source}"):
             result = run_backfill(spark, fmt, origin, targets, suffix, copy_real_topics)
+    except ReplicatorError as exc:
+        err.print(f"backfill: {exc}")
+        return 1
     finally:
         spark.stop()
     if result.loops or result.malformed:
@@ -349,14 +356,14 @@ def audit(
     settings: Settings,
     clusters: list[str],
     topics: list[str],
-    master: str,
+    setup: SparkSetup,
     json_path: str | None,
     allowed: Allowed,
     max_offsets_per_task: int = 0,
 ) -> int:
     if not settings.replica_mode:
         return _audit_flows(
-            settings, clusters, topics, master, json_path, allowed, max_offsets_per_task
+            settings, clusters, topics, setup, json_path, allowed, max_offsets_per_task
         )
     if settings.flows:
         err.print(
@@ -381,8 +388,10 @@ def audit(
     err.print(f"audit of {chosen} on {', '.join(clusters)}")
     return _audit_report(
         began,
-        master,
-        lambda spark: run_audit(spark, kafka_format(spark), inputs, chosen, suffix),
+        setup,
+        lambda spark: run_audit(
+            spark, kafka_format(spark, setup.connector), inputs, chosen, suffix
+        ),
         json_path,
         allowed,
     )
@@ -392,7 +401,7 @@ def _audit_flows(
     settings: Settings,
     clusters: list[str],
     topics: list[str],
-    master: str,
+    setup: SparkSetup,
     json_path: str | None,
     allowed: Allowed,
     max_offsets_per_task: int,
@@ -421,8 +430,8 @@ def _audit_flows(
     err.print(f"audit of the flows' topics {shown}")
     return _audit_report(
         began,
-        master,
-        lambda spark: run_flow_audit(spark, kafka_format(spark), inputs, routes),
+        setup,
+        lambda spark: run_flow_audit(spark, kafka_format(spark, setup.connector), inputs, routes),
         json_path,
         allowed,
     )
@@ -430,18 +439,25 @@ def _audit_flows(
 
 def _audit_report(
     began: float,
-    master: str,
+    setup: SparkSetup,
     run: Callable[[SparkSession], AuditReport],
     json_path: str | None,
     allowed: Allowed,
 ) -> int:
-    """Run an audit in a Spark session of ``master``, print its report; the exit status."""
+    """Run an audit in a Spark session of ``setup``, print its report; the exit status."""
     snapshot_s = time.monotonic() - began
-    spark = spark_session(master, "replicator-audit")
+    try:
+        spark = spark_session(setup, "replicator-audit")
+    except ReplicatorError as exc:
+        err.print(f"audit: {exc}")
+        return 1
     try:
         start_s = time.monotonic() - began - snapshot_s
         with spark_progress(spark, "audit"):
             report = run(spark)
+    except ReplicatorError as exc:
+        err.print(f"audit: {exc}")
+        return 1
     finally:
         spark.stop()
     report.timings = {

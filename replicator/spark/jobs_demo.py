@@ -24,6 +24,7 @@ from replicator.devtools.embedded import (
 from replicator.model.provenance import Provenance
 from replicator.spark import commands
 from replicator.spark.audit import Allowed
+from replicator.spark.session import SparkSetup
 
 PARTITIONS = 4
 err = Console(stderr=True)
@@ -72,16 +73,17 @@ async def _tamper(broker: EmbeddedBroker) -> None:
 
 
 def run(records: int, master: str) -> int:
+    setup = SparkSetup(master)
     with embedded_clusters("dc1", "dc2") as brokers:
         settings = load_settings(replicator_environment("dc1", brokers, free_port()))
         err.print(f"dc1: producing {records} records of history into orders_REPLICA")
         asyncio.run(_history(brokers["dc1"], records))
-        commands.backfill(settings, "dc1", ["dc1", "dc2"], [], None, master, True, False)
+        commands.backfill(settings, "dc1", ["dc1", "dc2"], [], None, setup, True, False)
         err.print("audit of both clusters after the backfill:")
-        clean = commands.audit(settings, ["dc1", "dc2"], [], master, None, Allowed())
+        clean = commands.audit(settings, ["dc1", "dc2"], [], setup, None, Allowed())
         err.print("dc2: writing a tampered copy and an untagged record into orders")
         asyncio.run(_tamper(brokers["dc2"]))
-        found = commands.audit(settings, ["dc1", "dc2"], [], master, None, Allowed())
+        found = commands.audit(settings, ["dc1", "dc2"], [], setup, None, Allowed())
     if clean == 0 and found == 1:
         print("OK: the backfill copied everything, the audit proved it, then caught the tampering")
         return 0

@@ -6,7 +6,9 @@ counted and not copied, a re-run that adds nothing, and the hand-over to a live 
 no gap and no duplicate. Audit: clean clusters (a derived record among the expected ones) report
 nothing; injected faults (a missing, a duplicated, a reordered, an altered, a looped, a malformed
 and an untagged record) are reported exactly, and the same when every partition's range is read
-by several tasks.
+by several tasks. The jobs read with the shipped ``replicator-kafka`` (the default) and with
+Spark's own ``spark-sql-kafka-0-10`` fetched from Maven Central (``--connector standard``): each
+test says which.
 """
 
 from __future__ import annotations
@@ -263,9 +265,12 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
         print(f"audit of injected faults: {found['totals']}")
 
         # Each partition's range split into tasks of 7 offsets (15 per partition, a fault's
-        # neighbours in other tasks than it, copies read apart from their sources): the same
-        # report, partition by partition.
-        status, split = _audit(env, "payments", "--max-offsets-per-task", "7")
+        # neighbours in other tasks than it, copies read apart from their sources), and read by
+        # the other connector (Spark's spark-sql-kafka-0-10): the same report, partition by
+        # partition.
+        status, split = _audit(
+            env, "payments", "--max-offsets-per-task", "7", "--connector", "standard"
+        )
         assert status == 1, split
         assert split["partitions"] == found["partitions"]
         assert split["totals"] == found["totals"]
@@ -310,7 +315,9 @@ def test_backfill_of_real_topics_copies_every_origin_with_its_provenance(
         stray = Sent("orders", 2, -1, b"k", b"written to X directly", (), ours[0].timestamp)
         produce_records(local, "orders", [*ours, *theirs, stray])
         env = replicator_env("dc1", brokers)
-        args = ("backfill", "--to", "dc3", "--real-topics", "--max-offsets-per-task", "40")
+        # Read by Spark's own connector (the default is the shipped one).
+        args: tuple[str, ...] = ("backfill", "--to", "dc3", "--real-topics")
+        args += ("--max-offsets-per-task", "40", "--connector", "standard")
         status, out, err = replicator_cli(env, *args, "--json")
         assert status == 0, err
         result = json.loads(out)

@@ -73,7 +73,7 @@ def test_the_command_line_hands_the_allowances_to_the_job(
         given.append(args[5])
         return 1
 
-    jobs = SimpleNamespace(audit=audit)
+    jobs = SimpleNamespace(audit=audit, SparkSetup=lambda *args: args)
     monkeypatch.setattr(cli_jobs, "spark_jobs", lambda command: jobs)
     env = {
         "REPLICATOR_LOCAL_CLUSTER": "dc1",
