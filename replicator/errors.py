@@ -84,7 +84,14 @@ class AuthenticationFailed(ReplicatorError):
 
 
 class AuthorizationFailed(ReplicatorError):
-    """The credentials were accepted but an ACL denies the operation: an operator must grant it."""
+    """The credentials were accepted but an ACL denies the operation: an operator must grant it.
+    ``named``: the message says which operation on which resource of which cluster
+    (:func:`replicator.kafka.translation.denial`); ``resource``: the kind the broker named."""
+
+    def __init__(self, message: str, *, named: bool = False, resource: str | None = None) -> None:
+        super().__init__(message)
+        self.named = named
+        self.resource = resource  # "topic", "group" or "cluster": what the broker denied
 
 
 class TopicError(ReplicatorError):

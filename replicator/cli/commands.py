@@ -298,6 +298,50 @@ def lag(
     raise typer.Exit(show_lag(configuration(mm2_file, mirror_maker_line), json_output))
 
 
+@app.command()
+def acls(
+    principal: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="ALIAS=User:NAME: the replicator's principal on that cluster (repeatable; "
+            "default: User:<its SASL username>; needed for a cluster reached by mutual TLS).",
+        ),
+    ] = None,
+    topic: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A source topic as its cluster names it (orders_REPLICA; a flow's orders), "
+            "repeatable: grants for these instead of the topics listed from each source (a "
+            "principal without ACLs yet sees none).",
+        ),
+    ] = None,
+    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+    mm2_file: Mm2File = None,
+    mirror_maker_line: MirrorMakerLine = None,
+) -> None:
+    """Print the Kafka ACLs this configuration needs, as kafka-acls commands per cluster.
+
+    Exactly the grants for the topics each feed's rules select (those given with --topic, else
+    those listed from each source cluster now), the feeds' and legs' groups, the destination
+    marks, and the replicator's own topics where the configuration uses them, each with why.
+    Exits 0; 1 when a feed selects no topic (a source that could not be listed, or whose
+    topics the principal cannot see yet: give --topic) or a principal is unknown (shown as
+    User:CHANGE-ME); 2 on invalid configuration or a malformed --principal.
+    """
+    from replicator.cli.operations import print_acls
+
+    settings = configuration(mm2_file, mirror_maker_line)
+    given: dict[str, str] = {}
+    for item in principal or []:
+        alias, _, name = item.partition("=")
+        if alias.strip().lower() not in settings.clusters or not name.startswith("User:"):
+            typer.echo(f"--principal {item!r}: expected ALIAS=User:NAME, ALIAS one of "
+                       f"{', '.join(sorted(settings.clusters))}", err=True)  # fmt: skip
+            raise typer.Exit(EXIT_CONFIG)
+        given[alias.strip().lower()] = name
+    raise typer.Exit(print_acls(settings, given, topic or [], json_output))
+
+
 @app.command("hand-back")
 def hand_back(
     execute: bool = typer.Option(

@@ -1,4 +1,5 @@
-"""Operator commands: ``replicator check-config``, ``lag``, ``hand-back``, ``topics ensure``.
+"""Operator commands: ``replicator check-config``, ``lag``, ``acls``, ``hand-back``,
+``topics ensure``.
 
 ``check-config`` validates the environment, checks that the HTTP server could listen on its
 address (as ``run`` would), connects to every cluster (naming the addresses it could not reach),
@@ -8,6 +9,8 @@ are left out. ``lag`` shows, per leg (flows' legs included), topic and partition
 committed offset, the source log end and the difference, read from the clusters themselves (the
 successor of MirrorMaker's offset checker, like ``kafka-consumer-groups --describe``), and warns
 when the rules select no topic.
+``acls`` prints the ACLs the configuration needs (:mod:`replicator.config.acls`) for the topics
+each feed selects now, as ``kafka-acls`` commands per cluster, each with why.
 ``hand-back`` gives each flow that took over from a MirrorMaker (``TAKE_OVER``) its committed
 positions back where that MirrorMaker resumes (MirrorMaker 1's group offsets, MirrorMaker 2's
 Connect offsets topic), so that rolling back copies nothing twice.
@@ -29,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from replicator.config.acls import AclGrant, Pattern, required_acls
 from replicator.config.settings import Settings
 from replicator.config.topology import (
     FeedPlan,
@@ -580,3 +584,79 @@ def hand_back(settings: Settings, execute: bool, as_json: bool) -> int:
     if not rows:
         warn("no flow takes over from a MirrorMaker (TAKE_OVER): nothing to hand back")
     return 0
+
+
+_UNKNOWN_PRINCIPAL = "User:CHANGE-ME"
+
+
+def _principals(settings: Settings, given: dict[str, str]) -> dict[str, str | None]:
+    """Each cluster's principal: given, else ``User:<SASL username>``; ``None`` when unknown
+    (mutual TLS: the certificate's subject, which Kafka maps by its own rules)."""
+    found: dict[str, str | None] = {}
+    for alias, cluster in settings.clusters.items():
+        default = f"User:{cluster.sasl_username}" if cluster.sasl_username else None
+        found[alias] = given.get(alias, default)
+    return found
+
+
+def kafka_acls_command(grant: AclGrant, principal: str, bootstrap: str) -> str:
+    """The ``kafka-acls.sh`` line that adds one grant (the admin's own credentials are given
+    with ``--command-config``, as each cluster's operators keep them)."""
+    parts = ["kafka-acls.sh", "--bootstrap-server", bootstrap, "--add"]
+    parts += ["--allow-principal", principal]
+    for operation in grant.operations:
+        parts += ["--operation", operation]
+    parts += [f"--{grant.resource}", grant.name]
+    if grant.pattern is Pattern.PREFIXED:
+        parts += ["--resource-pattern-type", "prefixed"]
+    return " ".join(parts)
+
+
+def print_acls(settings: Settings, given: dict[str, str], topics: list[str], as_json: bool) -> int:
+    """Print the grants ``settings`` needs, per cluster, for ``topics`` (else each source's
+    listing); 0, or 1 when a feed selects no topic or a principal is unknown (said on stderr)."""
+    status = 0
+    if topics:
+        selections = {plan.name: (plan, plan.rules.select(topics)) for plan in feeds_for(settings)}
+    else:
+        selections = _reachable_selections(settings, asyncio.run(_probe_all(settings)))
+    for plan in feeds_for(settings):
+        if plan.name not in selections or not selections[plan.name][1].replicated:
+            what = "given" if topics else f"of {plan.source} (listed as its principal sees them)"
+            warn(
+                f"{'flow ' + plan.name if plan.is_flow else 'the _REPLICA mode'} selects no topic "
+                f"{what}: the grants below lack its topics; name them with --topic"
+            )
+            status = 1
+    grants = required_acls(settings, {name: sel for name, (_, sel) in selections.items()})
+    principals = _principals(settings, given)
+    for alias in sorted({grant.cluster for grant in grants}):
+        if principals[alias] is None:
+            warn(
+                f"cluster {alias}: the replicator's principal is not known (no SASL username): "
+                f"give --principal {alias}=User:NAME (shown as {_UNKNOWN_PRINCIPAL})"
+            )
+            status = 1
+    if as_json:
+        rows = [
+            {
+                "cluster": g.cluster,
+                "principal": principals[g.cluster] or _UNKNOWN_PRINCIPAL,
+                "resource": str(g.resource),
+                "name": g.name,
+                "pattern": str(g.pattern),
+                "operations": list(g.operations),
+                "why": list(g.why),
+            }
+            for g in grants
+        ]
+        print(json.dumps({"grants": rows}, indent=2))
+        return status
+    for alias in sorted({grant.cluster for grant in grants}):
+        principal = principals[alias] or _UNKNOWN_PRINCIPAL
+        print(f"# cluster {alias}, principal {principal}")
+        bootstrap = settings.clusters[alias].bootstrap_servers
+        for grant in (g for g in grants if g.cluster == alias):
+            print(f"# {grant.describe()}: {'; '.join(grant.why)}")
+            print(kafka_acls_command(grant, principal, bootstrap))
+    return status

@@ -25,15 +25,13 @@
 ``topology``
     What the settings mean: clusters, feeds, legs, and which topic is replicated where under which
     name (:class:`~replicator.config.topology.TopicRules`, one function decides). Pure logic.
+``acls``
+    The Kafka ACLs a configuration needs for the topics its feeds select
+    (:func:`~replicator.config.acls.required_acls`, what ``replicator acls`` prints). Pure logic.
 
 Import order, without a circle: ``values`` <- ``clusters`` <- ``settings`` <- ``topology`` <-
-``views``
-    Narrow frozen views of the settings for components that read a few of them
-    (:class:`~replicator.config.views.ClientTimings`,
-    :class:`~replicator.config.views.DeadLetterSettings`), and the protocols of what the Kafka
-    client factories read.
-``loading``. Every other package reads its configuration from here; this package imports only
-:mod:`replicator.errors`.
+``acls``; ``settings`` <- ``views`` and ``loading``. Every other package reads its configuration
+from here; this package imports only :mod:`replicator.errors`.
 """
 
 from replicator.config.clusters import ClusterSettings, FlowSettings

@@ -548,11 +548,27 @@ def grant(
     with ``allow=False``) each of ``operations`` (comma-separated) on ``resource`` (``--topic
     orders``, ``--group x --resource-pattern-type prefixed``, ``--cluster``), through the
     PLAINTEXT listener."""
+    _acl_command(cluster, "--add", principal, resource, operations, allow)
+
+
+def revoke(cluster: ApacheKafkaCluster, principal: str, *resource: str, operations: str) -> None:
+    """Remove ACLs :func:`grant` added (the same arguments), with Kafka's own AclCommand."""
+    _acl_command(cluster, "--remove", principal, resource, operations, allow=True)
+
+
+def _acl_command(
+    cluster: ApacheKafkaCluster,
+    action: str,
+    principal: str,
+    resource: tuple[str, ...],
+    operations: str,
+    allow: bool,
+) -> None:
     kafka_tool(
         "org.apache.kafka.tools.AclCommand",
         "--bootstrap-server",
         ",".join(f"127.0.0.1:{n.port}" for n in cluster.nodes),
-        "--add",
+        action,
         "--allow-principal" if allow else "--deny-principal",
         principal,
         *[arg for operation in operations.split(",") for arg in ("--operation", operation)],

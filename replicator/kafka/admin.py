@@ -186,9 +186,18 @@ async def describe_topic_configs(
     admin: AIOKafkaAdminClient, topics: list[str]
 ) -> dict[str, list[ConfigEntry]]:
     """Every config entry of each of ``topics``, in one DescribeConfigs request, as the broker
-    reports them (a topic the broker refuses to describe is left out)."""
+    reports them (a topic it cannot describe, unknown say, is left out; an ACL denying it raises
+    TopicAuthorizationFailedError naming the topics: their configs would be taken for none)."""
     resources = [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]
     responses = await admin.describe_configs(resources)
+    denied = sorted(
+        resource[3]
+        for response in responses
+        for resource in response.resources
+        if resource[0] == _TOPIC_AUTHORIZATION_FAILED
+    )
+    if denied:
+        raise kerr.TopicAuthorizationFailedError(", ".join(denied))
     return {
         resource[3]: [_entry(raw) for raw in resource[4]]
         for response in responses
@@ -198,6 +207,7 @@ async def describe_topic_configs(
 
 
 _SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
+_TOPIC_AUTHORIZATION_FAILED = 29
 
 
 class _IncrementalAlterConfigsResponseV0(Response):  # type: ignore[misc]
@@ -284,6 +294,11 @@ async def alter_topic_configs(
         for code, message, _, name in response.responses
         if code != 0
     ]
+    denied = [
+        name for code, _, _, name in response.responses if code == _TOPIC_AUTHORIZATION_FAILED
+    ]
+    if denied:  # said by the caller as the AlterConfigs it needs (translation.denial)
+        raise kerr.TopicAuthorizationFailedError(", ".join(sorted(denied)))
     if refused:
         first = broker_error(next(r[0] for r in response.responses if r[0] != 0))
         raise KafkaFailure(

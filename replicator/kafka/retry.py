@@ -73,7 +73,7 @@ async def retrying(
     what: str,
     log: Any,
     on_error: Callable[[ReplicatorError], Awaitable[None] | None] | None = None,
-    persistent: bool = True,
+    persistent: bool | Callable[[ReplicatorError], bool] = True,
     backoff: Backoff | None = None,
     interruptible: bool = False,
     within: float | None = None,
@@ -86,8 +86,9 @@ async def retrying(
     also reset the client that failed, synchronously or as a coroutine) and logged as ``cannot
     <what>, retrying``; the next attempt waits ``backoff.delay(error.retriable)``, or less if stop
     comes first. ``persistent=False`` raises errors that are not retriable instead (a refusal that
-    retrying cannot change); connections are persistent: a wrong password is retried, slowly, until
-    an operator fixes it. ``interruptible``: an attempt in progress is abandoned (cancelled) when
+    retrying cannot change), and a predicate raises those it does not accept; connections are
+    persistent: a wrong password is retried, slowly, until an operator fixes it.
+    ``interruptible``: an attempt in progress is abandoned (cancelled) when
     stop comes, instead of waited for (a connect to a frozen cluster waits out the request
     timeout, which a shutdown must not). ``within``: no attempt starts after that many seconds;
     the last failure is raised instead (a request that should succeed shortly, such as one to a
@@ -109,7 +110,9 @@ async def retrying(
             return None
         except Exception as exc:
             error = translate(exc)
-            if not persistent and not error.retriable:
+            if not error.retriable and not (
+                persistent(error) if callable(persistent) else persistent
+            ):
                 raise error from exc
             delay = policy.delay(error.retriable)
             if give_up_at is not None and clock.monotonic() + delay >= give_up_at:

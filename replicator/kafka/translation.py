@@ -83,7 +83,12 @@ def translate(exc: BaseException) -> ReplicatorError:
             f"authentication refused ({name}): check the username, password and SASL mechanism"
         )
     if isinstance(exc, _AUTHORIZATION):
-        return AuthorizationFailed(f"{name}: operation denied by the cluster's ACLs")
+        kind = {
+            kerr.TopicAuthorizationFailedError: "topic",
+            kerr.GroupAuthorizationFailedError: "group",
+            kerr.ClusterAuthorizationFailedError: "cluster",
+        }.get(type(exc))
+        return AuthorizationFailed(f"{name}: operation denied by the cluster's ACLs", resource=kind)
     if isinstance(exc, ssl.SSLCertVerificationError):
         # "unable to get local issuer certificate", "IP address mismatch, certificate is not
         # valid for 'localhost'.": the certificate the broker showed was not accepted.
@@ -99,6 +104,37 @@ def translate(exc: BaseException) -> ReplicatorError:
     if isinstance(exc, kerr.KafkaError):
         return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))
     return KafkaFailure(name, retriable=False)
+
+
+def denial(
+    exc: BaseException,
+    cluster: str,
+    *,
+    topic: tuple[str, str | None] | None = None,
+    group: tuple[str, str | None] | None = None,
+) -> ReplicatorError:
+    """``exc`` translated; an ACL denial said as what it refused, for the operator to grant:
+    ``Write on topic orders denied by the ACLs of dc2``. ``topic`` and ``group`` give, for a
+    denial of that resource type, the operations the request needed and the resource's name
+    (used when the client's error does not name it)."""
+    error = translate(exc)
+    if not isinstance(error, AuthorizationFailed) or error.named:
+        return error
+    if error.resource == "group" and group is not None:
+        kind, (operations, name) = "group", group
+    elif error.resource == "topic" and topic is not None:
+        kind, (operations, name) = "topic", topic
+    else:
+        return error
+    while isinstance(exc, ReplicatorError) and exc.__cause__ is not None:
+        exc = exc.__cause__  # translated on the way: the client's error names the resource
+    if name is None and isinstance(exc, _AUTHORIZATION) and exc.args and exc.args[0]:
+        named = exc.args[0]  # aiokafka's: the group id, a topic or a set of them
+        name = ", ".join(sorted(named)) if isinstance(named, (set, frozenset, list)) else str(named)
+    what = f"{kind} {name}" if name else kind
+    return AuthorizationFailed(
+        f"{operations} on {what} denied by the ACLs of {cluster}", named=True
+    )
 
 
 def said(exc: BaseException) -> str:

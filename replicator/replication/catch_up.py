@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 
 import structlog
 from aiokafka import TopicPartition
@@ -24,6 +25,7 @@ from replicator import clock
 from replicator.errors import ReplicatorError
 from replicator.kafka.decoding import Poison, undecodable_reason
 from replicator.kafka.fetching import FetchSource
+from replicator.kafka.translation import denial
 from replicator.lifecycle import IdleWait, wait_any
 from replicator.model.records import SourceRecord
 from replicator.replication.fetch_round import FetchRound
@@ -46,8 +48,10 @@ class CatchUpFetch:
         source: Callable[[], FetchSource],
         partitions: Mapping[TopicPartition, LegPartition],
         resets: OffsetResets,
+        source_cluster: str = "the source",
     ) -> None:
-        """``source``: the leg's source consumer (started before :meth:`run`)."""
+        """``source``: the leg's source consumer (started before :meth:`run`) of
+        ``source_cluster`` (named in an ACL denial)."""
         self._source = source
         self._partitions = partitions
         self._resets = resets
@@ -71,6 +75,7 @@ class CatchUpFetch:
             what="fetch (catch-up)",
             failure="catch-up fetch failed",
             log=self._log,
+            denied=partial(denial, cluster=source_cluster, topic=("Read", None)),
         )
 
     @property

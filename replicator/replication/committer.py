@@ -24,7 +24,8 @@ import structlog
 from aiokafka import TopicPartition
 
 from replicator import clock
-from replicator.kafka.translation import translate
+from replicator.kafka.retry import REPEAT_LOG_S
+from replicator.kafka.translation import denial, translate
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.replication.partition import LegPartition
 from replicator.telemetry.metrics import Metrics
@@ -53,8 +54,15 @@ class Committer:
         timeout: float,
         save_marks: Callable[[dict[TopicPartition, tuple[int, int]]], Awaitable[None]]
         | None = None,
+        group: tuple[str, str] | None = None,
     ) -> None:
+        """``group``: the leg's group and its cluster, named when an ACL denies a commit."""
         self._leg = leg
+        self._group = group
+        # Why commits fail, until one succeeds (shown in readiness; logged when it changes and
+        # then every REPEAT_LOG_S, not once per commit interval).
+        self.error: str | None = None
+        self._said_at = 0.0
         self._save_marks = save_marks
         self._consumer = consumer
         self._metrics = metrics
@@ -143,9 +151,24 @@ class Committer:
             within = self._timeout if timeout is None else timeout
             await asyncio.wait_for(self._consumer.commit(offsets), within)
         except Exception as exc:
-            error = translate(exc)
-            self._metrics.commits.labels(self._leg, "failed").inc()
-            self._log.warning("offset commit failed", error=str(error), partitions=len(offsets))
+            self._failed(exc, len(offsets))
             return False
         self._metrics.commits.labels(self._leg, "ok").inc()
+        if self.error is not None:
+            self._log.info("offset commits work again")
+            self.error = None
         return True
+
+    def _failed(self, exc: BaseException, partitions: int) -> None:
+        """Count a failed commit; say it when the reason changes, else every REPEAT_LOG_S."""
+        if self._group is None:
+            error = translate(exc)
+        else:  # OffsetCommit needs Read on the group
+            group, cluster = self._group
+            error = denial(exc, cluster, group=("Read", group))
+        self._metrics.commits.labels(self._leg, "failed").inc()
+        now = clock.monotonic()
+        if str(error) != self.error or now - self._said_at >= REPEAT_LOG_S:
+            self._log.warning("offset commit failed", error=str(error), partitions=partitions)
+            self._said_at = now
+        self.error = str(error)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
@@ -40,6 +41,7 @@ from replicator.errors import ReplicatorError
 from replicator.kafka.decoding import Poison, undecodable_reason
 from replicator.kafka.fetching import GroupSource, start_group_source
 from replicator.kafka.retry import retrying
+from replicator.kafka.translation import denial
 from replicator.lifecycle import IdleWait, StopDeadline, close_quietly, wait_any
 from replicator.model.offsets import OutOfRange
 from replicator.model.records import SourceRecord
@@ -140,8 +142,16 @@ class SourceFeed(Generic[L]):
         self._connect_error: str | None = None
         self._fetched: list[TopicPartition] = []  # the partitions of this round's records
         self._log = log.bind(feed=plan.name, source=plan.source)
+        # Joining the group needs Read on it; fetching, Read on the topics.
         self._round = FetchRound(
-            self._group_source, self, what="fetch", failure="fetch failed", log=self._log
+            self._group_source,
+            self,
+            what="fetch",
+            failure="fetch failed",
+            log=self._log,
+            denied=partial(
+                denial, cluster=plan.source, topic=("Read", None), group=("Read", plan.group)
+            ),
         )
 
     @property
@@ -540,9 +550,12 @@ class SourceFeed(Generic[L]):
         if not self.connected:
             return [f"source feed not connected: {self.last_error or 'starting'}"]
         if not self.joined:
-            return ["source feed has not joined its consumer group yet"]
+            why = f": {self.last_error}" if self.last_error else ""
+            return [f"source feed has not joined its consumer group {self.group} yet{why}"]
         if self._assigning:
             return [f"source feed: {self._assigning} partitions assigned, handing them to the legs"]
+        if self.last_error is not None:  # a fetch failing since it joined (a grant revoked)
+            return [f"source feed: {self.last_error}"]
         return []
 
     def status(self) -> dict[str, Any]:

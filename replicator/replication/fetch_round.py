@@ -23,6 +23,7 @@ from replicator.errors import ReplicatorError
 from replicator.kafka.decoding import Poison
 from replicator.kafka.fetching import Fetched, FetchSource
 from replicator.kafka.retry import retrying
+from replicator.kafka.translation import translate
 from replicator.lifecycle import IdleWait
 from replicator.model.records import SourceRecord
 
@@ -65,10 +66,14 @@ class FetchRound:
         what: str,
         failure: str,
         log: Any,
+        denied: Callable[[BaseException], ReplicatorError] = translate,
     ) -> None:
         """``source``: the loop's consumer (started before the first round); ``what`` and
-        ``failure`` name a failed fetch in the retry's log and in :attr:`last_error`."""
+        ``failure`` name a failed fetch in the retry's log and in :attr:`last_error`;
+        ``denied`` says a failure in the loop's terms (an ACL denial naming what it refused,
+        :func:`~replicator.kafka.translation.denial`)."""
         self._source = source
+        self._denied = denied
         self._reader = reader
         self._what = what
         self._failure = failure
@@ -93,7 +98,10 @@ class FetchRound:
         return bool(fetched.records)
 
     async def _fetch(self) -> Fetched:
-        fetched = await self._source().fetch(FETCH_TIMEOUT_MS)
+        try:
+            fetched = await self._source().fetch(FETCH_TIMEOUT_MS)
+        except Exception as exc:
+            raise self._denied(exc) from exc
         if fetched.out_of_range:
             await self._reader.out_of_range(fetched.out_of_range)
         else:

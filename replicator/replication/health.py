@@ -100,6 +100,9 @@ class LegView(Protocol):
     def last_error(self) -> str | None: ...
 
     @property
+    def start_error(self) -> str | None: ...
+
+    @property
     def duplicates(self) -> Duplicates: ...
 
     @property
@@ -364,6 +367,11 @@ class LegHealth:
                 f"leg {name}: destination {runner.leg.destination} unreachable: "
                 f"{runner.destination_error}"
             )
+        if runner.start_error is not None:
+            return f"leg {name}: {runner.start_error}"
+        sync = runner.topic_config_sync
+        if sync.get("denied"):
+            return f"leg {name}: topic config sync refused: {sync.get('last_error')}"
         return None
 
     def _problems(self, census: Census) -> list[str]:

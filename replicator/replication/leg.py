@@ -56,6 +56,7 @@ from replicator.replication.dead_letters import DeadLetters
 from replicator.replication.health import LegHealth
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition
+from replicator.replication.resume import marks_group
 from replicator.replication.sender import PartitionSender
 from replicator.replication.sending import LegSending
 from replicator.replication.start_positions import StartPositions
@@ -134,14 +135,18 @@ class LegRunner:
             dead_letters,
             self._preserve_partitions,
             self.resets,
+            marks_group=marks_group(leg.group_id(plan.leg_group_prefix)),
         )
-        self._catch_up = CatchUpFetch(leg.name, self._fetch_source, self.partitions, self.resets)
+        self._catch_up = CatchUpFetch(
+            leg.name, self._fetch_source, self.partitions, self.resets, leg.source
+        )
         self._committer = Committer(
             leg.name,
             self,  # commits through the source consumer, once started
             metrics,
             settings.request_timeout_ms / 1000,
             self._save_marks,
+            group=(leg.group_id(plan.leg_group_prefix), leg.source),
         )
         self._tasks: asyncio.TaskGroup | None = None
         self._running = asyncio.Event()
@@ -176,6 +181,16 @@ class LegRunner:
     def destination_error(self) -> str | None:
         """The destination cluster's last probe failure (an idle leg learns of an outage here)."""
         return self._connections.destination_error
+
+    @property
+    def start_error(self) -> str | None:
+        """Why the partitions last assigned cannot start yet (their committed offsets unread),
+        or why the leg's offsets cannot be committed."""
+        if self._starts.error is not None:
+            return self._starts.error
+        if self._committer.error is not None:
+            return f"offset commits failing: {self._committer.error}"
+        return None
 
     @property
     def destination_up(self) -> bool:
@@ -324,7 +339,11 @@ class LegRunner:
     @property
     def topic_config_sync(self) -> dict[str, object]:
         """What the config sync did: configs set per topic, and its last failure."""
-        return {"synced": dict(self._topics.synced), "last_error": self._topics.sync_error}
+        return {
+            "synced": dict(self._topics.synced),
+            "last_error": self._topics.sync_error,
+            "denied": self._topics.sync_denied,
+        }
 
     async def _close_clients(self) -> None:
         # Together, within what is left of the stop (a producer whose destination is down

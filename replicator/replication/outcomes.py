@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from replicator.errors import OutcomeUnknown, ProducerStateLost, ReplicatorError, TopicGone
+from replicator.kafka.translation import denial
 from replicator.replication.partition import LegPartition
 from replicator.replication.sending import LegSending
 
@@ -53,8 +54,11 @@ class Outcomes:
             )
 
     def denied(self, partition: LegPartition, error: ReplicatorError, log: Any) -> None:
-        """Restart from the destination (after the sender's delay), naming the denial."""
-        note = f"destination {self._leg.destination} denied the write: {error}"
+        """Restart from the destination (after the sender's delay), naming the denial (an ACL
+        missing: Write on the destination topic)."""
+        destination = self._leg.destination
+        error = denial(error, destination, topic=("Write", partition.target_topic))
+        note = f"destination {destination} denied the write: {error}"
         if partition.restart(note):
             self._count(partition, type(error).__name__)
             log.warning(

@@ -31,7 +31,7 @@ from replicator.errors import (
     TopicNotListedYet,
 )
 from replicator.kafka.retry import Backoff, retrying
-from replicator.kafka.translation import said, translate
+from replicator.kafka.translation import denial, said
 from replicator.lifecycle import unless_stopped
 from replicator.model.batching import Placement
 from replicator.replication.destination import Destination
@@ -84,12 +84,23 @@ REPLACED = "destination partition replaced (topic deleted and created again)"
 _RETRY_BACKOFF_S = 0.5
 
 
-def tail_error(exc: Exception, destination: str) -> ReplicatorError:
-    """A failed read of where to resume: retried (a read), unless credentials are at fault."""
-    error = translate(exc)
-    if isinstance(error, (AuthenticationFailed, AuthorizationFailed)):
-        return type(error)(f"reading where to resume in {destination}: {error}")
+def tail_error(
+    exc: Exception, destination: str, topic: str, marks: str | None = None
+) -> ReplicatorError:
+    """A failed read of where to resume: retried (a read). Credentials refused or an ACL
+    denying it (naming what: the tail is read with Read on the topic, the destination marks
+    with Describe on the leg's ``.resume`` group) wait for an operator."""
+    error = denial(exc, destination, topic=("Read", topic), group=("Describe", marks))
+    if isinstance(error, AuthorizationFailed):
+        return AuthorizationFailed(f"reading where to resume: {error}", named=error.named)
+    if isinstance(error, AuthenticationFailed):
+        return AuthenticationFailed(f"reading where to resume in {destination}: {error}")
     return ClusterUnavailable(f"reading where to resume: {error}")
+
+
+def waits_for_operator(error: ReplicatorError) -> bool:
+    """Refusals an operator ends (a grant, credentials fixed): retried slowly, not halted."""
+    return isinstance(error, (AuthenticationFailed, AuthorizationFailed))
 
 
 async def read_destination(
@@ -107,7 +118,8 @@ async def read_destination(
         async with sending.tail_reads:
             return await _read(sending, partition, reading, replaying, Prepared(limit, count))
     except Exception as exc:
-        raise tail_error(exc, sending.leg.destination) from exc
+        cluster = sending.leg.destination
+        raise tail_error(exc, cluster, partition.target_topic, sending.marks_group) from exc
 
 
 async def _read(
@@ -191,7 +203,7 @@ class Resumption:
             what="prepare the destination topic",
             log=log,
             on_error=not_ready,
-            persistent=False,
+            persistent=waits_for_operator,
             backoff=Backoff(base=_RETRY_BACKOFF_S, ceiling=_RETRY_BACKOFF_S * 8),
             expected=lambda error: isinstance(error, TopicNotListedYet),
             shared=sending.preparing_warnings,

@@ -53,6 +53,7 @@ class LegSending:
     dead_letters: DeadLetterSink | None = None  # None: a record too large halts
     preserve_partitions: bool = True  # else records are placed by key
     resets: OffsetResets | None = None  # a replay past the source log end is an offset reset
+    marks_group: str | None = None  # the leg's destination marks' group (named in a denial)
     # What the leg's partitions found at the destination's tail as they started (said once).
     resumptions: Resumptions = field(default_factory=Resumptions)
     # Its partitions' warnings that the destination cannot be prepared yet: one per 30 s.

@@ -19,7 +19,9 @@ from aiokafka import TopicPartition
 from replicator import clock
 from replicator.config.topology import FeedPlan, Leg
 from replicator.config.values import StartPosition, TakeOver
+from replicator.errors import ReplicatorError
 from replicator.kafka.retry import retrying
+from replicator.kafka.translation import denial
 from replicator.model.handover import Handover
 from replicator.replication.connections import LegConnections, LegSource
 from replicator.replication.states import resume_position
@@ -52,13 +54,38 @@ class StartPositions:
         # Until its first assignment is taken (over): translating groups' positions before
         # the handovers are known would take MirrorMaker's copies for unread records.
         self.taking_over = plan.take_over is not TakeOver.NONE
+        # Why the last assignment's committed offsets could not be read yet (None: they were).
+        self.error: str | None = None
 
     async def read(
         self, source: LegSource, partitions: list[TopicPartition], stop: asyncio.Event
     ) -> dict[TopicPartition, Start] | None:
         """Each of ``partitions``' first position and whether it was committed, in order;
-        ``None`` if stop came during a takeover (start nothing)."""
-        points = await source.committed(partitions)
+        ``None`` if stop came first (start nothing). Reading the leg's committed offsets is
+        retried until it succeeds (a coordinator moving, an ACL missing on the leg's group), the
+        failure kept in :attr:`error` for readiness meanwhile."""
+        group = self._leg.group_id(self._plan.leg_group_prefix)
+
+        def failed(error: ReplicatorError) -> None:
+            self.error = f"cannot read the committed offsets of group {group}: {error}"
+
+        async def read_committed() -> dict[TopicPartition, tuple[int | None, str]]:
+            try:
+                return await source.committed(partitions)
+            except Exception as exc:  # OffsetFetch needs Describe on the group
+                raise denial(exc, self._leg.source, group=("Describe", group)) from exc
+
+        points = await retrying(
+            read_committed,
+            stop=stop,
+            what=f"read the committed offsets of group {group}",
+            log=self._log,
+            on_error=failed,
+            interruptible=True,
+        )
+        self.error = None
+        if points is None:
+            return None
         committed = {tp: offset for tp, (offset, _) in points.items()}
         if self._plan.take_over is not TakeOver.NONE and committed:
             handed_back = frozenset(tp for tp, (_, tag) in points.items() if tag == HANDED_BACK)

@@ -40,6 +40,7 @@ from replicator.errors import (
     TopicMissing,
     TopicNotListedYet,
     TopicRefused,
+    first_error,
 )
 from replicator.kafka.admin import (
     TOPIC_ALREADY_EXISTS,
@@ -56,7 +57,7 @@ from replicator.kafka.admin import (
 )
 from replicator.kafka.clients import ClusterClient
 from replicator.kafka.coalesce import Coalescer
-from replicator.kafka.translation import broker_error, error_name, said, translate
+from replicator.kafka.translation import broker_error, denial, error_name, said, translate
 from replicator.topics.configs import (
     as_kafka_reports,
     creation_configs,
@@ -89,18 +90,23 @@ def describe_errors(errors: BrokerErrors) -> list[str]:
     ]
 
 
-def creation_failure(topic: str, errors: BrokerErrors) -> ReplicatorError | None:
+def creation_failure(
+    topic: str, errors: BrokerErrors, cluster: str = "the cluster"
+) -> ReplicatorError | None:
     """What a CreateTopics answer with ``errors`` for ``topic`` means; ``None`` if it succeeded.
 
-    An ACL denial is :class:`AuthorizationFailed`; anything else is :class:`TopicRefused`,
-    retriable only if every error the broker gave is (e.g. NotController while it moves).
+    An ACL denial is :class:`AuthorizationFailed` naming the Create it refused on ``cluster``;
+    anything else is :class:`TopicRefused`, retriable only if every error the broker gave is
+    (e.g. NotController while it moves).
     """
     if not errors:
         return None
     reason = f"cannot create {topic}: {'; '.join(describe_errors(errors))}"
     translated = [broker_error(code) for code, _ in errors]
     if any(isinstance(error, AuthorizationFailed) for error in translated):
-        return AuthorizationFailed(reason)
+        return AuthorizationFailed(
+            f"Create on topic {topic} denied by the ACLs of {cluster}", named=True
+        )
     return TopicRefused(reason, retriable=all(error.retriable for error in translated))
 
 
@@ -193,7 +199,10 @@ class ClusterAdmin:
     async def config_entries(self, topics: list[str]) -> dict[str, list[ConfigEntry]]:
         if not topics:
             return {}
-        return await _config_entries(await self._client.admin(), topics)
+        try:
+            return await _config_entries(await self._client.admin(), topics)
+        except Exception as exc:
+            raise denial(exc, self.alias, topic=("DescribeConfigs", _names(topics))) from exc
 
     async def create(self, specs: list[TopicSpec]) -> dict[str, BrokerErrors]:
         admin = await self._client.admin()
@@ -203,7 +212,16 @@ class ClusterAdmin:
         return await grow_topics(await self._client.admin(), counts)
 
     async def alter(self, configs: dict[str, dict[str, str | None]]) -> None:
-        await alter_topic_configs(await self._client.admin(), configs)
+        try:
+            await alter_topic_configs(await self._client.admin(), configs)
+        except Exception as exc:
+            raise denial(exc, self.alias, topic=("AlterConfigs", _names(list(configs)))) from exc
+
+
+def _names(topics: list[str], shown: int = 3) -> str:
+    """Topics as a denial names them: ``a, b and 7 more``."""
+    more = f" and {len(topics) - shown} more" if len(topics) > shown else ""
+    return ", ".join(sorted(topics)[:shown]) + more
 
 
 class TopicProvisioner:
@@ -249,6 +267,8 @@ class TopicProvisioner:
         self._defaults_from = defaults_from
         self._seen: dict[str, dict[str, str]] = {}
         self.sync_error: str | None = None
+        # Whether the last failure was an ACL denial (the leg is not ready until granted).
+        self.sync_denied = False
         self._on_sync_failed = on_sync_failed
         self._on_grown = on_grown
 
@@ -288,6 +308,7 @@ class TopicProvisioner:
             await self._sync_round(pairs)
         except Exception as exc:
             error = said(exc)
+            self.sync_denied = isinstance(first_error(exc), AuthorizationFailed)
             if self.sync_error is None:
                 log.warning(
                     "topic config sync failed: destination topics keep the configs they have",
@@ -301,6 +322,7 @@ class TopicProvisioner:
         if self.sync_error is not None:
             log.info("topic config sync works again", cluster=self._destination.alias)
         self.sync_error = None
+        self.sync_denied = False
         return True
 
     async def _sync_round(self, pairs: dict[str, str]) -> None:
@@ -440,15 +462,16 @@ class TopicProvisioner:
         errors = await self._destination.create(missing)
         created: list[TopicSpec] = []
         for pair, spec in list(specs.items()):
-            failure = creation_failure(spec.name, errors.get(spec.name, ()))
+            alias = self._destination.alias
+            failure = creation_failure(spec.name, errors.get(spec.name, ()), alias)
             if failure is None:
                 if spec in missing:
                     created.append(spec)
                 continue
             del specs[pair]
-            if failure.retriable:
-                answers[pair] = failure
-            else:  # TopicRefused or AuthorizationFailed, for good: remembered
+            if failure.retriable or isinstance(failure, AuthorizationFailed):
+                answers[pair] = failure  # asked again (a denial: once granted)
+            else:  # TopicRefused, for good: remembered
                 answers[pair] = self._refuse(spec.name, partial(type(failure), str(failure)))
         _log_created(created, self._destination.alias)
 
@@ -476,8 +499,11 @@ class TopicProvisioner:
                     "destination topic already grown", topic=spec.name, partitions=spec.partitions
                 )
                 continue
-            error = translate(refusal)
-            if error.retriable and not isinstance(refusal, NotImplementedError):
+            error = denial(refusal, self._destination.alias, topic=("Alter", spec.name))
+            if isinstance(error, AuthorizationFailed):
+                # Asked again (once granted): meanwhile the partitions beyond wait, saying why.
+                answers[pair] = AuthorizationFailed(f"{reason}; {error}", named=True)
+            elif error.retriable and not isinstance(refusal, NotImplementedError):
                 answers[pair] = error
             else:
                 said_ = str(error) or type(refusal).__name__

@@ -446,6 +446,19 @@ async def topic_overrides(admin: AIOKafkaAdminClient, topic: str) -> dict[str, s
     return overrides(as_kafka_reports(found.get(topic, [])))
 
 
+def configs_set(broker: Broker, topic: str) -> dict[str, str]:
+    """The configs set on ``topic`` itself in ``broker``'s cluster."""
+
+    async def read_overrides() -> dict[str, str]:
+        admin = await admin_client(broker.bootstrap_servers)
+        try:
+            return await topic_overrides(admin, topic)
+        finally:
+            await admin.close()
+
+    return run(read_overrides())
+
+
 Sent = StoredRecord  # a record as the test produced it, with where it landed
 
 

@@ -49,6 +49,7 @@ from tests.integration.harness import (
     Start,
     _create_topics,
     admin_client,
+    configs_set,
     produce_records,
     read,
     run,
@@ -278,7 +279,7 @@ READ_UPTO_INVENTORY = {0: 3, 1: 10}
 
 def config_is(broker: Broker, topic: str, key: str, value: str) -> Callable[[], bool]:
     """A predicate: ``topic``'s own config ``key`` is ``value``."""
-    return lambda: overrides(broker, topic).get(key) == value
+    return lambda: configs_set(broker, topic).get(key) == value
 
 
 def checkpoints_of(
@@ -499,19 +500,6 @@ def test_mm2_default_policy_both_ways_against_mirror_maker_2(
                     assert at_most_exact(found, orders_at, ends), reports
         assert product_exit == 0, product.log()
         assert mm2_exit == 143, mirror_maker.log()  # SIGTERM: the JVM's shutdown hooks ran
-
-
-def overrides(broker: Broker, topic: str) -> dict[str, str]:
-    """The configs set on ``topic`` itself in ``broker``'s cluster."""
-
-    async def read_overrides() -> dict[str, str]:
-        admin = await admin_client(broker.bootstrap_servers)
-        try:
-            return await topic_overrides(admin, topic)
-        finally:
-            await admin.close()
-
-    return run(read_overrides())
 
 
 LEDGER = Topic("ledger", 2, 20, (("retention.ms", "3600000"),))

@@ -38,6 +38,7 @@ from tests.integration.harness import (
     admin_client,
     assigned_partitions,
     commit_offsets,
+    configs_set,
     count,
     create_topics,
     holds,
@@ -50,7 +51,6 @@ from tests.integration.harness import (
     replicator_env,
     run,
     start_clusters,
-    topic_overrides,
     wait_settled,
     wait_until,
 )
@@ -352,15 +352,6 @@ def test_a_source_topic_grown_while_replicating_grows_every_destination(
         assert dc1.stop() == 0
 
 
-async def overrides(broker: Broker, topic: str) -> dict[str, str]:
-    """The configs set on ``topic`` itself in ``broker``'s cluster."""
-    admin = await admin_client(broker.bootstrap_servers)
-    try:
-        return await topic_overrides(admin, topic)
-    finally:
-        await admin.close()
-
-
 @pytest.mark.skipif(
     BACKEND != "kafka",
     reason="the embedded broker has no AlterConfigs: config sync runs on the Apache Kafka path "
@@ -389,11 +380,11 @@ def test_topic_configs_follow_the_source_except_the_excluded_ones(replicators: S
 
         run(alter({"retention.ms": "1234567890", "min.insync.replicas": "1"}))
         wait_until(
-            lambda: run(overrides(brokers["dc2"], "orders")).get("retention.ms") == "1234567890",
+            lambda: configs_set(brokers["dc2"], "orders").get("retention.ms") == "1234567890",
             30,
             "retention.ms synced to dc2",
         )
-        assert "min.insync.replicas" not in run(overrides(brokers["dc2"], "orders"))
+        assert "min.insync.replicas" not in configs_set(brokers["dc2"], "orders")
         assert dc1.stop() == 0
 
 
@@ -433,18 +424,18 @@ def test_mirror_sync_lowers_and_removes_as_mirrormaker_2_does(replicators: Start
         produce(local, "orders_REPLICA", 10, partitions=1)
         wait_until(holds(brokers["dc2"], "orders", 10), 60, "first records on dc2")
         wait_until(
-            lambda: run(overrides(brokers["dc2"], "orders")).get("retention.bytes") == "2000",
+            lambda: configs_set(brokers["dc2"], "orders").get("retention.bytes") == "2000",
             30,
             "retention.bytes on dc2",
         )
         run(incremental("orders_REPLICA", {"retention.bytes": "1000", "segment.ms": None}, "dc1"))
         wait_until(
-            lambda: run(overrides(brokers["dc2"], "orders")).get("retention.bytes") == "1000",
+            lambda: configs_set(brokers["dc2"], "orders").get("retention.bytes") == "1000",
             30,
             "retention.bytes lowered on dc2",
         )
         wait_until(
-            lambda: "segment.ms" not in run(overrides(brokers["dc2"], "orders")),
+            lambda: "segment.ms" not in configs_set(brokers["dc2"], "orders"),
             30,
             "segment.ms removed on dc2",
         )
@@ -487,5 +478,5 @@ def test_a_log_append_time_source_keeps_its_broker_stamps(replicators: Start) ->
             assert stamps(broker, "orders") == {
                 value: (at, 0) for value, (at, _) in source.items()
             }, broker.alias
-        assert "message.timestamp.type" not in run(overrides(local, "orders"))
+        assert "message.timestamp.type" not in configs_set(local, "orders")
         assert dc1.stop() == 0

@@ -27,7 +27,7 @@ from replicator.errors import (
     TopicNotListedYet,
     TopicRefused,
 )
-from replicator.kafka.translation import broker_error, error_name, translate
+from replicator.kafka.translation import broker_error, denial, error_name, translate
 from replicator.topics.provisioning import creation_failure, describe_errors, partition_shortfall
 
 _ERROR_CLASSES = {
@@ -189,10 +189,10 @@ def test_a_creation_refused_for_a_passing_reason_is_retriable() -> None:
 
 
 def test_a_creation_denied_by_acls_is_an_authorization_failure() -> None:
-    failure = creation_failure("orders", [(29, "Authorization failed.")])
+    failure = creation_failure("orders", [(29, "Authorization failed.")], "dc2")
     assert type(failure) is AuthorizationFailed
-    assert not failure.retriable
-    assert "TopicAuthorizationFailedError (error 29)" in str(failure)
+    assert not failure.retriable and failure.named
+    assert str(failure) == "Create on topic orders denied by the ACLs of dc2"
 
 
 def test_broker_errors_are_described_by_name_and_code() -> None:
@@ -209,3 +209,25 @@ def test_a_destination_with_too_few_partitions_cannot_keep_partition_numbers() -
         "destination topic orders has 1 partitions, source orders_REPLICA has 3: "
         "partition numbers cannot be kept"
     )
+
+
+def test_a_denial_says_which_operation_on_which_resource_of_which_cluster() -> None:
+    """What an operator must grant, from the call site's operation and the client's resource."""
+    group = denial(
+        kerr.GroupAuthorizationFailedError("replicator.dc1"), "dc1", group=("Read", None)
+    )
+    assert str(group) == "Read on group replicator.dc1 denied by the ACLs of dc1"
+    assert isinstance(group, AuthorizationFailed) and group.named
+    # Translated on the way (the cause kept): still named; the call site's name wins.
+    translated = translate(kerr.TopicAuthorizationFailedError())
+    translated.__cause__ = kerr.TopicAuthorizationFailedError("ignored")
+    write = denial(translated, "dc2", topic=("Write", "orders"))
+    assert str(write) == "Write on topic orders denied by the ACLs of dc2"
+    # Named once: a second call site does not rename it; other errors pass through.
+    assert denial(write, "dc9", topic=("Read", "x")) is write
+    unavailable = denial(kerr.KafkaConnectionError(), "dc1", topic=("Read", "orders"))
+    assert not isinstance(unavailable, AuthorizationFailed)
+    # A kind the call site did not expect is left as the client said it.
+    cluster = denial(kerr.ClusterAuthorizationFailedError(), "dc1", topic=("Write", "orders"))
+    assert isinstance(cluster, AuthorizationFailed) and not cluster.named
+    assert "ClusterAuthorizationFailedError" in str(cluster)

@@ -30,6 +30,7 @@ EXPECTED = {
     "sandbox",
     "check-config",
     "lag",
+    "acls",
     "hand-back",
     "topics ensure",
     "backfill",

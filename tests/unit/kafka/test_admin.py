@@ -6,6 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiokafka.errors as kerr
+import pytest
 from aiokafka.admin import NewPartitions
 
 from replicator.kafka.admin import (
@@ -17,6 +18,7 @@ from replicator.kafka.admin import (
     grow_topics,
     growth_requests,
 )
+from replicator.kafka.translation import denial
 
 
 class DescribingAdmin:
@@ -30,21 +32,38 @@ class DescribingAdmin:
         return [SimpleNamespace(resources=self.resources)]
 
 
-async def test_config_entries_are_typed_and_refused_topics_left_out() -> None:
+async def test_config_entries_are_typed_and_unknown_topics_left_out() -> None:
     admin = DescribingAdmin(
         [
             (0, None, 2, "orders", [("retention.ms", "1000", False, 1, False, [])]),
             (0, None, 2, "keys", [("segment.bytes", None, True, 5, True, [])]),
-            (29, "denied", 2, "secret", []),
+            (3, "unknown", 2, "gone", []),
         ]
     )
-    found = await describe_topic_configs(admin, ["orders", "keys", "secret"])
+    found = await describe_topic_configs(admin, ["orders", "keys", "gone"])
     assert found == {
         "orders": [ConfigEntry("retention.ms", "1000", False, 1, False)],
         "keys": [ConfigEntry("segment.bytes", None, True, 5, True)],
     }
     assert found["orders"][0].is_override and not found["orders"][0].is_default
     assert found["keys"][0].is_default
+
+
+async def test_config_entries_an_acl_denies_are_an_error_naming_the_topics() -> None:
+    """Left out, a denied topic's configs would be taken for none (a destination created
+    without them, a sync that removes them)."""
+    admin = DescribingAdmin(
+        [
+            (0, None, 2, "orders", [("retention.ms", "1000", False, 1, False, [])]),
+            (29, "denied", 2, "secret", []),
+            (29, "denied", 2, "hidden", []),
+        ]
+    )
+    with pytest.raises(kerr.TopicAuthorizationFailedError) as raised:
+        await describe_topic_configs(admin, ["orders", "secret", "hidden"])
+    assert raised.value.args == ("hidden, secret",)
+    error = denial(raised.value, "dc2", topic=("DescribeConfigs", None))
+    assert str(error) == "DescribeConfigs on topic hidden, secret denied by the ACLs of dc2"
 
 
 class CreatingAdmin:

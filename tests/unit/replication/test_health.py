@@ -62,6 +62,7 @@ class FakeLeg:
     destination: FakeDestination = field(default_factory=FakeDestination)
     destination_error: str | None = None
     last_error: str | None = None
+    start_error: str | None = None
     duplicates: Duplicates = field(default_factory=lambda: Duplicates(LEG.name, Metrics()))
     resumptions: Resumptions = field(default_factory=Resumptions)
     refused_topics: dict[str, str] = field(default_factory=dict)
@@ -164,6 +165,15 @@ def test_a_leg_not_connected_says_so_besides_its_starting_partitions() -> None:
         "leg dc1->dc2: 1 of 1 partitions starting "
         "(orders_REPLICA[0]: destination not ready: timeout)",
     ]
+
+
+def test_a_leg_whose_committed_offsets_cannot_be_read_is_not_ready_saying_why() -> None:
+    denied = "Describe on group replicator.dc1.dc2 denied by the ACLs of dc1"
+    leg = FakeLeg(start_error=f"cannot read the committed offsets: {denied}")
+    view, _ = health(leg)
+    assert view.problems() == [f"leg dc1->dc2: cannot read the committed offsets: {denied}"]
+    leg.start_error = None
+    assert view.problems() == []
 
 
 def test_problems_stay_one_bounded_line_per_condition_with_thousands_of_partitions() -> None:
