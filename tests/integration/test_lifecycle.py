@@ -147,12 +147,18 @@ def test_destination_with_fewer_partitions_blocks_only_that_topic(replicators: S
         assert count(brokers["dc2"], "narrow") == 0
         _, status_body = dc1.get("/status")
         remote = next(leg for leg in status_body["legs"] if leg["leg"] == "dc1->dc2")
-        assert "narrow" in remote["refused_topics"]
-        # The replicator asked dc2 to grow the topic; dc2 refused (no CreatePartitions, or the
-        # ACL), and its refusal is what the operator reads.
-        assert "adding partitions was refused" in remote["refused_topics"]["narrow"]
         assert remote["partitions_added"] == {}
-        assert dc1.metric("replicator_topics_blocked", leg="dc1->dc2") == 1
+        if BACKEND == "kafka":
+            # dc2's ACL denies the growth: named, and waited for (granted, it goes on), not
+            # refused for good.
+            denied = "Alter on topic narrow denied by the ACLs of dc2"
+            assert any(denied in p for p in body["problems"]), body
+            assert "narrow" not in remote["refused_topics"]
+        else:
+            # The embedded broker cannot grow a topic (no CreatePartitions): refused for good,
+            # what the operator reads.
+            assert "adding partitions was refused" in remote["refused_topics"]["narrow"]
+            assert dc1.metric("replicator_topics_blocked", leg="dc1->dc2") == 1
         assert dc1.stop() == 0
 
 

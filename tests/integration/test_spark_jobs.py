@@ -17,6 +17,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from replicator.model.provenance import ORIGIN, Provenance, Tagger
@@ -161,6 +162,9 @@ def _audit(env: dict[str, str], topic: str, *more: str) -> tuple[int, dict[str, 
     return status, json.loads(out.strip().splitlines()[-1])
 
 
+# Three audits, each a Spark JVM of its own (the last reading through Spark's own connector,
+# lazily in the JVM): over the suite's 300 s on a loaded 2-core machine (334 s seen).
+@pytest.mark.timeout(900)
 def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults(
     replicators: Start,
 ) -> None:
