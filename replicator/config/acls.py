@@ -104,7 +104,8 @@ def required_acls(settings: Settings, selections: Mapping[str, TopicSelection]) 
     """The grants ``settings`` needs, for the topics each feed selects (``selections`` by feed
     name; a feed without one needs only its groups until its source is listed)."""
     needs = _Needs()
-    for plan in feeds_for(settings):
+    plans = feeds_for(settings)
+    for plan in plans:
         selection = selections.get(plan.name, TopicSelection((), {}))
         topics = list(selection.replicated)
         # A flow's heartbeats written into its source are copied from the first one on, also
@@ -114,7 +115,7 @@ def required_acls(settings: Settings, selections: Mapping[str, TopicSelection]) 
         ):
             topics.append(settings.heartbeat_topic)
         _feed(needs, settings, plan, topics)
-    _own_topics(needs, settings)
+    _own_topics(needs, settings, plans)
     return needs.grants()
 
 
@@ -168,10 +169,9 @@ def _feed(needs: _Needs, settings: Settings, plan: FeedPlan, topics: list[str]) 
             )
 
 
-def _own_topics(needs: _Needs, settings: Settings) -> None:
+def _own_topics(needs: _Needs, settings: Settings, plans: list[FeedPlan]) -> None:
     """Heartbeats are in the selections (flows copy them); checkpoints, synced groups and dead
     letters where the configuration uses them."""
-    plans = feeds_for(settings)
     if settings.record_too_large_policy is OversizePolicy.DEAD_LETTER:
         for plan in plans:
             for leg in plan.legs:

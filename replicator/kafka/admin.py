@@ -207,7 +207,7 @@ async def describe_topic_configs(
 
 
 _SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
-_TOPIC_AUTHORIZATION_FAILED = 29
+_TOPIC_AUTHORIZATION_FAILED = kerr.TopicAuthorizationFailedError.errno
 
 
 class _IncrementalAlterConfigsResponseV0(Response):  # type: ignore[misc]

@@ -131,9 +131,13 @@ def denial(
     if name is None and isinstance(exc, _AUTHORIZATION) and exc.args and exc.args[0]:
         named = exc.args[0]  # aiokafka's: the group id, a topic or a set of them
         name = ", ".join(sorted(named)) if isinstance(named, (set, frozenset, list)) else str(named)
-    what = f"{kind} {name}" if name else kind
+    return denied(operations, f"{kind} {name}" if name else kind, cluster)
+
+
+def denied(operations: str, resource: str, cluster: str) -> AuthorizationFailed:
+    """The one way a denial is said: ``Create on topic orders denied by the ACLs of dc2``."""
     return AuthorizationFailed(
-        f"{operations} on {what} denied by the ACLs of {cluster}", named=True
+        f"{operations} on {resource} denied by the ACLs of {cluster}", named=True
     )
 
 

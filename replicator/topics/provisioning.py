@@ -57,7 +57,14 @@ from replicator.kafka.admin import (
 )
 from replicator.kafka.clients import ClusterClient
 from replicator.kafka.coalesce import Coalescer
-from replicator.kafka.translation import broker_error, denial, error_name, said, translate
+from replicator.kafka.translation import (
+    broker_error,
+    denial,
+    denied,
+    error_name,
+    said,
+    translate,
+)
 from replicator.topics.configs import (
     as_kafka_reports,
     creation_configs,
@@ -104,9 +111,7 @@ def creation_failure(
     reason = f"cannot create {topic}: {'; '.join(describe_errors(errors))}"
     translated = [broker_error(code) for code, _ in errors]
     if any(isinstance(error, AuthorizationFailed) for error in translated):
-        return AuthorizationFailed(
-            f"Create on topic {topic} denied by the ACLs of {cluster}", named=True
-        )
+        return denied("Create", f"topic {topic}", cluster)
     return TopicRefused(reason, retriable=all(error.retriable for error in translated))
 
 
