@@ -52,6 +52,17 @@ UPSTREAM = "replicator-upstream"
 HEADER_NAMES = (ORIGIN, UPSTREAM)
 _HEADER_SET = frozenset(HEADER_NAMES)
 
+LEGACY_HEADERS = (
+    "replicator-origin-cluster",
+    "replicator-origin-topic",
+    "replicator-origin-partition",
+    "replicator-origin-offset",
+)
+"""The four headers development builds before 0.1.0 wrote instead of :data:`ORIGIN` (one value
+each, in this order). Read, never written: only to resume after the records such a build left in
+a destination (:func:`legacy_origin`); the loop rule treats them as application headers."""
+_LEGACY_SET = frozenset(LEGACY_HEADERS)
+
 #: The value's grammar, shared with the Spark jobs (which parse it as a column).
 VALUE_PATTERN = r"([a-z0-9-]+)/([A-Za-z0-9._-]+)/(0|[1-9][0-9]{0,9})/(0|[1-9][0-9]{0,18})"
 _VALUE = re.compile(VALUE_PATTERN.encode("ascii"))
@@ -125,6 +136,19 @@ def parse(headers: Iterable[Header]) -> Provenance | None:
     return decode(values[0])
 
 
+def legacy_origin(headers: Iterable[Header]) -> Provenance | None:
+    """The provenance in the four headers of a pre-0.1.0 development build, or ``None`` when
+    the record lacks one of them or one does not parse (never guessed)."""
+    found: dict[str, bytes | None] = {k: v for k, v in headers if k in _LEGACY_SET}
+    if len(found) != len(LEGACY_HEADERS):
+        return None
+    values = [found[name] or b"" for name in LEGACY_HEADERS]
+    try:
+        return decode(b"/".join(values))
+    except ProvenanceError:
+        return None
+
+
 def untagged(headers: Sequence[Header]) -> bool:
     """The fast form of the loop check: ``True`` when no provenance header is present."""
     for key, _ in headers:  # noqa: SIM110 - a plain loop beats all() on the hot path
@@ -170,7 +194,7 @@ class Tagger:
     The ``<cluster>/<topic>/<partition>/`` prefix is encoded once; only the offset is per record.
     """
 
-    __slots__ = ("_home", "_home_marks", "_prefix", "topic")
+    __slots__ = ("_home", "_home_marks", "_legacy", "_prefix", "topic")
 
     def __init__(
         self,
@@ -184,16 +208,30 @@ class Tagger:
         self._home = home  # a flow's target cluster: renamed copies from there are loops
         self._home_marks = home_marks
         self._prefix = b"%s/%s/%d/" % (cluster.encode("ascii"), topic.encode("ascii"), partition)
+        self._legacy = (cluster, topic, partition)
+
+    def _legacy_offset(self, headers: Iterable[Header]) -> int | None:
+        origin = legacy_origin(headers)
+        if origin is None or (origin.cluster, origin.topic, origin.partition) != self._legacy:
+            return None
+        return origin.offset
 
     def origin_offset(self, headers: Iterable[Header]) -> int | None:
         """The source offset of a record this partition's provenance names; ``None`` for any
-        other record (another origin, no provenance, or a value that is not an offset)."""
+        other record (another origin, no provenance, or a value that is not an offset).
+
+        Also read from the four headers of a pre-0.1.0 build (:data:`LEGACY_HEADERS`), so that a
+        destination written by one resumes exactly after an upgrade: only the destination tails
+        are read this way, never the data path's records.
+        """
         prefix = self._prefix
+        legacy = False
         for key, raw in headers:
             if key == ORIGIN and raw is not None and raw.startswith(prefix):
                 digits = raw[len(prefix) :]
                 return int(digits) if digits.isdigit() else None
-        return None
+            legacy = legacy or key in _LEGACY_SET
+        return self._legacy_offset(headers) if legacy else None
 
     def tag(self, headers: Sequence[Header], offset: int) -> list[Header]:
         """``headers`` (untagged) followed by this partition's provenance for ``offset``."""

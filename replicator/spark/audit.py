@@ -42,7 +42,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as sf
 
-from replicator.model.provenance import HEADER_NAMES, Marking
+from replicator.model.provenance import HEADER_NAMES, LEGACY_HEADERS, Marking
 from replicator.spark.frames import (
     REPLICATED,
     ClusterInput,
@@ -135,9 +135,9 @@ class AuditReport:
 
 
 def _digest() -> Column:
-    """Key, value and the application's headers (provenance excluded), nulls kept distinct:
-    SHA-256, as 32 bytes."""
-    own = sf.filter("headers", lambda h: ~h["key"].isin(*HEADER_NAMES))
+    """Key, value and the application's headers (provenance excluded, also a pre-0.1.0
+    build's), nulls kept distinct: SHA-256, as 32 bytes."""
+    own = sf.filter("headers", lambda h: ~h["key"].isin(*HEADER_NAMES, *LEGACY_HEADERS))
     return sf.unhex(
         sf.sha2(
             sf.to_json(

@@ -15,7 +15,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import StructType
 
-from replicator.model.provenance import HEADER_NAMES, ORIGIN, UPSTREAM, VALUE_PATTERN, Marking
+from replicator.model.provenance import (
+    HEADER_NAMES,
+    LEGACY_HEADERS,
+    ORIGIN,
+    UPSTREAM,
+    VALUE_PATTERN,
+    Marking,
+)
 from replicator.spark.kafka_source import SCHEMA, offsets_json
 from replicator.topics.snapshot import Range
 
@@ -93,6 +100,19 @@ _VALUE = rf"\A(?:{VALUE_PATTERN})\z"
 _STAGES = ("p_values", "p_raw", "p_parts")  # intermediate columns of :func:`parsed`
 
 
+def _legacy_value() -> Column:
+    """The four headers of a pre-0.1.0 build joined as one provenance value (null unless all
+    four are there): what :func:`replicator.model.provenance.legacy_origin` reads."""
+
+    def value(name: str) -> Column:
+        found = sf.filter("headers", lambda h: h["key"] == sf.lit(name))
+        return sf.try_element_at(found, sf.lit(1))["value"].cast("string")
+
+    cluster, topic, partition, offset = (value(name) for name in LEGACY_HEADERS)
+    slash = sf.lit("/")
+    return sf.concat(cluster, slash, topic, slash, partition, slash, offset)  # null if one is
+
+
 def parsed(frame: DataFrame) -> DataFrame:
     """``frame`` (with ``headers``) and its provenance, read once per record.
 
@@ -101,8 +121,12 @@ def parsed(frame: DataFrame) -> DataFrame:
     which :func:`replicator.model.provenance.decode` accepts) and its fields ``o_cluster``,
     ``o_topic``, ``o_partition``, ``o_offset``: all four null unless valid (no such header, a
     value that does not parse or whose partition or offset is out of range, or more than one),
-    as :func:`replicator.model.provenance.parse` decides. Each step is its own projection, so Spark
-    evaluates the header search and the pattern once per record, not once per use.
+    as :func:`replicator.model.provenance.parse` decides. A record without a ``replicator``
+    header gets the fields of a pre-0.1.0 build's four headers where it has them
+    (:func:`replicator.model.provenance.legacy_origin`), so that the copies such a build wrote
+    are audited as copies; the loop rule (:func:`marking`) still reads them as untagged. Each
+    step is its own projection, so Spark evaluates the header search and the pattern once per
+    record, not once per use.
     """
     values = frame.withColumns(
         {
@@ -115,7 +139,7 @@ def parsed(frame: DataFrame) -> DataFrame:
         sf.when(
             sf.col("p_count") == 1,
             sf.try_element_at("p_values", sf.lit(1))["value"].cast("string"),
-        ),
+        ).when(sf.col("p_count") == 0, _legacy_value()),
     )
     # The grammar's four fields hold no "/": once the whole value matched, split finds them.
     split = counted.withColumn(

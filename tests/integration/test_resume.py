@@ -9,13 +9,14 @@ from aiokafka.protocol.produce import ProduceRequest
 from replicator.config.loading import load_settings
 from replicator.kafka.clients import committed_offsets
 from replicator.kafka.producer import idempotent, make_producer
-from replicator.model.provenance import Provenance, Tagger
+from replicator.model.provenance import LEGACY_HEADERS, Provenance, Tagger
 from replicator.replication.resume import DestinationTail, Tail
 from tests.integration.harness import (
     APACHE_KAFKA,
     Broker,
     Sent,
     Start,
+    commit_offsets,
     count,
     create_topics,
     holds,
@@ -225,3 +226,46 @@ def test_an_idempotent_producer_is_granted_and_a_resent_batch_is_written_once() 
             assert second[0] == DuplicateSequenceNumber.errno
         stored = [r.value for r in read(destination, "orders")]
         assert stored == [b"first", b"retried-0", b"retried-1", b"retried-2"]
+
+
+def written_by_a_pre_0_1_build(source: list[Sent], below: int) -> list[Sent]:
+    """What a development build before 0.1.0 wrote for ``source``'s offsets below ``below``:
+    the same records, their provenance in that build's four headers, byte for byte."""
+    copies = []
+    for r in source:
+        if r.offset >= below:
+            continue
+        values = ("dc1", r.topic, str(r.partition), str(r.offset))
+        legacy = tuple((k, v.encode()) for k, v in zip(LEGACY_HEADERS, values, strict=True))
+        copies.append(Sent("orders", r.partition, -1, r.key, r.value, (*r.headers, *legacy), -1))
+    return copies
+
+
+def test_an_upgrade_resumes_after_what_a_pre_0_1_build_wrote(replicators: Start) -> None:
+    """A destination left by a build that wrote four provenance headers, stopped by a crash
+    10 records past its last commit, with no destination mark (such builds kept none in the
+    ``.resume`` group): the upgraded replicator resumes after the last record it finds there.
+    Without reading those headers, each partition looked lost and was replayed whole."""
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=3)
+        source = produce(local, "orders_REPLICA", 300, 3)
+        for broker in brokers.values():
+            create_topics(broker, orders=3)
+            produce_records(broker, "orders", written_by_a_pre_0_1_build(source, below=60))
+            committed = {TopicPartition("orders_REPLICA", p): 50 for p in range(3)}
+            commit_offsets(local, f"replicator.dc1.{broker.alias}", committed)
+        dc1 = replicators("dc1", replicator_env("dc1", brokers))
+        dc1.wait_ready()
+        for broker in brokers.values():
+            wait_until(holds(broker, "orders", 300), 60, f"{broker.alias} complete", dc1.log)
+        wait_settled(dc1)
+        for broker in brokers.values():
+            stored = read(broker, "orders")
+            for p in range(3):
+                want = [r.value for r in source if r.partition == p]
+                got = [r.value for r in stored if r.partition == p]
+                assert got == want, f"{broker.alias} partition {p}: {len(got)} of {len(want)}"
+        assert dc1.metric("replicator_records_replayed_total") == 0
+        assert dc1.metric("replicator_duplicates_written_total") == 0
+        assert dc1.stop() == 0

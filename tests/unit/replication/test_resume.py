@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from replicator.model.offsets import OffsetTracker
-from replicator.model.provenance import ORIGIN, Provenance, Tagger
+from replicator.model.provenance import LEGACY_HEADERS, ORIGIN, Header, Provenance, Tagger
 from replicator.replication.resume import (
     Tail,
     _Window,
@@ -53,6 +53,38 @@ def test_a_record_without_provenance_or_with_a_bad_offset_has_no_origin_offset()
     assert tagger.origin_offset([("h", b"dc1/t/0/5")]) is None
     assert tagger.origin_offset([(ORIGIN, b"dc1/t/0/5x")]) is None
     assert tagger.origin_offset([(ORIGIN, None)]) is None
+
+
+def legacy(cluster: str, topic: str, partition_: int, offset: int) -> list[Header]:
+    """The four headers a pre-0.1.0 development build wrote, byte for byte."""
+    values = (cluster, topic, str(partition_), str(offset))
+    return [(name, v.encode("ascii")) for name, v in zip(LEGACY_HEADERS, values, strict=True)]
+
+
+@given(
+    cluster=st.sampled_from(["dc1", "dc10"]),
+    topic=st.sampled_from(["orders_REPLICA", "o"]),
+    partition_=st.sampled_from([1, 11]),
+    offset=st.integers(0, 2**62),
+)
+def test_records_of_a_pre_0_1_build_give_their_origin_offset_to_the_resume(
+    cluster: str, topic: str, partition_: int, offset: int
+) -> None:
+    """An upgrade resumes after what an earlier build wrote (its four headers), never replays."""
+    mine = (cluster, topic, partition_) == ("dc1", "orders_REPLICA", 1)
+    headers = [("h", b"v"), *legacy(cluster, topic, partition_, offset)]
+    assert Tagger("dc1", "orders_REPLICA", 1).origin_offset(headers) == (offset if mine else None)
+
+
+def test_incomplete_or_unreadable_legacy_headers_give_no_origin_offset() -> None:
+    tagger = Tagger("dc1", "t", 0)
+    whole = legacy("dc1", "t", 0, 5)
+    assert tagger.origin_offset(whole) == 5
+    assert tagger.origin_offset(whole[:3]) is None  # the offset header missing
+    assert tagger.origin_offset([*whole[:3], (LEGACY_HEADERS[3], b"5x")]) is None
+    assert tagger.origin_offset([*whole[:3], (LEGACY_HEADERS[3], None)]) is None
+    # A record carrying today's header is read by it alone.
+    assert tagger.origin_offset([*whole, *Provenance("dc1", "t", 0, 9).headers()]) == 9
 
 
 def test_resume_continues_after_the_last_record_the_destination_holds() -> None:

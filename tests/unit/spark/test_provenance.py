@@ -14,7 +14,15 @@ import pytest
 
 from replicator.errors import ProvenanceError
 from replicator.model import provenance
-from replicator.model.provenance import ORIGIN, UPSTREAM, Header, Marking, Provenance, Tagger
+from replicator.model.provenance import (
+    LEGACY_HEADERS,
+    ORIGIN,
+    UPSTREAM,
+    Header,
+    Marking,
+    Provenance,
+    Tagger,
+)
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -35,6 +43,12 @@ _SCHEMA = (
 )
 PARTITION, OFFSET = 2, 41
 _Stored = tuple[str, int, int, bytes, Sequence[Header]]
+
+
+def _legacy(cluster: str, topic: str, partition: int, offset: int) -> list[Header]:
+    values = (cluster, topic, str(partition), str(offset))
+    return [(k, v.encode()) for k, v in zip(LEGACY_HEADERS, values, strict=True)]
+
 
 CASES: dict[str, Sequence[Header]] = {
     "untagged": [("trace-id", b"t1"), ("app", b"orders-service")],
@@ -65,6 +79,12 @@ CASES: dict[str, Sequence[Header]] = {
     "offset out of range": [(ORIGIN, b"dc2/t/0/9223372036854775808")],
     "non-ASCII": [(ORIGIN, "dc2/tö/0/1".encode())],
     "five fields": [(ORIGIN, b"dc2/t/0/1/2")],
+    "a pre-0.1.0 build's four headers": [("a", b"1"), *_legacy("dc2", TOPIC, 4, 77)],
+    "a pre-0.1.0 build's headers, one missing": _legacy("dc2", TOPIC, 4, 77)[1:],
+    "a pre-0.1.0 build's headers, beside today's": [
+        *_legacy("dc2", TOPIC, 4, 77),
+        *Provenance("dc2", "t", 0, 1).headers(),
+    ],
 }
 
 
@@ -83,8 +103,10 @@ def spark() -> Iterator[SparkSession]:
 
 
 def _expected_origin(headers: Sequence[Header]) -> tuple[str, str, int, int] | None:
+    """What the audit takes a record to be a copy of: its provenance, or else the four headers
+    of a pre-0.1.0 build."""
     try:
-        found = provenance.parse(headers)
+        found = provenance.parse(headers) or provenance.legacy_origin(headers)
     except ProvenanceError:
         return None
     return None if found is None else (found.cluster, found.topic, found.partition, found.offset)
@@ -181,6 +203,24 @@ def test_the_audit_compares_by_the_replica_topics_it_was_given(spark: SparkSessi
             "duplicates": 1,
         },
     }
+
+
+def test_copies_a_pre_0_1_build_wrote_are_audited_as_copies(spark: SparkSession) -> None:
+    """dc2 holds records 0 and 1 as a pre-0.1.0 build wrote them (four headers) and 2 as this
+    version writes it: all three delivered, none untagged; 1's value altered is found."""
+    sources = [("x_REPLICA", 0, o, b"v%d" % o, [("trace-id", b"t")]) for o in range(3)]
+
+    def old(offset: int, value: bytes) -> _Stored:
+        return "x", 0, offset, value, [("trace-id", b"t"), *_legacy("dc1", "x_REPLICA", 0, offset)]
+
+    new = Provenance("dc1", "x_REPLICA", 0, 2).headers()
+    dc2 = [old(0, b"v0"), old(1, b"v1"), ("x", 0, 2, b"v2", [("trace-id", b"t"), *new])]
+    for held, faults in ((dc2, {}), ([old(0, b"v0"), old(1, b"bad"), dc2[2]], {"mismatched": 1})):
+        frame = _stored(spark, {"dc1": sources, "dc2": held})
+        report = compare(spark, narrowed(frame, ["x"], "_REPLICA", 2), ["dc2"])
+        found = [r for r in report if r.cluster == "dc2"]
+        counts = [{c: getattr(r, c) for c in COUNTS if getattr(r, c)} for r in found]
+        assert counts == [{"expected": 3, "delivered": 3, **faults}], counts
 
 
 def test_the_flow_audit_matches_copies_to_their_flow_and_finds_the_faults(
