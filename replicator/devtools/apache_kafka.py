@@ -51,11 +51,20 @@ POM = Path(__file__).parent / "maven" / "kafka.pom.xml"
 _READY = "Kafka Server started (kafka.server.KafkaRaftServer)"
 
 
+OTHER_KAFKA_VERSIONS = ("4.0.2", "4.4.0")
+"""Broker releases beside :data:`KAFKA_VERSION` in the supported matrix (the oldest 4.0 and the
+newest release), tested by ``tests/integration/test_kafka_versions.py``."""
+
+
 def kafka_libs(version: str = KAFKA_VERSION) -> Path:
-    """The directory holding Apache Kafka's jars (broker, tools, MirrorMaker 2), fetched through
-    Maven the first time (offline from ``~/.m2`` when it can, else from Maven Central)."""
-    libs = cache_root() / f"kafka-{version}" / "libs"
-    return copy_jars(POM, libs, {"kafka.version": version})
+    """The directory holding Apache Kafka's jars, fetched through Maven the first time (offline
+    from ``~/.m2`` when it can, else from Maven Central): broker, tools and MirrorMaker 2 for
+    :data:`KAFKA_VERSION`, broker and tools alone for another release."""
+    if version == KAFKA_VERSION:
+        libs = cache_root() / f"kafka-{version}" / "libs"
+        return copy_jars(POM, libs, {"kafka.version": version})
+    libs = cache_root() / f"kafka-{version}-broker" / "libs"
+    return copy_jars(POM, libs, {"kafka.version": version, "brokerOnly": "true"})
 
 
 def new_cluster_id() -> str:
@@ -130,6 +139,7 @@ class ApacheKafkaCluster:
     # A second PLAINTEXT listener, named WAN, advertised at this port: a relay's in front of it
     # (:mod:`replicator.devtools.wan`), for clients that reach the cluster across a long link.
     wan_port: int | None = None
+    version: str = KAFKA_VERSION  # the broker release (another: OTHER_KAFKA_VERSIONS)
 
     def __post_init__(self) -> None:
         if self.wan_port and self.nodes_count > 1:
@@ -424,7 +434,7 @@ class ApacheKafkaCluster:
 
     def start_node(self, node: Node, timeout: float = 120.0) -> None:
         """Start a stopped node again on its own ports and data (it rejoins the cluster)."""
-        self.spawn(node, kafka_libs())
+        self.spawn(node, kafka_libs(self.version))
         self.wait_ready(node, timeout)
 
     def restart(self, timeout: float = 120.0) -> None:
@@ -487,14 +497,14 @@ def start_all(clusters: list[ApacheKafkaCluster], timeout: float = 120.0) -> Non
 
 
 def _start_all(clusters: list[ApacheKafkaCluster], timeout: float) -> None:
-    libs = kafka_libs()
+    libs = {version: kafka_libs(version) for version in {c.version for c in clusters}}
     try:
         for cluster in clusters:
             for node in cluster.nodes:
-                cluster.prepare(node, libs)
+                cluster.prepare(node, libs[cluster.version])
         for cluster in clusters:
             for node in cluster.nodes:
-                cluster.spawn(node, libs)
+                cluster.spawn(node, libs[cluster.version])
         for cluster in clusters:
             for node in cluster.nodes:
                 cluster.wait_ready(node, timeout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +18,12 @@ def replicators() -> Iterator[Start]:
     started: list[ReplicatorProcess] = []
 
     def start(
-        alias: str, env: dict[str, str], args: tuple[str, ...] = ("run",)
+        alias: str,
+        env: dict[str, str],
+        args: tuple[str, ...] = ("run",),
+        source: Path | None = None,
     ) -> ReplicatorProcess:
-        process = ReplicatorProcess(alias, env, args).start()
+        process = ReplicatorProcess(alias, env, args, source).start()
         started.append(process)
         return process
 

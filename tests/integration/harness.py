@@ -118,8 +118,11 @@ def docker_unavailable_reason() -> str | None:
 
 
 @contextmanager
-def start_clusters(*aliases: str) -> Iterator[dict[str, Broker]]:
-    """One single-node cluster per datacenter alias, of the chosen backend; stopped on exit."""
+def start_clusters(*aliases: str, version: str | None = None) -> Iterator[dict[str, Broker]]:
+    """One single-node cluster per datacenter alias, of the chosen backend; stopped on exit.
+    ``version``: an Apache Kafka release other than the pinned one (skipped on other backends)."""
+    if version is not None and BACKEND != "kafka":
+        pytest.skip(f"Apache Kafka {version} runs only with REPLICATOR_TEST_BROKER=kafka")
     if BACKEND not in BACKENDS:
         raise pytest.UsageError(f"REPLICATOR_TEST_BROKER must be one of {BACKENDS}, not {BACKEND}")
     if BACKEND == "container":
@@ -129,7 +132,8 @@ def start_clusters(*aliases: str) -> Iterator[dict[str, Broker]]:
     brokers: dict[str, Broker] = {}
     try:
         if BACKEND == "kafka":
-            clusters = {alias: kafka_cluster(alias) for alias in aliases}
+            pinned = {} if version is None else {"version": version}
+            clusters = {alias: kafka_cluster(alias, **pinned) for alias in aliases}
             brokers.update(clusters)
             start_all(list(clusters.values()))
         for alias in aliases:
@@ -222,6 +226,8 @@ class ReplicatorProcess:
     alias: str
     env: dict[str, str]
     args: tuple[str, ...] = ("run",)  # the replicator command line (mirror-maker, mm2 ...)
+    # Another build's source tree (its ``replicator`` package) to run instead of this one.
+    source: Path | None = None
     http_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path = field(
@@ -236,10 +242,13 @@ class ReplicatorProcess:
         env.update(self.env)
         env["REPLICATOR_HTTP_PORT"] = str(self.http_port)
         env["REPLICATOR_HTTP_HOST"] = "127.0.0.1"
+        if self.source is not None:  # first on the path, and the directory -m looks in first
+            env["PYTHONPATH"] = str(self.source)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "replicator", *self.args],
                 env=env,
+                cwd=self.source,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -336,7 +345,11 @@ class Start(Protocol):
     """Starts a replicator beside cluster ``alias``: ``replicator run``, or another command."""
 
     def __call__(
-        self, alias: str, env: dict[str, str], args: tuple[str, ...] = ("run",)
+        self,
+        alias: str,
+        env: dict[str, str],
+        args: tuple[str, ...] = ("run",),
+        source: Path | None = None,
     ) -> ReplicatorProcess: ...
 
 

@@ -397,9 +397,12 @@ def _scenario_in_thread(moment: str, say: list[str]) -> None:
     started: list[ReplicatorProcess] = []
 
     def start(
-        alias: str, env: dict[str, str], args: tuple[str, ...] = ("run",)
+        alias: str,
+        env: dict[str, str],
+        args: tuple[str, ...] = ("run",),
+        source: Path | None = None,
     ) -> ReplicatorProcess:
-        process = ReplicatorProcess(alias, env, args).start()
+        process = ReplicatorProcess(alias, env, args, source).start()
         started.append(process)
         return process
 
