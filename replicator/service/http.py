@@ -119,9 +119,22 @@ class HttpServer:
         await self._runner.cleanup()
 
 
+def _plain_bind_error(host: str, port: int) -> OSError | None:
+    """What binding one plain socket to ``host:port`` raises (with its errno), if anything."""
+    try:
+        socket.create_server((host, port)).close()
+    except OSError as exc:
+        return exc
+    return None
+
+
 def bind_error(host: str, port: int, exc: OSError) -> ConfigError:
     """Why the server cannot listen on ``host:port``, naming the variable to change."""
     where = f"{host}:{port}"
+    if not isinstance(exc, socket.gaierror) and not exc.errno:
+        # Python 3.13's asyncio reports a failed bind without its errno ("could not bind on
+        # any address out of ..."): a plain socket says which error it was.
+        exc = _plain_bind_error(host, port) or exc
     if isinstance(exc, socket.gaierror) or not exc.errno:
         reason = exc.strerror or type(exc).__name__
     else:

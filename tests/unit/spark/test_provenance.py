@@ -8,6 +8,8 @@ One local Spark session (no Kafka): each case is a source record's headers; the 
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 
 import pytest
@@ -90,6 +92,9 @@ CASES: dict[str, Sequence[Header]] = {
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
+    # The workers run this interpreter, as replicator.spark.session sets it for the jobs: the
+    # first python3 on the PATH may be another minor version, which PySpark refuses.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[1]")
         .appName("test-spark-provenance")
