@@ -68,6 +68,7 @@ def test_a_position_below_the_log_start_counts_the_records_lost() -> None:
     found = out_of_range(40, log_start=100, log_end=500)
     assert found is not None
     assert (found.reason, found.lost) == ("below_log_start", 60)
+    assert "was deleted from the source before it was replicated" in str(found)
     assert "60 records lost" in str(found)
 
 
@@ -75,4 +76,4 @@ def test_a_position_beyond_the_log_end_is_a_replaced_log_with_an_unknown_loss() 
     found = out_of_range(5000, log_start=0, log_end=120)
     assert found is not None
     assert (found.reason, found.lost) == ("beyond_log_end", None)
-    assert "recreated" in str(found)
+    assert "is beyond the source log end" in str(found) and "recreated" in str(found)

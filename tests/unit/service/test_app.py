@@ -198,3 +198,11 @@ async def test_a_stop_during_start_runs_no_leg_and_still_closes(journal: Journal
     await asyncio.wait_for(task, 5)
     assert not any(e.startswith(("run ", "feed joins")) for e in journal.events), journal.events
     journal.before("start source dc1->dc1", "close cluster dc1", "http stop")
+
+
+async def test_an_event_loop_blocked_over_10_s_fails_liveness() -> None:
+    """``/livez`` fails, naming how long, once the loop's ticker has not run for over 10 s."""
+    service = ReplicatorService(load_settings(ENV))
+    assert service.liveness_problems() == []
+    service._tick -= 11.0  # as if the loop had not run the ticker for 11 s
+    assert service.liveness_problems() == ["event loop blocked for 11s"]
