@@ -22,6 +22,27 @@ T = TypeVar("T")
 REPEAT_LOG_S = 30.0  # the same failure is logged again at most this often
 
 
+class Reminder:
+    """When to say a failure that repeats: the first time, when it changes, then every
+    :data:`REPEAT_LOG_S` (not one line per attempt)."""
+
+    def __init__(self) -> None:
+        self.said: str | None = None  # the failure said last; None after a success
+        self._said_at = 0.0
+
+    def due(self, failure: str) -> bool:
+        """Whether to say ``failure`` now (if so, it is taken as said)."""
+        now = clock.monotonic()
+        if failure == self.said and now - self._said_at < REPEAT_LOG_S:
+            return False
+        self.said, self._said_at = failure, now
+        return True
+
+    def clear(self) -> None:
+        """The attempts succeeded: the next failure is said at once."""
+        self.said = None
+
+
 class SharedWarnings:
     """One warning per :data:`REPEAT_LOG_S` for a failure many retries share (every partition of
     a leg preparing its destination while it does not answer: thousands of lines otherwise).
@@ -99,7 +120,7 @@ async def retrying(
     one pass at most once per :data:`REPEAT_LOG_S` between them (the others at debug).
     """
     policy = backoff or Backoff()
-    said, said_at, attempts = "", 0.0, 0
+    reminder, attempts = Reminder(), 0
     give_up_at = None if within is None else clock.monotonic() + within
     while not stop.is_set():
         try:
@@ -122,12 +143,10 @@ async def retrying(
                 if reset is not None:
                     await reset  # closes the client that failed, say
             attempts += 1
-            now = clock.monotonic()
-            if str(error) != said or now - said_at >= REPEAT_LOG_S:
-                # The first failure, a different one, or a reminder: not one line per attempt.
-                passing = str(error) != said and expected is not None and expected(error)
+            changed = str(error) != reminder.said
+            if reminder.due(str(error)):
+                passing = changed and expected is not None and expected(error)
                 _say(log, f"cannot {what}, retrying", error, attempts, passing, shared)
-                said, said_at = str(error), now
             await sleep_unless_stopped(stop, delay)
     return None
 

@@ -24,7 +24,7 @@ import structlog
 from aiokafka import TopicPartition
 
 from replicator import clock
-from replicator.kafka.retry import REPEAT_LOG_S
+from replicator.kafka.retry import Reminder
 from replicator.kafka.translation import denial, translate
 from replicator.lifecycle import sleep_unless_stopped
 from replicator.replication.partition import LegPartition
@@ -62,7 +62,7 @@ class Committer:
         # Why commits fail, until one succeeds (shown in readiness; logged when it changes and
         # then every REPEAT_LOG_S, not once per commit interval).
         self.error: str | None = None
-        self._said_at = 0.0
+        self._reminder = Reminder()
         self._save_marks = save_marks
         self._consumer = consumer
         self._metrics = metrics
@@ -157,6 +157,7 @@ class Committer:
         if self.error is not None:
             self._log.info("offset commits work again")
             self.error = None
+            self._reminder.clear()
         return True
 
     def _failed(self, exc: BaseException, partitions: int) -> None:
@@ -167,8 +168,6 @@ class Committer:
             group, cluster = self._group
             error = denial(exc, cluster, group=("Read", group))
         self._metrics.commits.labels(self._leg, "failed").inc()
-        now = clock.monotonic()
-        if str(error) != self.error or now - self._said_at >= REPEAT_LOG_S:
+        if self._reminder.due(str(error)):
             self._log.warning("offset commit failed", error=str(error), partitions=partitions)
-            self._said_at = now
         self.error = str(error)

@@ -13,7 +13,7 @@ from aiokafka.errors import (
 )
 
 from replicator.errors import ReplicatorError, TopicMissing, TopicNotListedYet
-from replicator.kafka.retry import Backoff, SharedWarnings, retrying
+from replicator.kafka.retry import REPEAT_LOG_S, Backoff, Reminder, SharedWarnings, retrying
 
 
 class Said:
@@ -171,3 +171,16 @@ async def test_retries_sharing_their_warnings_say_one_per_interval_and_count_the
     assert len(warned) == 2  # at 0 s, and at 40 s
     assert "alike_held_back" not in warned[0] and warned[1]["alike_held_back"] == 999
     assert len(said.quiet) == 2_000 - 2
+
+
+async def test_a_reminder_says_a_failure_at_first_when_it_changes_and_every_30_s() -> None:
+    reminder = Reminder()
+    assert reminder.due("dc2 does not answer")
+    assert not reminder.due("dc2 does not answer")
+    assert reminder.due("Write on topic orders denied by the ACLs of dc2")  # changed
+    await asyncio.sleep(REPEAT_LOG_S - 1)
+    assert not reminder.due("Write on topic orders denied by the ACLs of dc2")
+    await asyncio.sleep(1)
+    assert reminder.due("Write on topic orders denied by the ACLs of dc2")  # the reminder
+    reminder.clear()  # it worked in between: the same failure again is news
+    assert reminder.due("Write on topic orders denied by the ACLs of dc2")
