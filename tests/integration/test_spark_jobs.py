@@ -39,6 +39,10 @@ from tests.integration.harness import (
     wait_until,
 )
 
+# Each test starts Spark once or more (13-17 s a session) beside two brokers: 190-330 s each
+# under the suite's load on two cores (measured in CI), over the suite's default 300 s.
+pytestmark = pytest.mark.timeout(900)
+
 
 def _derived(topic: str, partition: int, timestamp: int) -> Sent:
     """A record a stream processor published into ``topic``: it forwarded the headers of a
@@ -164,7 +168,6 @@ def _audit(env: dict[str, str], topic: str, *more: str) -> tuple[int, dict[str, 
 
 # Three audits, each a Spark JVM of its own (the last reading through Spark's own connector,
 # lazily in the JVM): over the suite's 300 s on a loaded 2-core machine (334 s seen).
-@pytest.mark.timeout(900)
 def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults(
     replicators: Start,
 ) -> None:
