@@ -97,15 +97,15 @@ def tagged() -> Column:
 _VALUE = rf"\A(?:{VALUE_PATTERN})\z"
 
 
-_STAGES = ("p_values", "p_raw", "p_parts")  # intermediate columns of :func:`parsed`
+_STAGES = ("p_values", "p_legacy", "p_raw", "p_parts")  # intermediate columns of :func:`parsed`
 
 
 def _legacy_value() -> Column:
     """The four headers of a pre-0.1.0 build joined as one provenance value (null unless all
     four are there): what :func:`replicator.model.provenance.legacy_origin` reads."""
 
-    def value(name: str) -> Column:
-        found = sf.filter("headers", lambda h: h["key"] == sf.lit(name))
+    def value(name: str) -> Column:  # from p_legacy: the headers read once, not per name
+        found = sf.filter("p_legacy", lambda h: h["key"] == sf.lit(name))
         return sf.try_element_at(found, sf.lit(1))["value"].cast("string")
 
     cluster, topic, partition, offset = (value(name) for name in LEGACY_HEADERS)
@@ -131,6 +131,7 @@ def parsed(frame: DataFrame) -> DataFrame:
     values = frame.withColumns(
         {
             "p_values": sf.filter("headers", lambda h: h["key"] == sf.lit(ORIGIN)),
+            "p_legacy": sf.filter("headers", lambda h: h["key"].isin(*LEGACY_HEADERS)),
             "p_tagged": tagged(),
         }
     )
