@@ -413,6 +413,39 @@ def failover(
     raise typer.Exit(move(settings, request, json_output))
 
 
+@app.command()
+def rpo(
+    origin: str = typer.Option(
+        ..., "--origin", help="The cluster whose _REPLICA topics are measured (the lost one)."
+    ),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """What the local cluster holds of another cluster's _REPLICA topics: the recovery point.
+
+    Per partition of --origin's replica topics: the newest record of that origin the local
+    cluster holds (its offset, when it was written, its age) and, when --origin answers, its log
+    end and the records not here yet. Run it beside a surviving datacenter when another is lost.
+    Exits 0 when --origin answered (the counts are exact); 1 when it did not (the counts are
+    unknown, the ages are shown) or the local cluster could not be read; 2 on invalid
+    configuration.
+    """
+    from replicator.failover.recovery_point import rpo as measure
+
+    settings = configuration(None, None)
+    known_clusters(settings, [origin], "--origin")
+    if origin == settings.local_cluster:
+        typer.echo("--origin: that is the local cluster; run this beside another one", err=True)
+        raise typer.Exit(EXIT_CONFIG)
+    if not settings.replica_mode:
+        typer.echo(
+            "REPLICATOR_REPLICA_MODE: rpo measures the _REPLICA mode, which is off here "
+            "(a flow's delay is its heartbeat age: replicator_heartbeat_age_seconds)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_CONFIG)
+    raise typer.Exit(measure(settings, origin, json_output))
+
+
 topics_app = typer.Typer(
     help="Manage the X_REPLICA and X topic pairs.",
     no_args_is_help=True,

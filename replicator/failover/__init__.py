@@ -13,4 +13,8 @@
     Continuous checkpoints and the offset sync of groups with no active member in the target.
 ``plan``
     ``replicator failover``: the command's plan and its execution for one group.
+``recovery_point``
+    ``replicator rpo``: what a cluster holds of another's ``_REPLICA`` topics (the newest record
+    of each origin partition, its age) and, when that one answers, what it does not hold yet
+    (:class:`~replicator.failover.recovery_point.ReadBack` is its seam).
 """

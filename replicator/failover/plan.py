@@ -295,7 +295,10 @@ def _print(plan: FailoverPlan, seconds: float) -> None:
     console = Console(width=max(Console().width, 120))
     if plan.source_error is not None:
         ages = [m.checkpoint_age_s for m in plan.moves if m.checkpoint_age_s is not None]
-        old = f", {min(ages):.0f}-{max(ages):.0f} s old" if ages else ""
+        span = f"{min(ages):.0f}" if ages else ""
+        if ages and f"{max(ages):.0f}" != span:
+            span += f"-{max(ages):.0f}"
+        old = f", {span} s old" if ages else ""
         console.print(
             f"{plan.source} not read ({plan.source_error}): translated from the checkpoints "
             f"in {plan.target}{old}; what the group consumed in {plan.source} after them is "

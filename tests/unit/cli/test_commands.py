@@ -36,6 +36,7 @@ EXPECTED = {
     "backfill",
     "audit",
     "failover",
+    "rpo",
 }
 # Clusters nobody listens on: a command that reached one would fail differently, and slowly.
 UNREACHABLE = {
@@ -79,6 +80,7 @@ def test_commands_that_print_data_offer_json() -> None:
         "backfill",
         "audit",
         "failover",
+        "rpo",
     ):
         options = {o for p in found[path].params for o in getattr(p, "opts", [])}
         assert "--json" in options, path
@@ -134,6 +136,24 @@ def test_failover_names_the_cluster_that_does_not_answer(monkeypatch: pytest.Mon
     for wrong in (["--to", "dc3"], ["--to", "dc1"]):
         result = CliRunner().invoke(app, [*args[:5], *wrong], env=UNREACHABLE)
         assert result.exit_code == 2 and "--to" in result.stderr, result.output
+
+
+def test_rpo_refuses_what_it_cannot_measure_and_names_a_cluster_that_does_not_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in [k for k in os.environ if k.startswith("REPLICATOR_")]:
+        monkeypatch.delenv(key)
+    runner = CliRunner()
+    for origin in ("dc3", "dc1"):  # unknown; the local cluster itself
+        result = runner.invoke(app, ["rpo", "--origin", origin], env=UNREACHABLE)
+        assert result.exit_code == 2 and "--origin" in result.stderr, result.output
+    flows_only = {**UNREACHABLE, "REPLICATOR_REPLICA_MODE": "false"}
+    result = runner.invoke(app, ["rpo", "--origin", "dc2"], env=flows_only)
+    assert result.exit_code == 2 and "REPLICATOR_REPLICA_MODE" in result.stderr, result.output
+    result = runner.invoke(app, ["rpo", "--origin", "dc2", "--json"], env=UNREACHABLE)
+    assert result.exit_code == 1, result.output
+    last = result.stdout.strip().splitlines()[-1]
+    assert "dc1 does not answer at 127.0.0.1:9" in last, last
 
 
 SECRET = "canary-secret-5e1d"
