@@ -547,6 +547,34 @@ def kafka_tool(main_class: str, *args: str, timeout: float = 120.0) -> str:
     return done.stdout
 
 
+# The scripts of Apache Kafka's distribution (its ``bin/``) and the tool each one starts: the
+# jars on Maven Central carry the tools, not the scripts.
+TOOL_SCRIPTS = {
+    "kafka-acls.sh": "org.apache.kafka.tools.AclCommand",
+    "kafka-consumer-groups.sh": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-get-offsets.sh": "org.apache.kafka.tools.GetOffsetShell",
+    "kafka-topics.sh": "org.apache.kafka.tools.TopicCommand",
+}
+
+
+def tool_scripts(directory: Path, version: str = KAFKA_VERSION) -> Path:
+    """Write launchers named as the distribution's scripts (``kafka-consumer-groups.sh``...)
+    into ``directory``, each starting that release's tool from its jars with the arguments it is
+    given: put ``directory`` on the PATH to run a page's Kafka commands as written."""
+    libs = kafka_libs(version)
+    log4j = log4j2_config(ensure_dir(directory), "WARN")
+    for name, main_class in TOOL_SCRIPTS.items():
+        script = directory / name
+        script.write_text(
+            "#!/bin/sh\n"
+            f"exec '{java()}' -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
+            f"-XX:-UsePerfData -Dlog4j2.configurationFile='{log4j}' -cp '{libs}/*' "
+            f'{main_class} "$@"\n'
+        )
+        script.chmod(0o755)
+    return directory
+
+
 def grant(
     cluster: ApacheKafkaCluster,
     principal: str,

@@ -13,13 +13,10 @@ tests/integration/test_sample_outputs.py`` writes the new outputs into the page'
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -34,44 +31,14 @@ from tests.integration.harness import (
     wait_settled,
     wait_until,
 )
+from tests.integration.runbooks import matches as kept_as
 
 SAMPLES = Path(__file__).resolve().parents[2] / "docs" / "operations" / "samples"
-UPDATE = os.environ.get("REPLICATOR_UPDATE_SAMPLES") == "1"
-
-
-def words(text: str) -> list[str]:
-    """The words of an output in order, numbers (counts, offsets, ports, times) as ``N`` and
-    paths as ``PATH``; a table's borders and padding, which follow the numbers' widths, drop."""
-    text = re.sub(r"/tmp/\S+", "PATH", text)
-    text = re.sub(r"\d+", "N", text)
-    return re.findall(r"[A-Za-z_][\w.\-/>]*", text)
-
-
-def key_paths(value: Any, prefix: str = "") -> set[str]:
-    """Every key path of a JSON value (list items share ``[]``)."""
-    if isinstance(value, dict):
-        paths = {prefix} if prefix else set()
-        for key, item in value.items():
-            paths |= key_paths(item, f"{prefix}.{key}" if prefix else key)
-        return paths
-    if isinstance(value, list):
-        return set().union(*(key_paths(item, f"{prefix}[]") for item in value)) | {prefix}
-    return {prefix}
 
 
 def matches(name: str, output: str) -> None:
-    """``output`` has the shape of the sample ``name`` (written instead with UPDATE)."""
-    sample = SAMPLES / name
-    if UPDATE:
-        SAMPLES.mkdir(exist_ok=True)
-        sample.write_text(output)
-        return
-    assert sample.exists(), f"no sample {sample}: run with REPLICATOR_UPDATE_SAMPLES=1"
-    kept = sample.read_text()
-    if name.endswith(".json"):
-        assert key_paths(json.loads(output)) == key_paths(json.loads(kept)), name
-    else:
-        assert words(output) == words(kept), f"{name} changed:\n{output}"
+    """``output`` has the shape of the page's sample ``name`` (written instead with UPDATE)."""
+    kept_as(SAMPLES / name, output)
 
 
 def command(env: dict[str, str], *args: str, status: int = 0) -> str:

@@ -153,6 +153,21 @@ def mm2_file(tmp_path: Path, primary: Broker, backup: Broker, groups: str | None
     return config
 
 
+def mm1_files(tmp_path: Path, primary: Broker, backup: Broker) -> tuple[Path, Path]:
+    """MirrorMaker 1's ``consumer.properties`` (group ``mm1-orders``, on primary) and
+    ``producer.properties`` (to backup)."""
+    consumer = tmp_path / "consumer.properties"
+    # earliest: with its consumer's default (latest), MM1 resolves a partition's position only
+    # at its first fetch, after joining, and misses what the stream wrote before.
+    consumer.write_text(
+        f"bootstrap.servers={primary.bootstrap_servers}\ngroup.id=mm1-orders\n"
+        "auto.offset.reset=earliest\n"
+    )
+    producer = tmp_path / "producer.properties"
+    producer.write_text(f"bootstrap.servers={backup.bootstrap_servers}\n")
+    return consumer, producer
+
+
 def copying_on(backup: Broker, topic: str, more: int, log: Callable[[], str]) -> None:
     """Wait for ``more`` records beyond what ``topic`` holds now."""
     now = count(backup, topic)
@@ -258,15 +273,7 @@ def test_mirrormaker_1_to_the_replicator_and_back_and_again_under_a_stream(
         primary, backup = brokers["primary"], brokers["backup"]
         create_topics(primary, orders=PARTITIONS)
         create_topics(backup, orders=PARTITIONS)  # MM1 creates no topics
-        consumer = tmp_path / "consumer.properties"
-        # earliest: with its consumer's default (latest), MM1 resolves a partition's position
-        # only at its first fetch, after joining, and misses what the stream wrote before.
-        consumer.write_text(
-            f"bootstrap.servers={primary.bootstrap_servers}\ngroup.id=mm1-orders\n"
-            "auto.offset.reset=earliest\n"
-        )
-        producer = tmp_path / "producer.properties"
-        producer.write_text(f"bootstrap.servers={backup.bootstrap_servers}\n")
+        consumer, producer = mm1_files(tmp_path, primary, backup)
         args = ["--include", "orders", "--offset.commit.interval.ms", "1000"]
         line = ["--consumer.config", str(consumer), "--producer.config", str(producer), *args]
         mm1 = start_mm1([consumer], producer, args, tmp_path / "mm1")
