@@ -423,11 +423,13 @@ def rpo(
     """What the local cluster holds of another cluster's _REPLICA topics: the recovery point.
 
     Per partition of --origin's replica topics: the newest record of that origin the local
-    cluster holds (its offset, when it was written, its age) and, when --origin answers, its log
-    end and the records not here yet. Run it beside a surviving datacenter when another is lost.
-    Exits 0 when --origin answered (the counts are exact); 1 when it did not (the counts are
-    unknown, the ages are shown) or the local cluster could not be read; 2 on invalid
-    configuration.
+    cluster holds (its offset, when it was written, its age) and, when --origin answers, the
+    records it holds that are not here yet (committed data, as the legs copy it) and those its
+    retention removed before they arrived (lost). Run it beside a surviving datacenter when
+    another is lost, or to see that a new one is complete. Exits 0 when --origin answered and
+    the local cluster holds every record it took; 1 otherwise (records not here or lost,
+    --origin unanswered: the counts unknown, the ages shown; or the local cluster unread); 2 on
+    invalid configuration.
     """
     from replicator.failover.recovery_point import rpo as measure
 

@@ -6,8 +6,10 @@ this reads, per partition of the lost cluster's replica topics, the **newest rec
 origin the surviving cluster holds** (by provenance, reading the destination partition back from
 its end), its timestamp and its age. The leg writes an origin partition's records in order, so
 every record of the origin before it is here too, and everything the origin took after it is
-not. When the origin answers (it came back, or it was never gone) its log end is read as well,
-and the records not here are counted exactly: what its replicator still has to copy.
+not. When the origin answers (it came back, or it was never gone) the records it holds after
+that one are counted exactly (committed data only, as the legs read them): what its replicator
+still has to copy. Records the origin no longer holds (retention) and this cluster never got
+are counted apart: those are lost.
 
 Pure logic over the :class:`ReadBack` protocol (its in-memory fake is in
 ``tests/unit/failover/test_recovery_point.py``); :class:`KafkaReadBack` reads a real cluster with
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -32,7 +34,7 @@ from replicator.config.settings import Settings
 from replicator.config.topology import REPLICA_FEED, FeedPlan, feeds_for
 from replicator.errors import ClusterUnavailable, ConfigError, ReplicatorError, first_error
 from replicator.kafka.clients import client_options
-from replicator.kafka.readers import StoredRecord, cluster_partitions, read_ranges
+from replicator.kafka.readers import StoredRecord, cluster_partitions, count_ranges, read_ranges
 from replicator.kafka.translation import said, translate
 from replicator.lifecycle import close_quietly
 from replicator.model.provenance import Tagger
@@ -40,7 +42,7 @@ from replicator.telemetry.logs import print_table
 from replicator.topics.snapshot import snapshot, topic_selection
 
 _FIRST_WINDOW = 1_000
-_MAX_WINDOW = 200_000
+_MAX_WINDOW = 50_000  # records of one partition held at once
 _ORIGIN_TIMEOUT_S = 15.0
 
 
@@ -144,10 +146,12 @@ class RecoveryPoint:
     partition: int
     destination_topic: str  # where its records are copied (orders)
     held_up_to: int | None  # the origin offset after the newest record held here (None: none)
-    newest_timestamp_ms: int | None
+    newest_timestamp_ms: int | None  # that record's timestamp (its producer's, kept by the copy)
     newest_age_s: float | None
-    origin_log_end: int | None  # None: the origin did not answer
-    missing: int | None  # records of the origin's log not here (None: not known)
+    origin_log_end: int | None  # None: the origin did not answer, or lacks the partition
+    missing: int | None  # records the origin holds that are not here (None: not known)
+    # Records neither holds: the origin's retention removed them before a copy (None: unknown).
+    expired: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +161,24 @@ class RecoveryReport:
     origin: str
     local: str
     points: tuple[RecoveryPoint, ...]
-    origin_error: str | None  # why the origin's log ends are not known
+    origin_error: str | None  # why the origin could not be read
 
     @property
     def missing(self) -> int | None:
         if self.origin_error is not None:
             return None
         return sum(p.missing or 0 for p in self.points)
+
+    @property
+    def expired(self) -> int | None:
+        if self.origin_error is not None:
+            return None
+        return sum(p.expired or 0 for p in self.points)
+
+    @property
+    def complete(self) -> bool:
+        """The origin answered, and everything it took is here: nothing missing, nothing lost."""
+        return self.missing == 0 and self.expired == 0
 
     @property
     def oldest_newest_age_s(self) -> float | None:
@@ -176,38 +191,62 @@ class RecoveryReport:
             "origin": self.origin,
             "local": self.local,
             "origin_error": self.origin_error,
+            "complete": self.complete,
             "missing": self.missing,
+            "expired": self.expired,
             "partitions": [asdict(p) for p in self.points],
         }
+
+
+def still_to_count(
+    replica_suffix: str,
+    origin_ends: Mapping[TopicPartition, tuple[int, int]],
+    newest: Mapping[TopicPartition, Newest | None],
+) -> dict[TopicPartition, tuple[int, int]]:
+    """The range of each origin partition past what the local cluster holds of it: the records
+    there, counted on the origin, are the ones not here."""
+    ranges = {}
+    for tp, (start, end) in origin_ends.items():
+        held = newest.get(TopicPartition(tp.topic[: -len(replica_suffix)], tp.partition))
+        ranges[tp] = (max(start, 0 if held is None else held.origin_offset + 1), end)
+    return ranges
 
 
 def recovery_point(
     origin: str,
     local: str,
-    rules_suffix: str,
-    origin_ends: dict[TopicPartition, tuple[int, int]],
-    newest: dict[TopicPartition, Newest | None],
+    replica_suffix: str,
+    origin_ends: Mapping[TopicPartition, tuple[int, int]],
+    newest: Mapping[TopicPartition, Newest | None],
+    not_here: Mapping[TopicPartition, int],
     now_ms: int,
     origin_error: str | None,
 ) -> RecoveryReport:
     """The report from what was read: ``newest`` per destination partition of the local
-    cluster, ``origin_ends`` (log start and end) per partition of the origin's replica topics."""
-    keys = {(tp.topic + rules_suffix, tp.partition) for tp in newest}
+    cluster; ``origin_ends`` (log start and end) per partition of the origin's replica topics,
+    and ``not_here``, the records counted there past what the local cluster holds."""
+    keys = {(tp.topic + replica_suffix, tp.partition) for tp in newest}
     keys |= {(tp.topic, tp.partition) for tp in origin_ends}
     points = []
     for topic, partition in sorted(keys):
-        destination = TopicPartition(topic[: -len(rules_suffix)], partition)
+        destination = TopicPartition(topic[: -len(replica_suffix)], partition)
         held = newest.get(destination)
         up_to = None if held is None else held.origin_offset + 1
         stamp = None if held is None else held.timestamp_ms
         age = None if stamp is None else max(0.0, (now_ms - stamp) / 1000)
-        bounds = origin_ends.get(TopicPartition(topic, partition))
-        end = missing = None
+        source = TopicPartition(topic, partition)
+        bounds = origin_ends.get(source)
+        end = missing = expired = None
         if bounds is not None:
             start, end = bounds
-            missing = max(0, end - max(start, up_to or 0))
+            missing = not_here.get(source, 0)
+            expired = 0 if up_to is None else max(0, start - up_to)
+        elif origin_error is None:
+            missing = expired = 0  # the origin answered without this partition: nothing to copy
         points.append(
-            RecoveryPoint(topic, partition, destination.topic, up_to, stamp, age, end, missing)
+            RecoveryPoint(
+                topic, partition, destination.topic, up_to, stamp, age, end, missing, expired
+            )
         )
     return RecoveryReport(origin, local, tuple(points), origin_error)
 
@@ -222,18 +261,43 @@ def _replica_plan(settings: Settings) -> FeedPlan:
 async def _origin_ends(
     settings: Settings, origin: str, plan: FeedPlan
 ) -> tuple[dict[TopicPartition, tuple[int, int]], str | None]:
-    """The origin's replica partitions and their bounds, or why it did not answer."""
+    """The origin's replica partitions and their bounds, or why they could not be read."""
     client = client_options(settings.clusters[origin], settings)
     try:
         async with asyncio.timeout(_ORIGIN_TIMEOUT_S):
             selection = await topic_selection(client, plan.rules)
             ranges = await snapshot(client, list(selection.replicated))
     except Exception as exc:  # any failure to read it is reported, not raised
-        error = translate(first_error(exc)) if not isinstance(exc, TimeoutError) else None
-        reason = said(error) if error is not None else f"no answer within {_ORIGIN_TIMEOUT_S:.0f}s"
-        where = settings.clusters[origin].bootstrap_servers
-        return {}, f"{origin} does not answer at {where}: {reason}"
+        return {}, _origin_failure(settings, origin, exc)
     return {tp: (int(start), int(end)) for tp, (start, end) in ranges.items()}, None
+
+
+def _origin_failure(settings: Settings, origin: str, exc: Exception) -> str:
+    where = settings.clusters[origin].bootstrap_servers
+    if isinstance(exc, TimeoutError):
+        return f"{origin} does not answer at {where} (no answer within {_ORIGIN_TIMEOUT_S:.0f}s)"
+    error = translate(first_error(exc))
+    if isinstance(error, ClusterUnavailable):
+        return f"{origin} does not answer at {where}: {said(error)}"
+    return f"{origin} could not be read at {where}: {said(error)}"
+
+
+async def _count_on_origin(
+    settings: Settings, origin: str, ranges: dict[TopicPartition, tuple[int, int]]
+) -> dict[TopicPartition, int]:
+    """The committed records in each range of the origin (as a leg reads them)."""
+    client = client_options(settings.clusters[origin], settings)
+    consumer = AIOKafkaConsumer(
+        **client,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+    )
+    try:
+        await consumer.start()
+        return await count_ranges(consumer, ranges, settings.request_timeout_ms / 1000)
+    finally:
+        await close_quietly(consumer.stop())
 
 
 async def _local_newest(
@@ -244,7 +308,8 @@ async def _local_newest(
     suffix = settings.replica_suffix
     timeout = settings.request_timeout_ms / 1000
     selection = await topic_selection(client, plan.rules)
-    consumer = AIOKafkaConsumer(**client, enable_auto_commit=False, auto_offset_reset="none")
+    # earliest: a window below a log start that retention just moved reads from the new start.
+    consumer = AIOKafkaConsumer(**client, enable_auto_commit=False, auto_offset_reset="earliest")
     try:
         await consumer.start()
         held = await cluster_partitions(consumer)
@@ -275,6 +340,13 @@ async def measure(settings: Settings, origin: str) -> RecoveryReport:
             where = settings.clusters[local].bootstrap_servers
             raise ClusterUnavailable(f"{local} does not answer at {where}: {error}") from exc
         raise error from exc
+    not_here: dict[TopicPartition, int] = {}
+    if origin_error is None:
+        ranges = still_to_count(settings.replica_suffix, origin_ends, newest)
+        try:
+            not_here = await _count_on_origin(settings, origin, ranges)
+        except Exception as exc:  # the origin went away between the two reads
+            origin_ends, origin_error = {}, _origin_failure(settings, origin, exc)
     now_ms = int(time.time() * 1000)
     return recovery_point(
         origin,
@@ -282,14 +354,16 @@ async def measure(settings: Settings, origin: str) -> RecoveryReport:
         settings.replica_suffix,
         origin_ends,
         newest,
+        not_here,
         now_ms,
         origin_error,
     )
 
 
 def rpo(settings: Settings, origin: str, as_json: bool, echo: Callable[[str], None] = print) -> int:
-    """Print the report; 0 when the origin answered (the counts are exact), 1 when it did not
-    or the local cluster could not be read."""
+    """Print the report; 0 when the origin answered and the local cluster holds every record it
+    took, 1 otherwise (records not here yet or lost, the origin unanswered, the local cluster
+    unread)."""
     try:
         report = asyncio.run(measure(settings, origin))
     except Exception as raised:
@@ -303,7 +377,7 @@ def rpo(settings: Settings, origin: str, as_json: bool, echo: Callable[[str], No
         print(json.dumps(report.shown()))
     else:
         _print(report)
-    return 0 if report.origin_error is None else 1
+    return 0 if report.complete else 1
 
 
 def _clock_time(stamp_ms: int | None) -> str:
@@ -323,6 +397,7 @@ def _print(report: RecoveryReport) -> None:
         "age",
         "log end",
         "not here",
+        "lost",
     ):
         table.add_column(column, justify="right")
     for p in report.points:
@@ -334,14 +409,22 @@ def _print(report: RecoveryReport) -> None:
             "-" if p.newest_age_s is None else f"{p.newest_age_s:.1f} s",
             "?" if p.origin_log_end is None else str(p.origin_log_end),
             "?" if p.missing is None else str(p.missing),
+            "?" if p.expired is None else str(p.expired),
         )
     print_table(Console(), table)
-    print(_verdict(report))
+    print(verdict(report))
 
 
-def _verdict(report: RecoveryReport) -> str:
+def verdict(report: RecoveryReport) -> str:
+    """The report's last line: what is known of the records of the origin not here."""
     origin, local = report.origin, report.local
     age = report.oldest_newest_age_s
+    lost = ""
+    if report.expired:
+        lost = (
+            f" {report.expired} records are lost: {origin}'s retention removed them before "
+            f"{local} had them."
+        )
     if report.origin_error is not None:
         newest = "" if age is None else f"; the newest record held is at most {age:.1f} s old"
         return (
@@ -350,10 +433,12 @@ def _verdict(report: RecoveryReport) -> str:
             "answers for the exact count."
         )
     missing = report.missing or 0
-    behind = sum(1 for p in report.points if p.missing)
     if not missing:
-        return f"{origin} answered: {local} holds every record of its replica topics."
+        if not report.expired:
+            return f"{origin} answered: {local} holds every record of its replica topics."
+        return f"{origin} answered: {local} holds every record it still has.{lost}"
+    behind = sum(1 for p in report.points if p.missing)
     return (
         f"{origin} answered: {missing} records of its replica topics ({behind} partitions) are "
-        f"not in {local} yet; {origin}'s replicator copies them when it runs."
+        f"not in {local} yet; {origin}'s replicator copies them when it runs.{lost}"
     )

@@ -2,7 +2,8 @@
 
 Log-end offsets are taken from fetch responses (the high watermark), never from ListOffsets
 alone, which some brokers answer wrongly after multi-record batches. Used to count and verify
-replicated data (the demo, the tests); not part of the replication data path.
+replicated data (the demo, the tests, ``replicator rpo``); not part of the replication data
+path.
 """
 
 from __future__ import annotations
@@ -154,3 +155,37 @@ async def read_ranges(
                 pending.discard(tp)
                 consumer.pause(tp)
     return found
+
+
+async def count_ranges(
+    consumer: AIOKafkaConsumer,
+    ranges: dict[TopicPartition, tuple[int, int]],
+    timeout: float = 30.0,
+) -> dict[TopicPartition, int]:
+    """How many records each partition holds in ``[start, end)``, as ``consumer`` reads them
+    (with ``isolation_level="read_committed"``: committed data only, no transaction marker or
+    aborted record), counted without keeping them; a range ends at the partition's last stable
+    offset (records of a transaction still open are not counted)."""
+    wanted = {tp: bounds for tp, bounds in ranges.items() if bounds[0] < bounds[1]}
+    counted = dict.fromkeys(ranges, 0)
+    if not wanted:
+        return counted
+    consumer.assign(list(wanted))
+    for tp, (start, _) in wanted.items():
+        consumer.seek(tp, start)
+    pending = set(wanted)
+    deadline = clock.monotonic() + timeout
+    while pending:
+        if clock.monotonic() > deadline:
+            raise TimeoutError(f"counting {len(pending)} partitions did not end in {timeout}s")
+        fetched = await consumer.getmany(*pending, timeout_ms=200)
+        for tp, batch in fetched.items():
+            end = wanted[tp][1]
+            counted[tp] += sum(1 for r in batch if r.offset < end)
+        for tp in list(pending):
+            stable = consumer.last_stable_offset(tp)
+            reached = await consumer.position(tp)
+            if reached >= wanted[tp][1] or (stable is not None and reached >= stable):
+                pending.discard(tp)
+                consumer.pause(tp)
+    return counted

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable
 
@@ -28,6 +29,7 @@ from tests.integration.harness import (
     holds,
     produce_records,
     read,
+    replicator_cli,
     replicator_env,
     start_clusters,
     wait_settled,
@@ -157,3 +159,41 @@ def test_only_committed_transactions_are_copied_and_open_ones_hold_back_what_fol
             stored = read(broker, "orders")
             assert len(stored) == 30, f"{alias}: {len(stored)} records, 30 committed"
         assert process.stop() == 0
+
+
+def test_the_recovery_point_counts_committed_records_not_offsets(replicators: Start) -> None:
+    """``replicator rpo`` counts what a leg copies: transaction markers and aborted records take
+    offsets in the origin but are never copied, so they are never "not here"; once the leg
+    copied the committed records, the copy is complete (exit 0), not missing a marker forever."""
+    with start_clusters("dc1", "dc2") as brokers:
+        dc1, dc2 = brokers["dc1"], brokers["dc2"]
+        for broker in brokers.values():
+            create_topics(broker, orders_REPLICA=1, orders=1)
+
+        async def publish() -> None:
+            producer = await transactional_producer(dc1, "rpo-orders")
+            try:
+                await in_transaction(producer, "orders_REPLICA", values("a", 5), 0, True)
+                await in_transaction(producer, "orders_REPLICA", values("b", 4), 0, False)
+                await in_transaction(producer, "orders_REPLICA", values("c", 3), 0, True)
+            finally:
+                await producer.stop()
+
+        asyncio.run(publish())  # 12 records and 3 markers: offsets 0-14, 8 committed records
+        env = replicator_env("dc2", brokers)
+        status, out, err = replicator_cli(env, "rpo", "--origin", "dc1", "--json")
+        assert status == 1, (out, err)
+        before = json.loads(out)
+        assert (before["missing"], before["expired"], before["complete"]) == (8, 0, False)
+        (point,) = before["partitions"]
+        assert (point["held_up_to"], point["origin_log_end"]) == (None, 15), point
+
+        node = replicators("dc1", replicator_env("dc1", brokers))
+        wait_until(holds(dc2, "orders", 8), 60, "the committed records in dc2", node.log)
+        wait_settled(node)
+        status, out, err = replicator_cli(env, "rpo", "--origin", "dc1", "--json")
+        after = json.loads(out)
+        assert status == 0 and after["complete"], (after, err)
+        # The last record copied is offset 13; the marker at 14 is not counted as missing.
+        assert after["partitions"][0]["held_up_to"] == 14, after
+        assert node.stop() == 0

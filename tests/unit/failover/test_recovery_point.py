@@ -17,6 +17,8 @@ from replicator.failover.recovery_point import (
     RecoveryReport,
     newest_of_origins,
     recovery_point,
+    still_to_count,
+    verdict,
 )
 from replicator.kafka.readers import StoredRecord
 from replicator.model.provenance import Tagger
@@ -118,10 +120,15 @@ def report(
     origin_ends: dict[TopicPartition, tuple[int, int]],
     origin_error: str | None = None,
 ) -> RecoveryReport:
-    return recovery_point("dc1", "dc2", "_REPLICA", origin_ends, newest_found, 10_000, origin_error)
+    """The report, the origin's records past what is held counted as if all were data."""
+    ranges = still_to_count("_REPLICA", origin_ends, newest_found)
+    not_here = {tp: end - start for tp, (start, end) in ranges.items()}
+    return recovery_point(
+        "dc1", "dc2", "_REPLICA", origin_ends, newest_found, not_here, 10_000, origin_error
+    )
 
 
-def test_what_the_origin_holds_past_the_newest_record_here_is_counted_exactly() -> None:
+def test_what_the_origin_holds_past_the_newest_record_here_is_counted() -> None:
     replica = TopicPartition("orders_REPLICA", 0)
     made = report({ORDERS: Newest(149, 4_000, 300)}, {replica: (0, 200)})
     (point,) = made.points
@@ -131,29 +138,63 @@ def test_what_the_origin_holds_past_the_newest_record_here_is_counted_exactly() 
         150,
     )
     assert (point.origin_log_end, point.missing, point.newest_age_s) == (200, 50, 6.0)
-    assert made.missing == 50
+    assert (made.missing, made.expired, made.complete) == (50, 0, False)
+    assert verdict(made) == (
+        "dc1 answered: 50 records of its replica topics (1 partitions) are not in dc2 yet; "
+        "dc1's replicator copies them when it runs."
+    )
+
+
+def test_the_count_is_of_what_the_origin_read_says_not_of_offsets() -> None:
+    # Transaction markers and aborted records take offsets but are never copied: the count
+    # read on the origin (committed data only) is what is missing, not the offsets.
+    replica = TopicPartition("orders_REPLICA", 0)
+    held = {ORDERS: Newest(149, 4_000, 300)}
+    assert still_to_count("_REPLICA", {replica: (0, 200)}, held) == {replica: (150, 200)}
+    made = recovery_point(
+        "dc1", "dc2", "_REPLICA", {replica: (0, 200)}, held, {replica: 0}, 0, None
+    )
+    assert (made.missing, made.complete) == (0, True)
+    assert verdict(made) == "dc1 answered: dc2 holds every record of its replica topics."
 
 
 def test_an_origin_that_does_not_answer_leaves_the_count_unknown_and_says_the_age() -> None:
     made = report({ORDERS: Newest(149, 4_000, 300)}, {}, origin_error="dc1 does not answer")
     (point,) = made.points
     assert (point.held_up_to, point.origin_log_end, point.missing) == (150, None, None)
-    assert made.missing is None
+    assert (made.missing, made.complete) == (None, False)
     assert made.oldest_newest_age_s == 6.0
+    assert verdict(made).startswith("dc1 does not answer. dc2 holds dc1's records below")
+    assert "at most 6.0 s old" in verdict(made)
 
 
 def test_nothing_held_here_counts_the_whole_origin_log_from_its_start() -> None:
     replica = TopicPartition("orders_REPLICA", 1)
     only_there = TopicPartition("refunds_REPLICA", 0)  # its destination topic is not here at all
     made = report({TopicPartition("orders", 1): None}, {replica: (40, 100), only_there: (0, 7)})
-    assert [(p.topic, p.partition, p.held_up_to, p.missing) for p in made.points] == [
-        ("orders_REPLICA", 1, None, 60),
-        ("refunds_REPLICA", 0, None, 7),
+    assert [(p.topic, p.partition, p.held_up_to, p.missing, p.expired) for p in made.points] == [
+        ("orders_REPLICA", 1, None, 60, 0),
+        ("refunds_REPLICA", 0, None, 7, 0),
     ]
     assert made.missing == 67
 
 
-def test_a_copy_below_the_origin_log_start_counts_only_what_the_origin_still_holds() -> None:
+def test_records_the_origin_no_longer_holds_and_that_never_arrived_are_lost() -> None:
+    # Held here up to offset 10; the origin's retention removed everything below 500.
     replica = TopicPartition("orders_REPLICA", 0)
     made = report({ORDERS: Newest(9, 4_000, 10)}, {replica: (500, 520)})
-    assert made.points[0].missing == 20
+    (point,) = made.points
+    assert (point.missing, point.expired) == (20, 490)
+    assert (made.expired, made.complete) == (490, False)
+    assert verdict(made).endswith(
+        "490 records are lost: dc1's retention removed them before dc2 had them."
+    )
+    caught_up = recovery_point(
+        "dc1", "dc2", "_REPLICA", {replica: (500, 520)}, {ORDERS: Newest(519, 0, 1)}, {}, 0, None
+    )
+    assert (caught_up.missing, caught_up.expired, caught_up.complete) == (0, 0, True)
+
+
+def test_a_partition_the_answering_origin_lacks_has_nothing_missing() -> None:
+    made = report({ORDERS: Newest(9, 4_000, 10)}, {})
+    assert (made.points[0].missing, made.missing, made.complete) == (0, 0, True)
