@@ -22,6 +22,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +33,13 @@ UPDATE = os.environ.get("REPLICATOR_UPDATE_SAMPLES") == "1"
 
 
 def words(text: str) -> list[str]:
-    """The words of an output in order, numbers (counts, offsets, ports, times) as ``N`` and
-    paths as ``PATH``; a table's borders and padding, which follow the numbers' widths, drop."""
-    text = re.sub(r"/tmp/\S+", "PATH", text)
+    """The words of an output in order, numbers (counts, offsets, ports, times, ranges such as
+    ``4-6``) as ``N`` and temporary paths as ``PATH``; a table's borders and padding, which
+    follow the numbers' widths, drop."""
+    for scratch in {"/tmp/", tempfile.gettempdir().rstrip("/") + "/"}:
+        text = re.sub(re.escape(scratch) + r"\S+", "PATH", text)
     text = re.sub(r"\d+", "N", text)
+    text = re.sub(r"\bN(?:[-.:]N)+\b", "N", text)
     return re.findall(r"[A-Za-z_][\w.\-/>]*", text)
 
 
@@ -51,9 +55,11 @@ def key_paths(value: Any, prefix: str = "") -> set[str]:
     return {prefix}
 
 
-def matches(sample: Path, output: str, shape: bool = True) -> None:
-    """``output`` has the shape of the kept ``sample`` (written instead with UPDATE); without
-    ``shape`` (an output whose lines follow timing), the caller checks what matters in it."""
+def matches(sample: Path, output: str, shape: bool = True, ignore: str | None = None) -> None:
+    """``output`` has the shape of the kept ``sample`` (written instead with UPDATE), parts
+    matching the regex ``ignore`` (an error's wording, which depends on how a connection
+    failed) left out of both; without ``shape`` (an output whose lines follow timing), the
+    caller checks what matters in it."""
     if UPDATE:
         sample.parent.mkdir(exist_ok=True)
         sample.write_text(output)
@@ -64,8 +70,12 @@ def matches(sample: Path, output: str, shape: bool = True) -> None:
     kept = sample.read_text()
     if sample.suffix == ".json":
         assert key_paths(json.loads(output)) == key_paths(json.loads(kept)), sample.name
+        return
+    if ignore is not None:
+        output_, kept = re.sub(ignore, "", output), re.sub(ignore, "", kept)
     else:
-        assert words(output) == words(kept), f"{sample.name} changed:\n{output}"
+        output_ = output
+    assert words(output_) == words(kept), f"{sample.name} changed:\n{output}"
 
 
 @dataclass(frozen=True)
@@ -114,18 +124,19 @@ def runbook(page: Path, name: str) -> list[Step]:
                 steps.append(Step(number, title, tuple(blocks)))
             number, title, blocks = int(step[1]), step[2].rstrip(".,"), []
         fence = _FENCE.match(line)
-        if fence and fence[1] == "sh":
-            where = _TITLE.search(fence[2])
-            body: list[str] = []
-            i += 1
-            while not _FENCE.match(lines[i]):
-                body.append(lines[i].strip())
-                i += 1
-            blocks.append(Block(where[1] if where else "", _commands(body)))
-        elif fence:  # another block (an output): skipped whole
-            i += 1
-            while not _FENCE.match(lines[i]):
-                i += 1
+        if fence:
+            assert fence[1] not in ("bash", "shell", "console", "shell-session"), (
+                f"{page.name}:{i + 1}: a runbook's commands go in ```sh blocks"
+            )
+            end = next((j for j in range(i + 1, len(lines)) if _FENCE.match(lines[j])), None)
+            assert end is not None, f"{page.name}:{i + 1}: a block that never ends"
+            body = [text.strip() for text in lines[i + 1 : end]]
+            if fence[1] == "sh":  # another block (an output) is skipped whole
+                assert number, f"{page.name}:{i + 1}: commands before step 1"
+                where = _TITLE.search(fence[2])
+                assert where, f'{page.name}:{i + 1}: a block without title="beside ..."'
+                blocks.append(Block(where[1], _commands(body)))
+            i = end
         i += 1
     if number:
         steps.append(Step(number, title, tuple(blocks)))
