@@ -8,6 +8,7 @@ path.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -132,28 +133,10 @@ async def read_ranges(
 
     A range past what the partition holds ends at its high watermark (control records and
     aborted records are never handed over, so fewer records than offsets may come back)."""
-    wanted = {tp: bounds for tp, bounds in ranges.items() if bounds[0] < bounds[1]}
     found: dict[TopicPartition, list[StoredRecord]] = {tp: [] for tp in ranges}
-    if not wanted:
-        return found
-    consumer.assign(list(wanted))
-    for tp, (start, _) in wanted.items():
-        consumer.seek(tp, start)
-    pending = set(wanted)
-    deadline = clock.monotonic() + timeout
-    while pending:
-        if clock.monotonic() > deadline:
-            raise TimeoutError(f"reading {len(pending)} partitions did not end in {timeout}s")
-        fetched = await consumer.getmany(*pending, timeout_ms=200)
-        for tp, batch in fetched.items():
-            end = wanted[tp][1]
-            found[tp].extend(StoredRecord.of(r, tp) for r in batch if r.offset < end)
-        for tp in list(pending):
-            high = consumer.highwater(tp)
-            reached = await consumer.position(tp)
-            if reached >= wanted[tp][1] or (high is not None and reached >= high):
-                pending.discard(tp)
-                consumer.pause(tp)
+    batches = _in_ranges(consumer, ranges, timeout, consumer.highwater, "reading")
+    async for tp, batch in batches:
+        found[tp].extend(StoredRecord.of(r, tp) for r in batch)
     return found
 
 
@@ -166,10 +149,26 @@ async def count_ranges(
     (with ``isolation_level="read_committed"``: committed data only, no transaction marker or
     aborted record), counted without keeping them; a range ends at the partition's last stable
     offset (records of a transaction still open are not counted)."""
-    wanted = {tp: bounds for tp, bounds in ranges.items() if bounds[0] < bounds[1]}
     counted = dict.fromkeys(ranges, 0)
+    batches = _in_ranges(consumer, ranges, timeout, consumer.last_stable_offset, "counting")
+    async for tp, batch in batches:
+        counted[tp] += len(batch)
+    return counted
+
+
+async def _in_ranges(
+    consumer: AIOKafkaConsumer,
+    ranges: dict[TopicPartition, tuple[int, int]],
+    timeout: float,
+    log_end: Callable[[TopicPartition], int | None],
+    doing: str,
+) -> AsyncIterator[tuple[TopicPartition, list[ConsumerRecord[bytes, bytes]]]]:
+    """Each fetched batch of the records in ``[start, end)`` of every partition, all assigned at
+    once to one started consumer of no group; a partition is done at its range's end or at
+    ``log_end`` (as the fetch answers give it), whichever comes first."""
+    wanted = {tp: bounds for tp, bounds in ranges.items() if bounds[0] < bounds[1]}
     if not wanted:
-        return counted
+        return
     consumer.assign(list(wanted))
     for tp, (start, _) in wanted.items():
         consumer.seek(tp, start)
@@ -177,15 +176,14 @@ async def count_ranges(
     deadline = clock.monotonic() + timeout
     while pending:
         if clock.monotonic() > deadline:
-            raise TimeoutError(f"counting {len(pending)} partitions did not end in {timeout}s")
+            raise TimeoutError(f"{doing} {len(pending)} partitions did not end in {timeout}s")
         fetched = await consumer.getmany(*pending, timeout_ms=200)
         for tp, batch in fetched.items():
             end = wanted[tp][1]
-            counted[tp] += sum(1 for r in batch if r.offset < end)
+            yield tp, [r for r in batch if r.offset < end]
         for tp in list(pending):
-            stable = consumer.last_stable_offset(tp)
+            last = log_end(tp)
             reached = await consumer.position(tp)
-            if reached >= wanted[tp][1] or (stable is not None and reached >= stable):
+            if reached >= wanted[tp][1] or (last is not None and reached >= last):
                 pending.discard(tp)
                 consumer.pause(tp)
-    return counted
