@@ -93,7 +93,7 @@ async def plan_failover(settings: Settings, request: FailoverRequest) -> Failove
     try:
         kept = await read_latest(settings, source, target, timeout * 3, [group])
     except Exception as exc:  # the first contact with the target: say which cluster
-        raise _unreachable(exc, settings, target) from exc
+        raise unreachable(exc, settings, target) from exc
     checkpoints = kept.checkpoints.get(group, {})
     jobs, unmoved, source_error = await _source_jobs(
         settings, request, translator, checkpoints, kept.handovers
@@ -204,19 +204,19 @@ async def _in_target(
     except FailoverRefused:
         raise
     except Exception as exc:
-        raise _unreachable(exc, settings, target) from exc
+        raise unreachable(exc, settings, target) from exc
     finally:
         await close_quietly(reader.stop())
         await client.close()
 
 
-def _unreachable(exc: Exception, settings: Settings, cluster: str) -> ReplicatorError:
+def unreachable(exc: BaseException, settings: Settings, cluster: str) -> ReplicatorError:
     """``exc`` as the error tree has it, naming ``cluster`` and its address when it did not
-    answer (the address holds no secret)."""
+    answer (the address holds no secret); used by ``failover`` and ``rpo``."""
     error = exc if isinstance(exc, ReplicatorError) else translate(first_error(exc))
     if isinstance(error, ClusterUnavailable):
         where = settings.clusters[cluster].bootstrap_servers
-        return ClusterUnavailable(f"{cluster} does not answer at {where}: {error}")
+        return ClusterUnavailable(f"{cluster} does not answer at {where}: {said(error)}")
     return error
 
 

@@ -32,10 +32,11 @@ from rich.table import Table
 
 from replicator.config.settings import Settings
 from replicator.config.topology import REPLICA_FEED, FeedPlan, feeds_for
-from replicator.errors import ClusterUnavailable, ConfigError, ReplicatorError, first_error
+from replicator.errors import ClusterUnavailable, ConfigError
+from replicator.failover.plan import unreachable
 from replicator.kafka.clients import client_options
 from replicator.kafka.readers import StoredRecord, cluster_partitions, count_ranges, read_ranges
-from replicator.kafka.translation import said, translate
+from replicator.kafka.translation import said
 from replicator.lifecycle import close_quietly
 from replicator.model.provenance import Tagger
 from replicator.telemetry.logs import print_table
@@ -90,7 +91,7 @@ async def newest_of_origins(
             read_so_far[tp] += len(batch)
             best = _highest(batch, origins[tp])
             if best is not None:
-                found[tp] = Newest(best.offset_in_origin, best.timestamp_ms, read_so_far[tp])
+                found[tp] = Newest(*best, read_so_far[tp])
                 del pending[tp]
             elif begin <= bounds[tp][0]:
                 del pending[tp]
@@ -100,18 +101,13 @@ async def newest_of_origins(
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class _Found:
-    offset_in_origin: int
-    timestamp_ms: int
-
-
-def _highest(records: list[StoredRecord], origin: Tagger) -> _Found | None:
-    best: _Found | None = None
+def _highest(records: list[StoredRecord], origin: Tagger) -> tuple[int, int] | None:
+    """The highest origin offset among ``records`` of ``origin``, and that record's timestamp."""
+    best: tuple[int, int] | None = None
     for record in records:
         offset = origin.origin_offset(record.headers)
-        if offset is not None and (best is None or offset > best.offset_in_origin):
-            best = _Found(offset, record.timestamp)
+        if offset is not None and (best is None or offset > best[0]):
+            best = (offset, record.timestamp)
     return best
 
 
@@ -276,9 +272,9 @@ def _origin_failure(settings: Settings, origin: str, exc: Exception) -> str:
     where = settings.clusters[origin].bootstrap_servers
     if isinstance(exc, TimeoutError):
         return f"{origin} does not answer at {where} (no answer within {_ORIGIN_TIMEOUT_S:.0f}s)"
-    error = translate(first_error(exc))
-    if isinstance(error, ClusterUnavailable):
-        return f"{origin} does not answer at {where}: {said(error)}"
+    error = unreachable(exc, settings, origin)
+    if isinstance(error, ClusterUnavailable):  # it names the cluster and its address
+        return str(error)
     return f"{origin} could not be read at {where}: {said(error)}"
 
 
@@ -326,20 +322,14 @@ async def _local_newest(
 
 
 async def measure(settings: Settings, origin: str) -> RecoveryReport:
-    """Read both clusters and make the report; :class:`ReplicatorError` if the local one fails."""
+    """Read both clusters and make the report; a :class:`~replicator.errors.ReplicatorError`
+    naming the local cluster if it cannot be read."""
     plan = _replica_plan(settings)
     origin_ends, origin_error = await _origin_ends(settings, origin, plan)
     try:
         newest = await _local_newest(settings, origin, plan, list(origin_ends))
-    except ReplicatorError:
-        raise
     except Exception as exc:
-        error = translate(first_error(exc))
-        if isinstance(error, ClusterUnavailable):
-            local = settings.local_cluster
-            where = settings.clusters[local].bootstrap_servers
-            raise ClusterUnavailable(f"{local} does not answer at {where}: {error}") from exc
-        raise error from exc
+        raise unreachable(exc, settings, settings.local_cluster) from exc
     not_here: dict[TopicPartition, int] = {}
     if origin_error is None:
         ranges = still_to_count(settings.replica_suffix, origin_ends, newest)

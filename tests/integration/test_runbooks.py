@@ -71,9 +71,10 @@ def held(broker: Broker) -> Counter[Identity]:
     return found
 
 
-def read_by_group(broker: Broker, group: str) -> list[Identity]:
+def read_by_group(broker: Broker, group: str, upto: dict[int, int] | None = None) -> list[Identity]:
+    """What ``group`` reads of ``orders`` from its position (up to ``upto``), by origin."""
     found = []
-    for record in consume(broker, "orders", group):
+    for record in consume(broker, "orders", group, upto):
         tag = record.provenance
         assert tag is not None
         found.append((tag.cluster, tag.partition, tag.offset))
@@ -148,11 +149,7 @@ def test_losing_a_datacenter_and_coming_back_as_the_runbooks_say(
         sent += identities(produce(dc2_kafka, "orders_REPLICA", 300, PARTITIONS), "dc2")
         for broker in brokers.values():
             wait_until(holds(broker, "orders", 600), 60, f"orders in {broker.alias}")
-        in_dc1 = [
-            (t.cluster, t.partition, t.offset)
-            for r in consume(dc1_kafka, "orders", "billing", {0: 150, 1: 90, 2: 200})
-            if (t := r.provenance) is not None
-        ]
+        in_dc1 = read_by_group(dc1_kafka, "billing", {0: 150, 1: 90, 2: 200})
         read_at = time.time()
 
         def checkpointed() -> bool:
@@ -165,11 +162,7 @@ def test_losing_a_datacenter_and_coming_back_as_the_runbooks_say(
         # The loss: dc1's replicator stops (no checkpoint after this), billing reads on in dc1
         # (70 records it will read again in dc2), 120 records are not copied out, dc1 is gone.
         running["dc1"].kill()
-        after_checkpoint = [
-            (t.cluster, t.partition, t.offset)
-            for r in consume(dc1_kafka, "orders", "billing", {0: 190, 1: 120, 2: 200})
-            if (t := r.provenance) is not None
-        ]
+        after_checkpoint = read_by_group(dc1_kafka, "billing", {0: 190, 1: 120, 2: 200})
         assert len(after_checkpoint) == 70
         in_dc1 += after_checkpoint
         stranded = identities(
