@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault_figures import FAULT_FIGURES, FaultFigures
+from tests.fault_figures import FAULT_FIGURES, FaultFigures, summary_lines
 
 INTEGRATION = Path(__file__).parent / "integration"
 
@@ -33,17 +33,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     ]
     if not figures:
         return
-    write = terminalreporter.write_line
     terminalreporter.section("fault scenarios")
-    write(f"{'scenario':44} {'records':>8} {'lost':>5} {'dups':>5} {'RSS MB':>7}  recovery")
-    for f in figures:
-        write(
-            f"{f.scenario:44} {f.source_records:>8} {f.lost:>5} {f.duplicates:>5} "
-            f"{f.peak_rss_mb:>7.0f}  {f.recovery_s}"
-        )
-    write(
-        f"{len(figures)} scenarios, {sum(f.source_records for f in figures)} records, "
-        f"{sum(f.lost for f in figures)} lost, "
-        f"{sum(f.duplicates for f in figures)} duplicates, "
-        f"max RSS {max(f.peak_rss_mb for f in figures):.0f} MB"
-    )
+    for line in summary_lines(figures):
+        terminalreporter.write_line(line)

@@ -122,8 +122,8 @@ def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
         wait_until(lambda: bool(attempt_lines()), 30, "a first attempt on dc3", dc1.log)
         watch_ends = time.monotonic() + _WATCH_S + _LOG_SLACK_S
         refused_before = dc3.refusals()
-        produce(brokers["dc1"], "orders_REPLICA", 100, partitions=1)
-        wait_until(holds(brokers["dc1"], "orders", 100), 60, "the local leg", dc1.log)
+        sent = produce(brokers["dc1"], "orders_REPLICA", 100, partitions=1)
+        wait_until(holds(brokers["dc1"], "orders", len(sent)), 60, "the local leg", dc1.log)
 
         def dc3_reported() -> bool:
             status, body = dc1.get("/readyz")
@@ -133,6 +133,10 @@ def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
 
         wait_until(dc3_reported, 30, "/readyz reporting dc3's refusal", dc1.log)
         time.sleep(max(0.0, watch_ends - time.monotonic()))
+        # dc1's own leg, read back after the watch: every record once, in order.
+        local = oracle(
+            read(brokers["dc1"], "orders_REPLICA"), read(brokers["dc1"], "orders"), "dc1"
+        )
         attempts = attempt_lines()
         refused_after = dc3.refusals()
         surfaces = {
@@ -144,6 +148,8 @@ def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
         rss = peak_rss_mb(dc1)
         assert dc1.stop() == 0
         surfaces["log"] = dc1.log_path.read_text(errors="replace")
+    assert local.source_records == len(sent), local
+    assert not local.missing and not local.duplicates and not local.out_of_order, local
     for name, text in surfaces.items():
         assert CANARY not in text, f"the secret leaked into {name}"
     assert "dc3" in surfaces["/status"]
@@ -163,7 +169,10 @@ def test_wrong_credentials_are_reported_clearly_without_a_retry_storm_or_a_leak(
         assert refused <= _REFUSALS_MAX, f"dc3 refused {refused} logins in {_WATCH_S} s"
         figure += f", {refused} logins refused by dc3"
     print(f"wrong credentials: {figure}")
-    FAULT_SUMMARY.append(FaultFigures("wrong credentials (dc3)", 100, 0, 0, rss, figure))
+    # dc3 refuses every login, so it holds nothing by design: the row is dc1's own leg.
+    FAULT_SUMMARY.append(
+        FaultFigures.measured("wrong credentials (dc3), dc1 leg", [local], rss, figure)
+    )
 
 
 async def _produce_with_one_large_record(broker: Broker) -> None:
@@ -227,6 +236,11 @@ def test_a_record_too_large_for_the_destination_follows_the_policy(
             assert "max.message.bytes" in reason["reason"], reason
             # Everything before the large record is committed; nothing from it on.
             wait_until(lambda: halted()[0]["committed_offset"] == 50, 10, "the commit", dc1.log)
+            held_at = halted()[0]["committed_offset"]
+            accounted = {
+                (r.partition, r.offset) for r in source if r.partition == 1 and r.offset >= held_at
+            }
+            outcome = f"{len(accounted)} held at partition 1 from offset {held_at}"
         else:
             wait_until(holds(remote, "orders", 299), 60, "dc2 without the large record")
             report = oracle(source, read(remote, "orders"), "dc1")
@@ -245,12 +259,29 @@ def test_a_record_too_large_for_the_destination_follows_the_policy(
             assert b"max.message.bytes" in (headers["replicator-dead-letter-reason"] or b"")
             assert dc1.metric("replicator_records_dead_lettered_total", leg="dc1->dc2") == 1
             dc1.wait_ready(timeout=30)
+            accounted = {(provenance.partition, provenance.offset)}
+            outcome = f"{len(accounted)} parked, went on"
         assert dc1.metric("replicator_send_errors_total", error="RecordTooLarge") == 1
-        assert oracle(source, read(local, "orders"), "dc1").missing == []
-        outcome = "partition 1 held at offset 50" if policy == "halt" else "parked, went on"
+        # Read back at the end: dc1 holds every record once, in order; dc2 every record once
+        # but those the policy accounts for (held from the large record on, or parked).
+        local_report = oracle(source, read(local, "orders"), "dc1")
+        remote_report = oracle(source, read(remote, "orders"), "dc1")
+        unaccounted = sorted(set(remote_report.missing) - accounted)
+        duplicates = local_report.duplicates + remote_report.duplicates
         FAULT_SUMMARY.append(
-            FaultFigures(f"record too large, policy {policy}", 300, 0, 0, peak_rss_mb(dc1), outcome)
+            FaultFigures(
+                f"record too large, policy {policy}",
+                local_report.source_records,
+                len(local_report.missing) + len(unaccounted),
+                duplicates,
+                peak_rss_mb(dc1),
+                outcome,
+            )
         )
+        assert not local_report.missing and not local_report.out_of_order, local_report
+        assert not unaccounted, f"missing on dc2, neither held nor parked: {unaccounted}"
+        assert not remote_report.out_of_order, remote_report
+        assert duplicates == 0, f"dc1: {local_report}; dc2: {remote_report}"
         assert dc1.stop() == 0
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import defaultdict
 from typing import Any
 
 import pytest
@@ -31,6 +30,7 @@ from tests.fault_figures import FAULT_SUMMARY, FaultFigures
 from tests.integration.harness import (
     BACKEND,
     Broker,
+    Oracle,
     ReplicatorProcess,
     Sent,
     Start,
@@ -90,36 +90,35 @@ def recreate(broker: Broker, topic: str, partitions: int) -> None:
     run(_recreate(broker.bootstrap_servers, topic, partitions))
 
 
-def new_records_in_order(destination: Broker, sent: list[Sent], tag: str) -> tuple[int, int]:
-    """Each record of the recreated topic arrived once, in order: (delivered, duplicates)."""
-    wanted: dict[int, list[bytes | None]] = defaultdict(list)
-    for record in sent:
-        wanted[record.partition].append(record.value)
-    got: dict[int, list[bytes | None]] = defaultdict(list)
-    for record in read(destination, "orders"):
-        if record.value is not None and tag.encode() in record.value:
-            got[record.partition].append(record.value)
-    assert dict(got) == dict(wanted), f"{destination.alias}: new records differ"
-    return sum(len(v) for v in got.values()), 0
+def recreated_reports(destination: Broker, old: list[Sent], new: list[Sent]) -> list[Oracle]:
+    """``destination``'s ``orders`` compared with the records of the old topic and with those
+    of the recreated one (both number their offsets from 0: the copies are told apart by the
+    tag their values carry), record by record: one report for each."""
+    copies = read(destination, "orders")
+    return [
+        oracle(sent, [r for r in copies if r.value is not None and tag in r.value], "dc1")
+        for sent, tag in ((old, b"-old-"), (new, b"-new-"))
+    ]
 
 
 def replicated_then_recreated(
     replicators: Start, brokers: dict[str, Broker], **settings: str
-) -> tuple[ReplicatorProcess, list[Sent], float, int]:
+) -> tuple[ReplicatorProcess, list[Sent], list[Sent], float, int]:
     """Replicate 1,500 records, recreate ``orders_REPLICA``, write 300 new ones to it; the
-    replicator, when the topic was recreated, and how far its log had got then (bytes)."""
+    replicator, the old and the new records, when the topic was recreated, and how far its log
+    had got then (bytes)."""
     local = brokers["dc1"]
     create_topics(local, orders_REPLICA=3)
     dc1 = replicators("dc1", replicator_env("dc1", brokers, **settings))
     dc1.wait_ready()
-    produce(local, "orders_REPLICA", 1500, partitions=3, tag="-old")
+    old = produce(local, "orders_REPLICA", 1500, partitions=3, tag="-old")
     for broker in brokers.values():
         wait_until(holds(broker, "orders", 1500), 60, f"first records on {broker.alias}", dc1.log)
     wait_settled(dc1)  # the offsets of the old topic are committed
     logged = dc1.log_path.stat().st_size
     recreate(local, "orders_REPLICA", 3)
     sent = produce(local, "orders_REPLICA", 300, partitions=3, tag="-new")
-    return dc1, sent, time.monotonic(), logged
+    return dc1, old, sent, time.monotonic(), logged
 
 
 def events_since(process: ReplicatorProcess, offset: int) -> list[dict[str, Any]]:
@@ -147,14 +146,17 @@ def test_source_topic_recreated_is_detected_and_replicated_from_its_start(
     """
     legs = ("dc1->dc1", "dc1->dc2")
     with start_clusters("dc1", "dc2") as brokers:
-        dc1, sent, recreated_at, logged = replicated_then_recreated(replicators, brokers)
+        dc1, old, sent, recreated_at, logged = replicated_then_recreated(replicators, brokers)
+        total = len(old) + len(sent)
         for broker in brokers.values():
-            wait_until(holds(broker, "orders", 1800), 60, f"new records on {broker.alias}", dc1.log)
+            wait_until(
+                holds(broker, "orders", total), 60, f"new records on {broker.alias}", dc1.log
+            )
         recovery = time.monotonic() - recreated_at
-        delivered = [new_records_in_order(broker, sent, "-new")[0] for broker in brokers.values()]
-        assert delivered == [300, 300]
-        assert [count(b, "orders") for b in brokers.values()] == [1800, 1800]
         dc1.wait_ready(timeout=30)
+        wait_settled(dc1)  # anything written twice would have arrived
+        reports = {alias: recreated_reports(b, old, sent) for alias, b in brokers.items()}
+        measured = [report for both in reports.values() for report in both]
         resets = {
             leg: dc1.metric("replicator_offset_resets_total", leg=leg, reason="beyond_log_end")
             for leg in legs
@@ -181,19 +183,26 @@ def test_source_topic_recreated_is_detected_and_replicated_from_its_start(
             assert started_afresh == set(legs), f"not started afresh: {started_afresh}"
             assert shown == {leg: set() for leg in legs}, shown
         print(
-            f"source topic recreated ({seen_as}): 300 new records on both clusters after "
-            f"{recovery:.1f} s"
+            f"source topic recreated ({seen_as}): {len(sent)} new records on both clusters "
+            f"after {recovery:.1f} s: {reports}"
         )
         FAULT_SUMMARY.append(
             FaultFigures(
                 "source topic deleted and recreated",
-                1800,
-                0,
-                0,
+                total,
+                sum(len(r.missing) for r in measured),
+                sum(r.duplicates for r in measured),
                 peak_rss_mb(dc1),
                 f"{recovery:.1f} s ({seen_as})",
             )
         )
+        # Each record of the old topic and of the new one once on both clusters, in order.
+        for alias, (old_report, new_report) in reports.items():
+            for report in (old_report, new_report):
+                assert not report.missing and not report.out_of_order, f"{alias}: {report}"
+                assert not report.duplicates, f"{alias}: {report}"
+            assert (old_report.delivered, new_report.delivered) == (len(old), len(sent))
+            assert count(brokers[alias], "orders") == total, f"{alias}: records not told apart"
         assert dc1.stop() == 0
 
 
@@ -238,16 +247,36 @@ def test_committed_offset_beyond_the_log_end_follows_the_policy(
         assert resets == 3, dc1.log()
         assert replayed == 0, dc1.log()
         assert [r["position"] for r in legs["dc1->dc2"]["offset_resets"]] == [1000] * 3
+        # Read back: dc1 holds every record once, in order; so does dc2 under ``earliest``,
+        # and under ``halt`` it lacks exactly the records of the partitions it reports halted.
+        local_report = oracle(sent, read(local, "orders"), "dc1")
+        remote_report = oracle(sent, read(brokers["dc2"], "orders"), "dc1")
+        halted = {
+            p["partition"]
+            for leg in dc1.get("/status?state=halted")[1]["legs"]
+            if leg["leg"] == "dc1->dc2"
+            for p in leg["partitions"]
+        }
+        unaccounted = [m for m in remote_report.missing if m[0] not in halted]
+        if policy == "earliest":
+            outcome = "replicated from log start"
+        else:
+            outcome = f"{len(remote_report.missing)} held in {len(halted)} halted partitions"
         FAULT_SUMMARY.append(
             FaultFigures(
                 f"committed offset beyond log end, {policy}",
-                300,
-                0,
-                0,
+                local_report.source_records,
+                len(local_report.missing) + len(unaccounted),
+                local_report.duplicates + remote_report.duplicates,
                 peak_rss_mb(dc1),
-                "replicated from log start" if policy == "earliest" else "halted, reported",
+                outcome,
             )
         )
+        assert not local_report.missing and not local_report.out_of_order, local_report
+        assert not local_report.duplicates, local_report
+        assert halted == (set() if policy == "earliest" else {0, 1, 2}), halted
+        assert not unaccounted and not remote_report.out_of_order, remote_report
+        assert not remote_report.duplicates, remote_report
         assert dc1.stop() == 0
 
 
