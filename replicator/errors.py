@@ -29,6 +29,11 @@ attempt may succeed later without anyone changing anything::
                               written; the topic is prepared again, then the partition resumes
         ProducerStateLost     the destination lost the idempotent producer's state (restored
                               without its data): nothing was written; the partition resumes
+        OwnershipUnsure       the member's group lease ran out before the batch went out (its
+                              heartbeats unanswered or refused): nothing was written; the
+                              partition resumes from the destination while it still owns it
+      InstanceFenced          another process joined the source group under this instance's
+                              id (REPLICATOR_INSTANCE_ID): this one stops writing; no
       KafkaFailure            any other client error; per instance, the client's own flag
       Unanswered              a coalesced request's answer left out a key it was asked (a bug in
                               the batch function); no
@@ -150,6 +155,19 @@ class ProducerStateLost(OutcomeUnknown):
     """The destination no longer knows the idempotent producer (``UnknownProducerId``,
     ``OutOfOrderSequenceNumber``: a broker restored without its data): nothing was written; the
     producer takes a new id and the partition resumes from the destination."""
+
+
+class OwnershipUnsure(OutcomeUnknown):
+    """The member's group lease ran out before the batch was handed to the network (its
+    heartbeats went unanswered or were refused: frozen, cut off from the source, its loop
+    blocked): nothing was written. The partition resumes from the destination if the member
+    still owns it; if it lost it, the new owner does (:mod:`replicator.kafka.membership`)."""
+
+
+class InstanceFenced(ReplicatorError):
+    """Another process joined the source cluster's group under this instance's id
+    (``REPLICATOR_INSTANCE_ID``, or the platform's ``HOSTNAME``): this one never writes again,
+    so two processes of one identity are never two writers."""
 
 
 class KafkaFailure(ReplicatorError):

@@ -18,6 +18,9 @@ from replicator.config.settings import Settings
 from replicator.errors import ConfigError
 
 EXIT_CONFIG = 2
+# Another process joined the source group under this replica's instance id: this one stopped
+# writing and exits (a supervisor that restarts it makes it take the identity back in turn).
+EXIT_FENCED = 3
 
 # The optional parts of the product: the modules each needs.
 EXTRAS = {

@@ -22,6 +22,7 @@ from typer.core import TyperCommand
 from replicator.cli import helptext, jobs
 from replicator.cli.arguments import (
     EXIT_CONFIG,
+    EXIT_FENCED,
     MirrorMakerLine,
     Mm2File,
     configuration,
@@ -30,7 +31,7 @@ from replicator.cli.arguments import (
     real_topic_names,
 )
 from replicator.config.settings import Settings
-from replicator.errors import ConfigError
+from replicator.errors import ConfigError, InstanceFenced
 
 if TYPE_CHECKING:
     from replicator.mirrormaker import Translation
@@ -107,9 +108,25 @@ def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
     except ConfigError as exc:  # found at start-up, e.g. an HTTP port that cannot be bound
         typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
-    except BaseException:  # a crashed task stops the service loudly, with its traceback
+    except BaseException as exc:  # a crashed task stops the service loudly, with its traceback
+        fenced = _fenced(exc)
+        if fenced is not None:  # not a crash: another process took this replica's identity
+            structlog.get_logger("replicator").error("replica fenced", error=str(fenced))
+            raise typer.Exit(EXIT_FENCED) from None
         structlog.get_logger("replicator").exception("replicator crashed")
         raise typer.Exit(1) from None
+
+
+def _fenced(exc: BaseException) -> InstanceFenced | None:
+    """The :class:`InstanceFenced` that stopped the service, if that is what did."""
+    if isinstance(exc, InstanceFenced):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _fenced(inner)
+            if found is not None:
+                return found
+    return None
 
 
 _PRINT_ENV_HELP = (

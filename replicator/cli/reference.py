@@ -108,7 +108,7 @@ CONFIGURATION_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "Consumer groups and commits",
-        ("group_prefix", "group_session_timeout_ms", "commit_interval_ms"),
+        ("group_prefix", "instance_id", "group_session_timeout_ms", "commit_interval_ms"),
     ),
     ("Producing", ("idempotence", "compression", "linger_ms", "batch_max_bytes")),
     (

@@ -139,6 +139,9 @@ def _unknown_setting(name: str) -> str:
     return f"unknown setting (check the spelling{meant})"
 
 
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Build and validate the settings from an environment (``os.environ`` by default)."""
     env = dict(os.environ if environ is None else environ)
@@ -146,6 +149,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if unknown:
         raise ConfigError(unknown[0], _unknown_setting(unknown[0]))
     values = _MappingEnvSource(Settings, env)()
+    hostname = env.get("HOSTNAME", "").strip()
+    # The platform's identity of this replica (a pod's or container's name): a container
+    # restarted in the same pod keeps it. Not a variable of the product's, so not checked as
+    # one: a name no group accepts leaves the replica a dynamic member.
+    if "instance_id" not in values and _INSTANCE_ID.fullmatch(hostname):
+        values["instance_id"] = hostname
     links = tuple(sorted(name for name, value in env.items() if is_service_link(name, value)))
     try:
         settings = Settings.from_values(values, links)

@@ -110,6 +110,16 @@ class Settings(BaseSettings):
         "the others after this; a lower value makes that sooner, but a replicator taking "
         "thousands of partitions over may miss heartbeats and be dropped (10 s did at 10,000).",
     )
+    instance_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=249,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="This replica's stable identity in its consumer groups (static membership, "
+        "KIP-345): a replica restarted under the same id gets its partitions back at once instead "
+        "of after the session. Default: the platform's HOSTNAME (a pod's name) when set. Unique "
+        "per replica: a second process joining under the same id stops the first.",
+    )
     http_host: str = Field("0.0.0.0", description="Address of the health and metrics server.")
     http_port: int = Field(8080, ge=0, le=65535, description="Port of health and metrics.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(

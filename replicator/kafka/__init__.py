@@ -27,6 +27,11 @@ functions with product-level arguments.
     (pauses, resumes, resets, records buffered, leaders moved), not by walking every assigned
     partition; paused partitions wait on one future; each request handed to its session with
     what changed since the last.
+``membership``
+    A feed's group membership as a lease: a replica writes a partition only while heartbeats it
+    sent were accepted within the lease, and reads a partition new to it only once any previous
+    owner's lease has run out (no two writers without transactions); its static identity
+    (KIP-345) so that a restarted replica gets its partitions back at once.
 ``fetching``
     What a fetch loop needs of its source consumer, in product terms (the
     :class:`~replicator.kafka.fetching.FetchSource` Protocol: fetch, seek, pause, resume, where

@@ -30,12 +30,14 @@ from replicator.config.settings import Settings
 from replicator.config.views import ClientTimings, Timings
 from replicator.errors import (
     ClusterUnavailable,
+    InstanceFenced,
     ReplicatorError,
 )
 from replicator.kafka import internals
 from replicator.kafka.decoding import as_fetched
 from replicator.kafka.fetch_planner import use_fetch_planner
 from replicator.kafka.fetch_sessions import session_client, use_fetch_sessions
+from replicator.kafka.membership import MembershipLease, lease_length
 from replicator.kafka.retry import Backoff, retrying
 from replicator.kafka.roles import LogReader
 from replicator.kafka.translation import translate
@@ -141,8 +143,10 @@ def make_consumer(
     group_id: str,
     client_id: str,
     discovers_topics: bool = True,
+    instance_id: str | None = None,
 ) -> AIOKafkaConsumer:
-    """A source consumer: manual commits, no automatic offset reset, committed data only.
+    """A source consumer: manual commits, no automatic offset reset, committed data only;
+    a static member of its group under ``instance_id`` (KIP-345), if given.
 
     Callers always set positions themselves; a position the log no longer holds surfaces as
     :class:`aiokafka.errors.OffsetOutOfRangeError` (see :func:`out_of_range_positions`) and is
@@ -162,6 +166,7 @@ def make_consumer(
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
         consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
         key_deserializer=as_fetched,  # the data path: records handed over as decoded
+        group_instance_id=instance_id,
         **group_timings(settings),
     )
 
@@ -177,6 +182,18 @@ def group_timings(settings: Settings) -> dict[str, int]:
         "heartbeat_interval_ms": min(3000, session // 3),
         "rebalance_timeout_ms": max(1000, min(session, settings.request_timeout_ms - 5000)),
     }
+
+
+def membership_lease(settings: Settings, group: str) -> MembershipLease:
+    """The lease of this replica's membership of ``group`` (:mod:`replicator.kafka.
+    membership`): its instance id, and a length that fits the group's timings."""
+    timings = group_timings(settings)
+    length = lease_length(
+        timings["session_timeout_ms"],
+        timings["heartbeat_interval_ms"],
+        timings["rebalance_timeout_ms"],
+    )
+    return MembershipLease(group, length, settings.instance_id)
 
 
 def make_reader(
@@ -311,14 +328,17 @@ async def start_consumer(
     group_id: str,
     client_id: str,
     discovers_topics: bool = True,
+    lease: MembershipLease | None = None,
 ) -> AIOKafkaConsumer:
     """A started :func:`make_consumer`, fetching through incremental fetch sessions
     (:mod:`replicator.kafka.fetch_sessions`: a fetch names only the partitions that changed),
     its fetches planned at a cost in proportion to what changed
     (:mod:`replicator.kafka.fetch_planner`: paused partitions cost nothing at a wake); one that
     failed to start is closed before the error is raised (the caller retries with a
-    new one)."""
-    consumer = make_consumer(cluster, settings, group_id, client_id, discovers_topics)
+    new one). With a ``lease``, a member of its group under the lease's instance id, telling
+    the lease of each heartbeat and assignment (:mod:`replicator.kafka.membership`)."""
+    instance_id = None if lease is None else lease.instance_id
+    consumer = make_consumer(cluster, settings, group_id, client_id, discovers_topics, instance_id)
     try:
         await consumer.start()
     except BaseException as exc:
@@ -326,6 +346,8 @@ async def start_consumer(
         if isinstance(exc, Exception):
             raise await why_unreachable(exc, cluster, settings) from exc
         raise
+    if lease is not None:  # before it subscribes: its first join comes after
+        internals.install_membership(consumer, lease, InstanceFenced)
     use_fetch_sessions(consumer)
     use_fetch_planner(consumer)
     return consumer

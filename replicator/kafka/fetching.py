@@ -46,6 +46,7 @@ from replicator.kafka.clients import (
 )
 from replicator.kafka.decoding import Poison, take_poisoned
 from replicator.kafka.fetch_sessions import session_client
+from replicator.kafka.membership import MembershipLease
 from replicator.kafka.translation import translate
 from replicator.model.offsets import OutOfRange
 from replicator.model.records import SourceRecord
@@ -278,11 +279,16 @@ class GroupConsumerSource(ConsumerSource):
 
 
 async def start_group_source(
-    cluster: ClusterSettings, settings: Settings, group_id: str, client_id: str
+    cluster: ClusterSettings,
+    settings: Settings,
+    group_id: str,
+    client_id: str,
+    lease: MembershipLease | None = None,
 ) -> GroupConsumerSource:
     """A started group consumer of ``cluster`` (see :func:`replicator.kafka.clients.
-    start_consumer`), as a :class:`GroupSource`."""
-    return GroupConsumerSource(await start_consumer(cluster, settings, group_id, client_id))
+    start_consumer`), as a :class:`GroupSource`; its membership told to ``lease``."""
+    consumer = await start_consumer(cluster, settings, group_id, client_id, lease=lease)
+    return GroupConsumerSource(consumer)
 
 
 class _Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -47,6 +47,7 @@ from aiokafka.cluster import ClusterMetadata
 from aiokafka.consumer import fetcher
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import Assignment, SubscriptionState
+from aiokafka.coordinator.protocol import ConsumerProtocol
 from aiokafka.errors import KafkaError
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator, MessageBatch
 from aiokafka.producer.sender import InitPIDHandler, Sender, SendProduceReqHandler
@@ -58,8 +59,18 @@ from aiokafka.producer.transaction_manager import (
 )
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.group import HeartbeatRequest, SyncGroupRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
-from aiokafka.protocol.types import CompactString, Int16, Int32, Int64, Schema, TaggedFields
+from aiokafka.protocol.types import (
+    Array,
+    CompactString,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    String,
+    TaggedFields,
+)
 from aiokafka.record.default_records import (
     DefaultRecordBatch,
     DefaultRecordBatchBuilder,
@@ -67,6 +78,8 @@ from aiokafka.record.default_records import (
     _DefaultRecordBatchPy,
 )
 from aiokafka.record.memory_records import MemoryRecords
+
+from replicator import clock
 
 log = structlog.get_logger(__name__)
 
@@ -127,6 +140,21 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(ClusterMetadata, "_partitions", "how many partitions the metadata holds"),
     Reliance(ClusterMetadata, "_last_successful_refresh_ms", "how old the metadata is"),
     Reliance(GroupCoordinator, "fetch_committed_offsets", "offsets with metadata, one request"),
+    Reliance(
+        GroupCoordinator, "_send_req", "the membership lease: heartbeats with the instance id"
+    ),
+    Reliance(GroupCoordinator, "_on_join_complete", "the membership lease: each assignment"),
+    Reliance(GroupCoordinator, "_maybe_leave_group", "a static member leaving at a clean stop"),
+    Reliance(GroupCoordinator, "_group_instance_id", "the member's static identity"),
+    Reliance(GroupCoordinator, "_client", "a static member's LeaveGroup, at the version known"),
+    Reliance(GroupCoordinator, "coordinator_id", "a static member's LeaveGroup"),
+    Reliance(GroupCoordinator, "generation", "the generation a heartbeat renews"),
+    Reliance(GroupCoordinator, "member_id", "a static member's LeaveGroup"),
+    Reliance(GroupCoordinator, "reset_generation", "a static member leaving at a clean stop"),
+    Reliance(HeartbeatRequest, "_group", "a heartbeat sent again with the instance id"),
+    Reliance(HeartbeatRequest, "_generation_id", "a heartbeat sent again with the instance id"),
+    Reliance(HeartbeatRequest, "_member_id", "a heartbeat sent again with the instance id"),
+    Reliance(SyncGroupRequest, "_generation_id", "the generation a group sync renews"),
     Reliance(fetcher.Fetcher, "_fetch_max_wait_ms", "the fetch wait"),
     Reliance(fetcher.Fetcher, "_client", "fetches sent through fetch sessions"),
     Reliance(fetcher.Fetcher, "_proc_fetch_request", "fetch offsets read from the request"),
@@ -170,7 +198,7 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(Sender, "_message_accumulator", "failing the batches queued behind a failed one"),
     Reliance(Sender, "_muted_partitions", "fencing a partition (one batch in flight each)"),
     Reliance(Sender, "_in_flight", "the produce request's node done"),
-    Reliance(Sender, "_send_produce_req", "the fencing sender's override"),
+    Reliance(Sender, "_send_produce_req", "the fencing sender's override, the lease's check"),
     Reliance(Sender, "_do_init_pid", "InitProducerId at the highest version both sides know"),
     Reliance(SendProduceReqHandler, "_can_retry", "never retrying a batch of unknown outcome"),
     Reliance(SendProduceReqHandler, "_sender", "the handler's sender"),
@@ -178,6 +206,7 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(TransactionManager, "_pid_and_epoch", "taking a new producer id"),
     Reliance(TransactionManager, "_pid_waiter", "taking a new producer id"),
     Reliance(TransactionManager, "_sequence_numbers", "numbering partitions from 0 again"),
+    Reliance(TransactionManager, "increment_sequence_number", "a batch the lease kept back"),
     Reliance(TransactionManager, "transactional_id", "InitProducerId's request"),
     Reliance(TransactionManager, "transaction_timeout_ms", "InitProducerId's request"),
     Reliance(MessageAccumulator, "_batches", "the batches queued per partition"),
@@ -715,6 +744,195 @@ def assignment_active(assignment: Any) -> bool:
     return bool(assignment.active)
 
 
+# -- the group member's lease ---------------------------------------------------------------------
+
+
+class _HeartbeatResponseV3(Response):  # type: ignore[misc]
+    API_KEY = 12
+    API_VERSION = 3
+    SCHEMA = Schema(("throttle_time_ms", Int32), ("error_code", Int16))
+
+
+class _HeartbeatRequestV3(RequestStruct):  # type: ignore[misc]
+    """Heartbeat v3 (KIP-345): with the member's instance id, so that a member whose identity
+    another process took is answered FENCED_INSTANCE_ID, not UNKNOWN_MEMBER_ID (aiokafka sends
+    v1, and a fenced static member would rejoin and fence the newer one in turn)."""
+
+    API_KEY = 12
+    API_VERSION = 3
+    RESPONSE_TYPE = _HeartbeatResponseV3
+    SCHEMA = Schema(
+        ("group", String("utf-8")),
+        ("generation_id", Int32),
+        ("member_id", String("utf-8")),
+        ("group_instance_id", String("utf-8")),
+    )
+
+
+class _StaticHeartbeat:
+    """aiokafka's heartbeat of a static member, at v3 where the broker grants it."""
+
+    def __init__(self, request: HeartbeatRequest, instance_id: str) -> None:
+        self._request = request
+        self._instance_id = instance_id
+
+    def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
+        low, high = versions.get(12, (0, 0))
+        if low <= 3 <= high:
+            r = self._request
+            return _HeartbeatRequestV3(r._group, r._generation_id, r._member_id, self._instance_id)
+        return self._request.prepare(versions)
+
+
+class _LeaveGroupResponseV3(Response):  # type: ignore[misc]
+    API_KEY = 13
+    API_VERSION = 3
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("error_code", Int16),
+        (
+            "members",
+            Array(
+                ("member_id", String("utf-8")),
+                ("group_instance_id", String("utf-8")),
+                ("error_code", Int16),
+            ),
+        ),
+    )
+
+
+class _LeaveGroupRequestV3(RequestStruct):  # type: ignore[misc]
+    """LeaveGroup v3 (KIP-345): a static member leaves by its instance id."""
+
+    API_KEY = 13
+    API_VERSION = 3
+    RESPONSE_TYPE = _LeaveGroupResponseV3
+    SCHEMA = Schema(
+        ("group", String("utf-8")),
+        ("members", Array(("member_id", String("utf-8")), ("group_instance_id", String("utf-8")))),
+    )
+
+
+class _StaticLeave:
+    def __init__(self, group: str, member_id: str, instance_id: str) -> None:
+        self._args = (group, [(member_id, instance_id)])
+
+    def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
+        low, high = versions.get(13, (0, 0))
+        if not low <= 3 <= high:
+            raise KafkaError("the broker does not grant LeaveGroup v3 (static members)")
+        return _LeaveGroupRequestV3(*self._args)
+
+
+_NO_ERROR = 0
+_FENCED_INSTANCE_ID = 82
+_REBALANCE_IN_PROGRESS = 27
+
+
+class Membership(Protocol):
+    """What the group client tells its member's lease (:class:`~replicator.kafka.membership.
+    MembershipLease` is one)."""
+
+    def renewed(self, sent_at: float, generation: int) -> None: ...
+
+    def lost(self) -> None: ...
+
+    def fence(self, reason: str) -> None: ...
+
+    def assigned(self, partitions: Iterable[TopicPartition], generation: int) -> None: ...
+
+
+def install_membership(
+    consumer: AIOKafkaConsumer,
+    membership: Membership,
+    fenced: Callable[[str], BaseException],
+) -> None:
+    """Tell ``membership`` of each heartbeat and group sync the coordinator accepted (with the
+    time it was sent), of each one it refused, and of each assignment (before the consumer's
+    rebalance listener hears of it); send a static member's heartbeats with its instance id,
+    and let it leave the group by that id when the consumer closes (aiokafka never does: the
+    partitions of a static member that stopped for good would wait out its session).
+
+    A heartbeat answered FENCED_INSTANCE_ID (another process joined under the same instance id)
+    fences the lease and raises ``fenced(reason)`` to the consumer's caller: never two writers.
+    Called after the consumer started and before it subscribes (its first join comes after).
+    """
+    _MembershipHooks(consumer._coordinator, membership, fenced).install()
+
+
+class _MembershipHooks:
+    """The group coordinator's requests, sync and leave, as :func:`install_membership` says."""
+
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        membership: Membership,
+        fenced: Callable[[str], BaseException],
+    ) -> None:
+        self._coordinator = coordinator
+        self._membership = membership
+        self._fenced = fenced
+        self._instance_id: str | None = coordinator._group_instance_id
+        self._send_req = coordinator._send_req
+        self._on_join_complete = coordinator._on_join_complete
+        self._leave_group = coordinator._maybe_leave_group
+
+    def install(self) -> None:
+        coordinator = self._coordinator
+        coordinator._send_req = self.send
+        coordinator._on_join_complete = self.join_complete
+        coordinator._maybe_leave_group = self.leave
+
+    async def send(self, request: Any) -> Any:
+        heartbeat = isinstance(request, HeartbeatRequest)
+        if heartbeat and self._instance_id is not None:
+            request = _StaticHeartbeat(request, self._instance_id)
+        sent_at = clock.monotonic()
+        response = await self._send_req(request)
+        if heartbeat or isinstance(request, SyncGroupRequest):
+            self._answered(request, response.error_code, sent_at)
+        return response
+
+    def _answered(self, request: Any, code: int, sent_at: float) -> None:
+        coordinator, membership = self._coordinator, self._membership
+        if code == _NO_ERROR:
+            sync = isinstance(request, SyncGroupRequest)
+            membership.renewed(sent_at, request._generation_id if sync else coordinator.generation)
+        elif code == _FENCED_INSTANCE_ID:
+            reason = (
+                f"another process joined group {coordinator.group_id} as instance "
+                f"{self._instance_id!r}: this one stops writing (give each replica its own "
+                "REPLICATOR_INSTANCE_ID)"
+            )
+            membership.fence(reason)
+            raise self._fenced(reason)
+        elif code != _REBALANCE_IN_PROGRESS:  # a member until it rejoins, but not renewed
+            membership.lost()
+
+    async def join_complete(
+        self, generation: int, member_id: str, protocol: str, assignment_bytes: bytes
+    ) -> Any:
+        assignment = ConsumerProtocol.ASSIGNMENT.decode(assignment_bytes)
+        self._membership.assigned(assignment.partitions(), generation)
+        return await self._on_join_complete(generation, member_id, protocol, assignment_bytes)
+
+    async def leave(self) -> None:
+        coordinator, instance_id = self._coordinator, self._instance_id
+        if instance_id is None or coordinator.generation <= 0:
+            await self._leave_group()
+            return
+        node = coordinator.coordinator_id
+        try:
+            if node is not None:
+                request = _StaticLeave(coordinator.group_id, coordinator.member_id, instance_id)
+                await coordinator._client.send(node, request, group=ConnectionGroup.COORDINATION)
+        except KafkaError as exc:
+            log.warning("a static member could not leave its group", error=str(exc))
+        else:
+            log.info("left the group", group=coordinator.group_id, instance_id=instance_id)
+        coordinator.reset_generation()
+
+
 # -- the producer's sender ------------------------------------------------------------------------
 
 
@@ -730,6 +948,19 @@ class FencingPolicy:
     never_retry: Callable[[BaseException, bool], bool]
     state_lost: Callable[[BaseException], bool]
     queued_error: Callable[[TopicPartition], BaseException]
+    not_owned: Callable[[], BaseException]  # a batch the lease kept from the network
+
+
+class Lease(Protocol):
+    """What the fencing sender asks of its member's lease (:class:`~replicator.kafka.
+    membership.MembershipLease`)."""
+
+    length: float
+    lapses: int
+
+    def valid(self) -> bool: ...
+
+    async def until_valid(self, timeout: float) -> bool: ...
 
 
 class _InitProducerIdResponseV3(Response):  # type: ignore[misc]
@@ -809,13 +1040,26 @@ class _FencingSender(Sender):  # type: ignore[misc]
 
     fenced: set[TopicPartition]
     policy: FencingPolicy
+    lease: Lease | None
 
     async def _do_init_pid(self, node_id: int) -> bool:
         return bool(await _InitPIDHandler(self).do(node_id))
 
     async def _send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
-        handler = _FencingHandler(self, batches)
-        await handler.do(node_id)
+        lease = self.lease
+        if lease is not None and not lease.valid() and not await lease.until_valid(lease.length):
+            # Not sent: the member may no longer own these partitions (its heartbeats went
+            # unanswered, or were refused). They resume from the destination once it does.
+            lease.lapses += 1
+            manager = self._txn_manager
+            for tp, batch in batches.items():
+                if manager is not None:  # numbered as it was drained: never sent, so not used
+                    manager.increment_sequence_number(tp, -batch.record_count)
+                if not batch.future.done():
+                    batch.failure(exception=self.policy.not_owned())
+        else:
+            handler = _FencingHandler(self, batches)
+            await handler.do(node_id)
         self._in_flight.remove(node_id)
         for tp, batch in batches.items():
             if batch.future.done() and batch.future.exception() is not None:
@@ -848,9 +1092,12 @@ def _fail_queued(sender: Any, tp: TopicPartition) -> None:
         batch.failure(exception=sender.policy.queued_error(tp))
 
 
-def install_fencing(producer: AIOKafkaProducer, policy: FencingPolicy) -> None:
+def install_fencing(
+    producer: AIOKafkaProducer, policy: FencingPolicy, lease: Lease | None = None
+) -> None:
     """Give a producer not started yet the fencing sender, and batches that never expire (a
-    batch that timed out while a later one succeeded would reorder the partition when resent)."""
+    batch that timed out while a later one succeeded would reorder the partition when resent);
+    with a ``lease``, a produce request goes out only while it runs."""
     accumulator = producer._message_accumulator
     sender = producer._sender
     if not hasattr(accumulator, "_batch_ttl") or type(sender) is not Sender:  # pragma: no cover
@@ -859,6 +1106,7 @@ def install_fencing(producer: AIOKafkaProducer, policy: FencingPolicy) -> None:
     sender.__class__ = _FencingSender
     sender.fenced = set()
     sender.policy = policy
+    sender.lease = lease
 
 
 def unfence(producer: AIOKafkaProducer, tp: TopicPartition) -> None:

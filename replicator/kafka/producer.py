@@ -52,6 +52,7 @@ from replicator.config.views import ProducerSettings
 from replicator.errors import (
     ClusterUnavailable,
     OutcomeUnknown,
+    OwnershipUnsure,
     ProducerStateLost,
     ReplicatorError,
     TopicGone,
@@ -65,6 +66,7 @@ from replicator.kafka.clients import (
 from replicator.kafka.internals import (
     BatchFactory,
     FencingPolicy,
+    Lease,
     batch_factory,
     batch_records,
     idempotent,
@@ -235,6 +237,9 @@ _POLICY = FencingPolicy(
     never_retry=_never_retry,
     state_lost=lambda error: isinstance(error, _PRODUCER_STATE_LOST),
     queued_error=lambda tp: OutcomeUnknown(f"queued behind a batch of unknown outcome ({tp})"),
+    not_owned=lambda: OwnershipUnsure(
+        "not sent: the source group's lease ran out (heartbeats unanswered or refused)"
+    ),
 )
 
 
@@ -244,13 +249,16 @@ def make_producer(
     client_id: str,
     max_request_size: int | None = None,
     enable_idempotence: bool = True,
+    lease: Lease | None = None,
 ) -> AIOKafkaProducer:
     """A destination producer: ``acks=all``, batches kept in order, never written twice.
 
     Batches never expire: a batch that timed out while a later one succeeded would reorder the
     partition when resent, so retriable errors retry until the destination answers, and delivery
     stalls are reported by the leg instead. ``enable_idempotence=False`` for brokers that refuse
-    ``InitProducerId`` (see the module docstring for what is done instead).
+    ``InitProducerId`` (see the module docstring for what is done instead). With a ``lease``
+    (the source group member's, :mod:`replicator.kafka.membership`), a batch goes out only
+    while it runs.
     """
     compression = None if settings.compression is Compression.NONE else settings.compression.value
     producer = AIOKafkaProducer(
@@ -264,7 +272,7 @@ def make_producer(
         compression_type=compression,
         retry_backoff_ms=200,
     )
-    install_fencing(producer, _POLICY)
+    install_fencing(producer, _POLICY, lease)
     return producer
 
 

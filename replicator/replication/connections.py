@@ -16,6 +16,7 @@ seam; retrying, reporting and the order of a stop stay with the leg.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -100,6 +101,12 @@ class Predecessor(Protocol):
         """What the last :meth:`take` found (``/status``)."""
         ...
 
+    @property
+    def evidence(self) -> dict[TopicPartition, str]:
+        """Each partition the last :meth:`take` looked at, and on which evidence it started
+        (:data:`~replicator.replication.takeover.OUTCOMES`)."""
+        ...
+
     async def take(
         self,
         committed: dict[TopicPartition, int | None],
@@ -109,8 +116,24 @@ class Predecessor(Protocol):
         ...
 
 
+class Ownership(Protocol):
+    """Whether this replica may read a partition's destination and write it: no previous owner
+    can still write it (:class:`~replicator.kafka.membership.MembershipLease` in the service,
+    :class:`~replicator.kafka.membership.AlwaysOwned` in memory)."""
+
+    async def settled(self, tp: TopicPartition, closed: asyncio.Event) -> bool:
+        """Wait until ``tp``'s destination may be read; ``False`` if ``closed`` came first or
+        this replica may never write again (fenced)."""
+        ...
+
+
 class LegConnections(Protocol):
     """A leg's clients of its source and destination clusters."""
+
+    @property
+    def ownership(self) -> Ownership:
+        """Whether the leg owns a partition it was assigned (the source group's lease)."""
+        ...
 
     @property
     def destination(self) -> LegDestination:

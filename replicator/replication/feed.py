@@ -40,6 +40,7 @@ from replicator.config.values import StartPosition
 from replicator.errors import ReplicatorError
 from replicator.kafka.decoding import Poison, undecodable_reason
 from replicator.kafka.fetching import GroupSource, start_group_source
+from replicator.kafka.membership import MembershipLease
 from replicator.kafka.retry import retrying
 from replicator.kafka.translation import denial
 from replicator.lifecycle import IdleWait, StopDeadline, close_quietly, wait_any
@@ -106,8 +107,10 @@ class SourceFeed(Generic[L]):
         legs: list[L],
         stopping: StopDeadline | None = None,
         connect: Callable[[], Awaitable[GroupSource]] | None = None,
+        lease: MembershipLease | None = None,
     ) -> None:
-        """``connect``: a started group consumer of the source (by default, aiokafka's)."""
+        """``connect``: a started group consumer of the source (by default, aiokafka's, its
+        membership told to ``lease``: see :mod:`replicator.kafka.membership`)."""
         self._settings = settings
         self._stopping = stopping or StopDeadline(settings.shutdown_grace_ms / 1000)
         self.plan = plan
@@ -116,6 +119,7 @@ class SourceFeed(Generic[L]):
         self.legs = legs
         self.group = plan.group
         self._new_source = connect or self._start_source
+        self.lease = lease
         self._source: GroupSource | None = None
         self._fanouts: dict[TopicPartition, PartitionFanout] = {}
         # The held fanouts (PartitionFanout.hold), oldest hold first: every hold lasts at most
@@ -199,7 +203,7 @@ class SourceFeed(Generic[L]):
     def _start_source(self) -> Awaitable[GroupSource]:
         cluster = self._settings.clusters[self.plan.source]
         client_id = f"replicator-{self.plan.name}-{self.plan.source}-feed"
-        return start_group_source(cluster, self._settings, self.group, client_id)
+        return start_group_source(cluster, self._settings, self.group, client_id, self.lease)
 
     async def _connect(self, stop: asyncio.Event) -> GroupSource | None:
         def failed(error: ReplicatorError) -> None:
@@ -567,6 +571,8 @@ class SourceFeed(Generic[L]):
             "last_error": self.last_error,
             # Requests, full ones, partitions listed, forgotten and answered, sessions reset.
             "fetch_sessions": None if self._source is None else self._source.fetch_sessions(),
+            # Static identity, the lease the producers write under, times a batch waited it out.
+            "membership": None if self.lease is None else self.lease.status(),
         }
 
     @property

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from aiokafka import TopicPartition
 
 from replicator import clock
-from replicator.errors import ReplicatorError
+from replicator.errors import InstanceFenced, ReplicatorError
 from replicator.kafka.decoding import Poison
 from replicator.kafka.fetching import Fetched, FetchSource
 from replicator.kafka.retry import retrying
@@ -85,7 +85,13 @@ class FetchRound:
         """One round: whether the fetch had records; ``None`` if stop came first (what the
         fetch brought then is not handed over)."""
         fetched = await retrying(
-            self._fetch, stop=stop, what=self._what, log=self._log, on_error=self._failed
+            self._fetch,
+            stop=stop,
+            what=self._what,
+            log=self._log,
+            on_error=self._failed,
+            # Another process took this replica's identity: it must stop, not fetch on.
+            persistent=lambda error: not isinstance(error, InstanceFenced),
         )
         if fetched is None or stop.is_set():
             return None

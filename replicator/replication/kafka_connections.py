@@ -31,11 +31,12 @@ from replicator.kafka.clients import (
     why_unreachable,
 )
 from replicator.kafka.fetching import ConsumerSource
+from replicator.kafka.membership import AlwaysOwned, MembershipLease
 from replicator.kafka.producer import append, make_producer
 from replicator.kafka.roles import BatchProducer, LogReader
 from replicator.lifecycle import close_quietly
 from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS, Handover
-from replicator.replication.connections import LegSource, Predecessor
+from replicator.replication.connections import LegSource, Ownership, Predecessor
 from replicator.replication.destination import KafkaDestination
 from replicator.replication.resume import marks_group
 from replicator.replication.takeover import Takeover, default_offsets_topic
@@ -103,8 +104,13 @@ class KafkaLegConnections:
         plan: FeedPlan,
         source_client: ClusterClient,
         destination_client: ClusterClient,
+        lease: MembershipLease | None = None,
     ) -> None:
+        """``lease``: the membership of the feed's group that assigns the leg its partitions;
+        the destination producer writes only while it runs."""
         self._leg = leg
+        self._lease = lease
+        self.ownership: Ownership = lease if lease is not None else AlwaysOwned()
         self._settings = settings
         self._plan = plan
         self._destination_client = destination_client
@@ -129,7 +135,11 @@ class KafkaLegConnections:
         # Idempotent until the destination cluster refuses a producer id (then never again).
         idempotent = self._destination_client.idempotence
         producer: BatchProducer = make_producer(
-            destination, self._settings, self._client_id, enable_idempotence=idempotent
+            destination,
+            self._settings,
+            self._client_id,
+            enable_idempotence=idempotent,
+            lease=self._lease,
         )
         return producer
 

@@ -136,6 +136,7 @@ class LegRunner:
             self._preserve_partitions,
             self.resets,
             marks_group=marks_group(leg.group_id(plan.leg_group_prefix)),
+            ownership=connections.ownership,
         )
         self._catch_up = CatchUpFetch(
             leg.name, self._fetch_source, self.partitions, self.resets, leg.source

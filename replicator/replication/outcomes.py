@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from replicator.errors import OutcomeUnknown, ProducerStateLost, ReplicatorError, TopicGone
+from replicator.errors import (
+    OutcomeUnknown,
+    OwnershipUnsure,
+    ProducerStateLost,
+    ReplicatorError,
+    TopicGone,
+)
 from replicator.kafka.translation import denial
 from replicator.replication.partition import LegPartition
 from replicator.replication.sending import LegSending
@@ -42,6 +48,8 @@ class Outcomes:
             what = "the destination partition does not exist (any more)"
         elif isinstance(error, ProducerStateLost):
             what = "the destination lost the producer's state (restored or rebuilt)"
+        elif isinstance(error, OwnershipUnsure):
+            what = "the source group's lease ran out before a batch went out (nothing written)"
         else:
             what = "a batch's outcome is unknown"
         if partition.restart(f"{what} ({error.kind}): resuming from the destination"):

@@ -190,6 +190,9 @@ class Resumption:
         (the topic was deleted) with the source offset it starts at (``replay_start``)."""
         partition, sending = self._partition, self._sending
         replaying = replay_start is not None
+        # A partition new to this replica: read once no previous owner can still write it.
+        if not await sending.ownership.settled(partition.tp, partition.closed):
+            return None
 
         async def read() -> Prepared:
             return await read_destination(sending, partition, replaying)

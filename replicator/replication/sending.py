@@ -17,9 +17,11 @@ from typing import Protocol
 from aiokafka import TopicPartition
 
 from replicator.config.topology import Leg
+from replicator.kafka.membership import AlwaysOwned
 from replicator.kafka.retry import SharedWarnings
 from replicator.model.offsets import OutOfRange
 from replicator.replication.accounting import Duplicates, Resumptions
+from replicator.replication.connections import Ownership
 from replicator.replication.destination import DeadLetterSink, Destination, TopicPreparer
 from replicator.replication.offset_reset import OffsetResets
 from replicator.telemetry.metrics import Metrics
@@ -54,6 +56,8 @@ class LegSending:
     preserve_partitions: bool = True  # else records are placed by key
     resets: OffsetResets | None = None  # a replay past the source log end is an offset reset
     marks_group: str | None = None  # the leg's destination marks' group (named in a denial)
+    # Whether a partition's destination may be read yet (no previous owner can still write it).
+    ownership: Ownership = field(default_factory=AlwaysOwned)
     # What the leg's partitions found at the destination's tail as they started (said once).
     resumptions: Resumptions = field(default_factory=Resumptions)
     # Its partitions' warnings that the destination cannot be prepared yet: one per 30 s.

@@ -26,10 +26,11 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from replicator.errors import ReplicatorError
+from replicator.kafka.membership import AlwaysOwned
 from replicator.kafka.testing import MemorySource
 from replicator.model.handover import Handover
 from replicator.model.records import SourceRecord
-from replicator.replication.connections import LegDestination, LegSource, Predecessor
+from replicator.replication.connections import LegDestination, LegSource, Ownership, Predecessor
 from replicator.topics.provisioning import TopicAdmin
 
 
@@ -148,6 +149,7 @@ class MemoryLegConnections:
         self.destination_failures: deque[ReplicatorError] = deque()
         self.predecessor_positions = dict(predecessor_positions or {})
         self.journal: list[str] = []  # what was opened and closed, in order
+        self.ownership: Ownership = AlwaysOwned()  # a test may give a lease of its own
 
     def fail_source(self, *errors: ReplicatorError) -> None:
         """The next starts of the source consumer fail with ``errors``, one each, in order."""

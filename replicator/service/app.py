@@ -30,7 +30,8 @@ from replicator.config.topology import colliding_flow_names, feeds_for
 from replicator.config.values import OversizePolicy, TakeOver
 from replicator.errors import Stopped
 from replicator.failover.group_sync import GroupSync
-from replicator.kafka.clients import ClusterClient
+from replicator.kafka.clients import ClusterClient, membership_lease
+from replicator.kafka.membership import MembershipLease
 from replicator.kafka.retry import Backoff
 from replicator.lifecycle import StopDeadline, sleep_unless_stopped, unless_stopped
 from replicator.model.handover import Handover
@@ -79,6 +80,7 @@ class ReplicatorService:
             else None
         )
         self.feeds: list[SourceFeed[LegRunner]] = []
+        self.leases: list[MembershipLease] = []  # one per feed, in the order of the feeds
         self.heartbeats = {
             plan.name: FlowHeartbeat(
                 settings,
@@ -144,6 +146,9 @@ class ReplicatorService:
         """
         stop = self.stop_event
         for plan in self.plans:
+            # The feed's group membership: the legs' producers write only while it runs.
+            lease = membership_lease(self.settings, plan.group)
+            self.leases.append(lease)
             runners = [
                 LegRunner(
                     leg,
@@ -156,6 +161,7 @@ class ReplicatorService:
                         plan,
                         self.clusters[leg.source],
                         self.clusters[leg.destination],
+                        lease,
                     ),
                     self.dead_letters,
                     self.stopping,
@@ -163,7 +169,9 @@ class ReplicatorService:
                 for leg in plan.legs
             ]
             self.legs.extend(runners)
-            self.feeds.append(SourceFeed(self.settings, plan, self.metrics, runners, self.stopping))
+            self.feeds.append(
+                SourceFeed(self.settings, plan, self.metrics, runners, self.stopping, lease=lease)
+            )
         try:
             await self._ensure_heartbeat_topics()
             for leg in self.legs:

@@ -120,11 +120,17 @@ def docker_unavailable_reason() -> str | None:
 
 
 @contextmanager
-def start_clusters(*aliases: str, version: str | None = None) -> Iterator[dict[str, Broker]]:
+def start_clusters(
+    *aliases: str, version: str | None = None, second_listener: bool = False
+) -> Iterator[dict[str, Broker]]:
     """One single-node cluster per datacenter alias, of the chosen backend; stopped on exit.
-    ``version``: an Apache Kafka release other than the pinned one (skipped on other backends)."""
+    ``version``: an Apache Kafka release other than the pinned one (skipped on other backends).
+    ``second_listener``: each cluster also has its ``WAN`` listener, for the clients of one
+    replica only to reach it through a proxy of the test's (Apache Kafka only)."""
     if version is not None and BACKEND != "kafka":
         pytest.skip(f"Apache Kafka {version} runs only with REPLICATOR_TEST_BROKER=kafka")
+    if second_listener and BACKEND != "kafka":
+        pytest.skip("a second listener needs REPLICATOR_TEST_BROKER=kafka")
     if BACKEND not in BACKENDS:
         raise pytest.UsageError(f"REPLICATOR_TEST_BROKER must be one of {BACKENDS}, not {BACKEND}")
     if BACKEND == "container":
@@ -134,8 +140,13 @@ def start_clusters(*aliases: str, version: str | None = None) -> Iterator[dict[s
     brokers: dict[str, Broker] = {}
     try:
         if BACKEND == "kafka":
-            pinned = {} if version is None else {"version": version}
-            clusters = {alias: kafka_cluster(alias, **pinned) for alias in aliases}
+            pinned: dict[str, Any] = {} if version is None else {"version": version}
+            if second_listener:
+                clusters = {
+                    alias: kafka_cluster(alias, wan_port=free_port(), **pinned) for alias in aliases
+                }
+            else:
+                clusters = {alias: kafka_cluster(alias, **pinned) for alias in aliases}
             brokers.update(clusters)
             start_all(list(clusters.values()))
         for alias in aliases:
@@ -238,6 +249,10 @@ class ReplicatorProcess:
 
     def start(self) -> ReplicatorProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REPLICATOR_")}
+        # The machine's HOSTNAME (exported on some CI runners) would give every replica of a
+        # test the same static identity: a test that wants one says so (REPLICATOR_INSTANCE_ID,
+        # or HOSTNAME in its env, as a pod has).
+        env.pop("HOSTNAME", None)
         # A replica killed in a test gives its partitions away after 10 s, not Kafka's 45: also
         # for the command lines given no replicator_env (mirror-maker, mm2 FILE).
         env["REPLICATOR_GROUP_SESSION_TIMEOUT_MS"] = "10000"

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import time
+from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import pytest
+
+from replicator.devtools.apache_kafka import ApacheKafkaCluster
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
+from tests.integration.faults import FaultProxy
 from tests.integration.harness import (
+    Broker,
+    Oracle,
     ReplicatorProcess,
     Start,
     Stream,
@@ -19,6 +31,7 @@ from tests.integration.harness import (
     peak_rss_mb,
     read,
     replicator_env,
+    share_partitions,
     start_clusters,
     wait_settled,
     wait_until,
@@ -69,29 +82,28 @@ def test_sigkill_four_times_during_a_two_way_stream(replicators: Start) -> None:
             wait_until(holds_distinct(broker, "orders", expected), 90, f"all on {broker.alias}")
             # Exactly: a restart resumes after what the destination already holds.
             assert count(broker, "orders") == expected, f"{broker.alias}: records written twice"
-        duplicates, rss = 0, max(peak_rss_mb(r) for r in running.values())
+        rss = max(peak_rss_mb(r) for r in running.values())
+        reports = []
         for destination in brokers.values():
             stored = read(destination, "orders")
             for origin, source in brokers.items():
                 report = oracle(read(source, "orders_REPLICA"), stored, origin)
                 assert not report.missing, f"{origin} -> {destination.alias}: {report}"
                 assert not report.out_of_order, f"{origin} -> {destination.alias}: {report}"
-                duplicates += report.duplicates
+                reports.append(report)
+        figures = FaultFigures.measured(
+            "SIGKILL x4 during a two-way stream",
+            reports,
+            rss,
+            f"ready {max(recoveries)} s after restart",
+        )
+        figures.source_records = expected  # both origins' records (each report holds one's)
         print(
-            f"4 SIGKILLs: {expected} source records, 0 lost, {duplicates} duplicates, "
-            f"ready again after {recoveries} s"
+            f"4 SIGKILLs: {expected} source records, {figures.lost} lost, "
+            f"{figures.duplicates} duplicates, ready again after {recoveries} s"
         )
-        assert duplicates == 0
-        FAULT_SUMMARY.append(
-            FaultFigures(
-                "SIGKILL x4 during a two-way stream",
-                expected,
-                0,
-                duplicates,
-                rss,
-                f"ready {max(recoveries)} s after restart",
-            )
-        )
+        assert figures.duplicates == 0
+        FAULT_SUMMARY.append(figures)
         for replicator in running.values():
             assert replicator.stop() == 0
 
@@ -240,3 +252,301 @@ def test_three_replicas_rolling_restart_without_pauses(replicators: Start) -> No
             assert not report.duplicates, f"{broker.alias}: {report}"
         for replica in replicas:
             assert replica.stop() == 0
+
+
+# -- restarts at the product's default timings (static membership, the lease) ----------------------
+
+# The restarted replica delivers again within this many seconds of its start, at the defaults.
+_DELIVERY_BACK_S = 15.0
+
+
+def default_env(local: str, brokers: dict[str, Broker], **extra: str) -> dict[str, str]:
+    """Only what an operator must set (the clusters, which one is local), every timing at the
+    product's default: the harness's shortened session is set back to Kafka's 45 s."""
+    env = {
+        "REPLICATOR_LOCAL_CLUSTER": local,
+        "REPLICATOR_LOG_FORMAT": "json",  # the harness reads the log's events
+        "REPLICATOR_GROUP_SESSION_TIMEOUT_MS": "45000",  # the default, over the harness's 10 s
+    }
+    for alias, broker in brokers.items():
+        env[f"REPLICATOR_CLUSTERS__{alias.upper()}__BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
+    env.update(extra)
+    return env
+
+
+def per_partition(broker: Broker, topic: str) -> Counter[int]:
+    return Counter(record.partition for record in read(broker, topic))
+
+
+def seconds_until_every_partition_grows(broker: Broker, topic: str, timeout: float) -> float:
+    """Seconds from now until every partition of ``topic`` holds more than it does now (a
+    stream writes to every partition: each has an owner delivering again)."""
+    before = per_partition(broker, topic)
+    started = time.monotonic()
+
+    def grown() -> bool:
+        now = per_partition(broker, topic)
+        return all(now[p] > n for p, n in before.items())
+
+    wait_until(grown, timeout, f"every partition of {topic} on {broker.alias} to grow")
+    return round(time.monotonic() - started, 1)
+
+
+def exact_reports(brokers: dict[str, Broker], origin: str) -> list[Oracle]:
+    """``origin``'s ``orders_REPLICA`` against ``orders`` in every cluster, once all arrived:
+    nothing missing, nothing out of order (each report's duplicates counted by the caller)."""
+    source = brokers[origin]
+    total = count(source, "orders_REPLICA")
+    reports = []
+    for broker in brokers.values():
+        wait_until(holds_distinct(broker, "orders", total), 90, f"all on {broker.alias}")
+        report = oracle(read(source, "orders_REPLICA"), read(broker, "orders"), origin)
+        assert not report.missing and not report.out_of_order, f"{broker.alias}: {report}"
+        reports.append(report)
+    return reports
+
+
+def test_a_killed_replica_restarted_at_the_defaults_delivers_again_within_seconds(
+    replicators: Start,
+) -> None:
+    """SIGKILL and an immediate restart, every timing at its default (45 s session): the
+    restarted process is the same static member (its HOSTNAME, as a pod's name is), so the
+    coordinator hands its partitions back at once instead of after the dead member's session."""
+    with start_clusters("dc1", "dc2") as brokers:
+        for broker in brokers.values():
+            create_topics(broker, orders_REPLICA=3)
+        local = brokers["dc1"]
+        env = default_env("dc1", brokers, HOSTNAME="replicator-dc1-0")
+        first = replicators("dc1", env)
+        first.wait_ready()
+        with Stream(local, "orders_REPLICA", 3, per_tick=10) as stream:
+            wait_until(holds(local, "orders", 100), 60, "the stream replicated", first.log)
+            first_rss = peak_rss_mb(first)
+            first.kill()
+            restarted = replicators("dc1", env)
+            back = seconds_until_every_partition_grows(local, "orders", 120)
+            remote_back = seconds_until_every_partition_grows(brokers["dc2"], "orders", 60)
+            time.sleep(2)
+        assert not stream.errors, stream.errors
+        (membership,) = [restarted.get("/status")[1]["source_feed"]["membership"]]
+        assert membership["instance_id"] == "replicator-dc1-0", membership
+        reports = exact_reports(brokers, "dc1")
+        rss = max(first_rss, peak_rss_mb(restarted))
+        figures = FaultFigures.measured(
+            "SIGKILL + restart, default timings", reports, rss, f"delivering {back} s after"
+        )
+        FAULT_SUMMARY.append(figures)
+        print(
+            f"SIGKILL at the defaults: local delivery {back} s after the restart began, then "
+            f"every partition on dc2 within {remote_back} s more; {figures}"
+        )
+        assert figures.duplicates == 0
+        assert back < _DELIVERY_BACK_S, f"delivery back only {back} s after the restart"
+        assert restarted.stop() == 0
+
+
+def test_one_of_three_replicas_killed_restarted_and_gone_for_good_at_the_defaults(
+    replicators: Start,
+) -> None:
+    """Three replicas share dc1's partitions, each with its own REPLICATOR_INSTANCE_ID, at the
+    default timings. One is SIGKILLed and restarted: its partitions deliver again within
+    seconds. One stops for good (SIGTERM): it leaves the group by its id and the others take
+    its partitions at once. One is SIGKILLed for good: the survivor takes its partitions when
+    its session (45 s) runs out, which is what a replica gone without a word costs."""
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=6)
+        envs = {
+            name: default_env("dc1", brokers, REPLICATOR_INSTANCE_ID=f"dc1-{name}")
+            for name in ("a", "b", "c")
+        }
+        running = {name: replicators("dc1", env) for name, env in envs.items()}
+        for replica in running.values():
+            replica.wait_ready()
+        wait_until(
+            lambda: share_partitions(list(running.values()), 6)() is not None,
+            120,
+            "three replicas sharing six partitions",
+        )
+        with Stream(local, "orders_REPLICA", 6, per_tick=10) as stream:
+            wait_until(holds(local, "orders", 100), 60, "the stream replicated")
+            rss = max(peak_rss_mb(r) for r in running.values())
+            running["b"].kill()
+            running["b"] = replicators("dc1", envs["b"])
+            restart_back = seconds_until_every_partition_grows(local, "orders", 120)
+            time.sleep(3)
+            assert running["c"].stop() == 0  # for good: leaves the group by its instance id
+            left_back = seconds_until_every_partition_grows(local, "orders", 120)
+            time.sleep(3)
+            running["a"].kill()  # for good, without a word
+            gone_back = seconds_until_every_partition_grows(local, "orders", 120)
+            time.sleep(2)
+        assert not stream.errors, stream.errors
+        reports = exact_reports(brokers, "dc1")
+        rss = max(rss, peak_rss_mb(running["b"]))
+        figures = FaultFigures.measured(
+            "1 of 3 replicas: SIGKILL + restart, default timings",
+            reports,
+            rss,
+            f"delivering {restart_back} s after",
+        )
+        FAULT_SUMMARY.append(figures)
+        print(
+            f"one of three at the defaults: killed and restarted, every partition delivering "
+            f"{restart_back} s after; one stopped for good: {left_back} s; one killed for good: "
+            f"{gone_back} s (its session); {figures}"
+        )
+        assert figures.duplicates == 0
+        assert restart_back < _DELIVERY_BACK_S, f"{restart_back} s after the restart"
+        assert left_back < _DELIVERY_BACK_S, f"{left_back} s after a replica left for good"
+        # A replica killed for good holds its partitions until its session runs out (45 s).
+        assert gone_back < 45 + _DELIVERY_BACK_S, f"{gone_back} s after one was killed for good"
+        assert running["b"].stop() == 0
+
+
+def test_a_second_process_under_the_same_identity_stops_the_first(replicators: Start) -> None:
+    """Two processes started with one REPLICATOR_INSTANCE_ID are never two writers: the newer
+    takes the identity, the older is told FENCED_INSTANCE_ID at its next heartbeat, writes
+    nothing more and exits naming the cause; the newer reads the destination only once the
+    older's lease has run out, so not one record is written twice."""
+    with start_clusters("dc1", "dc2") as brokers:
+        local = brokers["dc1"]
+        create_topics(local, orders_REPLICA=3)
+        env = default_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-twin")
+        older = replicators("dc1", env)
+        older.wait_ready()
+        with Stream(local, "orders_REPLICA", 3, per_tick=20) as stream:
+            wait_until(holds(local, "orders", 100), 60, "the stream replicated", older.log)
+            older_rss = peak_rss_mb(older)
+            newer = replicators("dc1", env)
+            older_process = older.process
+            assert older_process is not None
+            wait_until(lambda: older_process.poll() is not None, 60, "the older to stop")
+            back = seconds_until_every_partition_grows(local, "orders", 60)
+            time.sleep(2)
+        assert not stream.errors, stream.errors
+        assert older_process.returncode == 3  # fenced, not crashed
+        assert "another process joined group replicator.dc1 as instance 'dc1-twin'" in older.log()
+        reports = exact_reports(brokers, "dc1")
+        figures = FaultFigures.measured(
+            "two processes of one identity",
+            reports,
+            max(older_rss, peak_rss_mb(newer)),
+            f"the newer delivering {back} s after the older stopped",
+        )
+        FAULT_SUMMARY.append(figures)
+        print(f"two processes of one instance id: {figures}")
+        assert figures.duplicates == 0
+        assert newer.stop() == 0
+
+
+# -- a member its group dropped: frozen, cut off from its source, its loop blocked ----------------
+
+_LOOP_BLOCKER = Path(__file__).parent / "loop_blocker"  # SIGUSR2 blocks the loop (sitecustomize)
+_PAUSES = ("SIGSTOP", "source black-holed", "event loop blocked")
+
+
+@contextlib.contextmanager
+def second_listener_proxies(brokers: dict[str, Broker]) -> Iterator[dict[str, FaultProxy]]:
+    """A fault proxy in front of each cluster's second listener: what one replica reaches."""
+    proxies: dict[str, FaultProxy] = {}
+    try:
+        for alias, broker in brokers.items():
+            assert isinstance(broker, ApacheKafkaCluster) and broker.wan_port
+            (node,) = broker.nodes
+            assert node.wan_port is not None
+            proxies[alias] = FaultProxy(broker.wan_port, node.wan_port).start()
+        yield proxies
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+
+
+def pause(replica: ReplicatorProcess, how: str, proxies: dict[str, FaultProxy]) -> None:
+    assert replica.process is not None
+    if how == "SIGSTOP":
+        os.kill(replica.process.pid, signal.SIGSTOP)
+    elif how == "source black-holed":
+        proxies["dc1"].black_hole()  # its source; the destination dc2 stays reachable
+    else:
+        os.kill(replica.process.pid, signal.SIGUSR2)  # blocks for its LOOP_BLOCK_S
+
+
+def unpause(replica: ReplicatorProcess, how: str, proxies: dict[str, FaultProxy]) -> None:
+    assert replica.process is not None
+    if how == "SIGSTOP":
+        os.kill(replica.process.pid, signal.SIGCONT)
+    elif how == "source black-holed":
+        proxies["dc1"].restore()
+
+
+@pytest.mark.parametrize("session_s", [45, 10])
+@pytest.mark.parametrize("how", _PAUSES)
+def test_a_replica_its_group_dropped_writes_nothing_twice(
+    replicators: Start, how: str, session_s: int
+) -> None:
+    """Two replicas share dc1's partitions under a stream. Replica A reaches dc2 over a slow
+    link (and small batches), so it always holds a backlog for dc2. A is paused for its session
+    plus 10 s (frozen, its source connections black-holed while dc2 stays reachable, or its
+    event loop blocked): the group gives its partitions to B, which reads dc2's tail and writes
+    on. When A comes back it must not send what it held: its lease ran out with its last
+    accepted heartbeat, so nothing it queued reaches the network before a heartbeat tells it
+    it was dropped. Exact oracle on both clusters: not one record lost or written twice."""
+    paused_s = session_s + 10
+    with (
+        start_clusters("dc1", "dc2", second_listener=True) as brokers,
+        second_listener_proxies(brokers) as proxies,
+    ):
+        local, remote = brokers["dc1"], brokers["dc2"]
+        create_topics(local, orders_REPLICA=6)
+        timings = {"REPLICATOR_GROUP_SESSION_TIMEOUT_MS": str(session_s * 1000)}
+        env_a = default_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-a", **timings)
+        assert isinstance(local, ApacheKafkaCluster) and isinstance(remote, ApacheKafkaCluster)
+        env_a["REPLICATOR_CLUSTERS__DC1__BOOTSTRAP_SERVERS"] = local.listener("WAN")
+        env_a["REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVERS"] = remote.listener("WAN")
+        env_a["REPLICATOR_BATCH_MAX_BYTES"] = "1024"  # a request lands within a second
+        if how == "event loop blocked":
+            env_a["PYTHONPATH"] = str(_LOOP_BLOCKER)
+            env_a["LOOP_BLOCK_S"] = str(paused_s)
+        env_b = default_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-b", **timings)
+        a, b = replicators("dc1", env_a), replicators("dc1", env_b)
+        a.wait_ready()
+        b.wait_ready()
+        wait_until(lambda: share_partitions([a, b], 6)() is not None, 120, "A and B sharing")
+        proxies["dc2"].slow(bytes_per_second=4_000)
+        with Stream(local, "orders_REPLICA", 6, per_tick=20) as stream:
+            time.sleep(5)  # A falls behind towards dc2
+            rss = max(peak_rss_mb(a), peak_rss_mb(b))
+            before = a.metric("replicator_records_replicated_total", leg="dc1->dc2")
+            pause(a, how, proxies)
+            time.sleep(paused_s)
+            unpause(a, how, proxies)
+            a_back = time.monotonic()
+            wait_until(
+                lambda: share_partitions([a, b], 6)() is not None, 120, "A back in the group"
+            )
+            rejoined = round(time.monotonic() - a_back, 1)
+            time.sleep(3)
+        assert not stream.errors, stream.errors
+        proxies["dc2"].restore()
+        reports = exact_reports(brokers, "dc1")
+        wait_settled(a, b, timeout=120)
+        membership = a.get("/status")[1]["source_feed"]["membership"]
+        copied = {
+            name: int(r.metric("replicator_records_replicated_total", leg="dc1->dc2"))
+            for name, r in (("A", a), ("B", b))
+        }
+        figures = FaultFigures.measured(
+            f"replica dropped by its group: {how}, {session_s} s session",
+            reports,
+            rss,
+            f"A back in the group {rejoined} s after",
+        )
+        FAULT_SUMMARY.append(figures)
+        print(
+            f"{how} for {paused_s} s at a {session_s} s session: {figures}; records copied to "
+            f"dc2 by A {copied['A']} (before the pause {int(before)}), by B {copied['B']}; "
+            f"A's lease lapses seen by its sender: {membership['lease_lapses']}"
+        )
+        assert figures.duplicates == 0, f"{figures.duplicates} records written twice"
+        assert a.stop() == 0 and b.stop() == 0

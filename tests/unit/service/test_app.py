@@ -93,7 +93,7 @@ def journal(monkeypatch: pytest.MonkeyPatch) -> Journal:
             self._closed.set()
 
     class SourceFeed:
-        def __init__(self, _settings: Settings, plan: FeedPlan, *_: Any) -> None:
+        def __init__(self, _settings: Settings, plan: FeedPlan, *_: Any, **__: Any) -> None:
             self.plan = plan
 
         async def run(self, stop: asyncio.Event) -> None:

@@ -1,0 +1,174 @@
+"""A feed's group membership as a lease: who may write a partition's records, and from when.
+
+Without transactions nothing stops a member the group no longer counts (frozen past its
+session, cut off from the source cluster but not from the destination, its event loop blocked)
+from writing on until its next heartbeat tells it so; a new owner that read the destination's
+tail meanwhile writes those records again. The lease closes that window from both sides:
+
+- **The old owner stops first.** Each heartbeat the coordinator answers without error renews
+  the lease from the moment that heartbeat was *sent*; the destination producer hands a batch
+  to the network only while the lease runs (:meth:`MembershipLease.valid`, checked in the
+  producer's sender, so after a freeze nothing queued goes out before the check). The lease is
+  :func:`lease_length` long: two heartbeat intervals, well inside the session and the
+  rebalance timeout, so a member stops writing before the coordinator could give its
+  partitions to anyone else. A heartbeat refused (member unknown, generation gone, instance
+  fenced) ends it at once (:meth:`MembershipLease.lost`).
+- **The new owner reads late enough.** A partition the member did not hold in the generation
+  just before (a restart, a partition moved to it) is read at the destination only once a lease
+  length and :data:`DELIVERY_MARGIN_S` have passed since the assignment arrived
+  (:meth:`MembershipLease.settled`): any previous owner's last accepted heartbeat was sent
+  before the coordinator handed the partition over, so its lease has run out by then, and a
+  request it handed to the network just before has landed. A partition kept from the member's
+  previous generation waits for nothing: nobody else held it in between.
+
+What remains, bounded: a produce request handed to the network just before the old owner's
+lease ran out that takes longer to land than the time between that moment and the new owner's
+read. When the old member was dropped by the coordinator (frozen, cut off, its loop blocked)
+that time is at least its session (45 s by default) plus the margin; when another process took
+its instance id it can be as short as :data:`DELIVERY_MARGIN_S`. ``docs/concepts/
+exactly-once.md`` says so, and the audit finds any such record.
+
+The lease is driven by the group client (:func:`replicator.kafka.internals.install_membership`)
+and read by the producer's sender and the data path's resume (as its ``Ownership``); it is the
+one object that holds membership state, changed only by the named transitions below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from aiokafka import TopicPartition
+
+from replicator import clock
+
+# What a produce request handed to the network just before an old owner's lease ran out may take
+# to land: a new owner reads the destination this much later than the lease alone asks.
+DELIVERY_MARGIN_S = 2.0
+
+
+def lease_length(session_timeout_ms: int, heartbeat_interval_ms: int, rebalance_ms: int) -> float:
+    """Seconds a member may write after a heartbeat it sent was accepted: two heartbeat
+    intervals (one may be late without a stall), at most two thirds of the session or the
+    rebalance timeout, whichever is shorter (the coordinator drops a silent member after one
+    of those)."""
+    bound = min(session_timeout_ms, rebalance_ms) * 2 / 3
+    return min(2 * heartbeat_interval_ms, bound) / 1000
+
+
+@dataclass
+class MembershipLease:
+    """One group member's lease (see the module's docstring). ``length``: seconds."""
+
+    group: str
+    length: float
+    instance_id: str | None = None
+    renewed_at: float | None = None  # monotonic send time of the last accepted heartbeat
+    generation: int = -1  # the generation the lease belongs to
+    fenced: str | None = None  # why the member may never write again (its identity taken)
+    # Assigned partitions the member did not hold in the generation before, with the monotonic
+    # time before which their destination is not read.
+    _fresh_until: dict[TopicPartition, float] = field(default_factory=dict)
+    _held: frozenset[TopicPartition] = frozenset()
+    _held_generation: int = -1
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    lapses: int = 0  # times a batch found the lease run out (counted, shown in /status)
+
+    # -- transitions ------------------------------------------------------------------------
+
+    def renewed(self, sent_at: float, generation: int) -> None:
+        """The coordinator accepted a heartbeat (or a group sync) sent at ``sent_at``."""
+        if self.fenced is not None:
+            return
+        if generation != self.generation:
+            self.generation = generation
+        if self.renewed_at is None or sent_at > self.renewed_at:
+            self.renewed_at = sent_at
+        self._wake()
+
+    def lost(self) -> None:
+        """The coordinator no longer counts this member in the generation (it rejoins)."""
+        self.renewed_at = None
+        self._wake()
+
+    def fence(self, reason: str) -> None:
+        """Another process joined the group under this member's instance id: never write."""
+        self.fenced = reason
+        self.renewed_at = None
+        self._wake()
+
+    def assigned(self, partitions: Iterable[TopicPartition], generation: int) -> None:
+        """The group handed ``partitions`` over in ``generation``: those not held in the
+        generation just before wait a lease length and the delivery margin before their
+        destination is read."""
+        now = clock.monotonic()
+        kept = self._held if generation == self._held_generation + 1 else frozenset()
+        taken = frozenset(partitions)
+        until = now + self.length + DELIVERY_MARGIN_S
+        self._fresh_until = {tp: until for tp in taken - kept}
+        self._held, self._held_generation = taken, generation
+        self._wake()
+
+    # -- questions --------------------------------------------------------------------------
+
+    def valid(self) -> bool:
+        """Whether the member may hand a batch to the network now."""
+        renewed = self.renewed_at
+        return (
+            self.fenced is None
+            and renewed is not None
+            and clock.monotonic() < renewed + self.length
+        )
+
+    async def until_valid(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the lease to run; whether it does."""
+        deadline = clock.monotonic() + timeout
+        while not self.valid():
+            left = deadline - clock.monotonic()
+            if left <= 0 or self.fenced is not None:
+                return False
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                return self.valid()
+        return True
+
+    async def settled(self, tp: TopicPartition, closed: asyncio.Event) -> bool:
+        """Wait until ``tp``'s destination may be read by this member (no previous owner can
+        still write it); ``False`` if ``closed`` came first or the member was fenced."""
+        while not closed.is_set():
+            if self.fenced is not None:
+                return False
+            left = self._fresh_until.get(tp, 0.0) - clock.monotonic()
+            if left <= 0:
+                return True
+            waiting = asyncio.ensure_future(closed.wait())
+            try:
+                await asyncio.wait([waiting], timeout=left)
+            finally:
+                waiting.cancel()
+        return False
+
+    def status(self) -> dict[str, object]:
+        """What ``/status`` shows of the membership."""
+        return {
+            "group": self.group,
+            "instance_id": self.instance_id,
+            "lease_s": self.length,
+            "lease_valid": self.valid(),
+            "lease_lapses": self.lapses,
+            "fenced": self.fenced,
+        }
+
+    def _wake(self) -> None:
+        self._changed.set()
+
+
+class AlwaysOwned:
+    """The ownership of a member that shares its partitions with nobody (the in-memory fakes,
+    a flow without a group)."""
+
+    async def settled(self, tp: TopicPartition, closed: asyncio.Event) -> bool:
+        return not closed.is_set()

@@ -1,0 +1,205 @@
+"""The group member's lease: when a replica may write, and when it reads a partition new to it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.producer.message_accumulator import BatchBuilder, MessageBatch
+from aiokafka.producer.transaction_manager import TransactionManager
+
+from replicator import clock
+from replicator.errors import OwnershipUnsure
+from replicator.kafka import internals
+from replicator.kafka.membership import DELIVERY_MARGIN_S, MembershipLease, lease_length
+from replicator.kafka.producer import _POLICY
+
+P0, P1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+
+
+def test_the_lease_is_two_heartbeats_inside_the_session_and_the_rebalance_timeout() -> None:
+    # Kafka's defaults as the product sets them: 45 s session, 3 s heartbeats, 25 s rebalance.
+    assert lease_length(45_000, 3_000, 25_000) == 6.0
+    assert lease_length(10_000, 3_000, 10_000) == 6.0
+    # A short session: two thirds of it, so the coordinator drops a silent member only after
+    # its lease ran out.
+    assert lease_length(3_000, 1_000, 3_000) == 2.0
+    assert lease_length(1_000, 333, 1_000) == pytest.approx(0.6667, abs=1e-3)
+
+
+async def test_a_member_writes_only_within_a_lease_of_its_last_accepted_heartbeat() -> None:
+    lease = MembershipLease("g", 6.0)
+    assert not lease.valid()  # no heartbeat accepted yet
+    sent = clock.monotonic()
+    lease.renewed(sent, generation=1)
+    assert lease.valid()
+    await asyncio.sleep(5.9)
+    assert lease.valid()
+    await asyncio.sleep(0.2)  # 6.1 s after the heartbeat was *sent*, however late its answer
+    assert not lease.valid()
+    lease.renewed(clock.monotonic(), generation=1)
+    assert lease.valid()
+    lease.lost()  # the coordinator answered UNKNOWN_MEMBER_ID
+    assert not lease.valid()
+
+
+async def test_an_older_heartbeat_answered_late_never_moves_the_lease_back() -> None:
+    lease = MembershipLease("g", 6.0)
+    lease.renewed(10.0 + clock.monotonic(), generation=1)
+    later = lease.renewed_at
+    lease.renewed(clock.monotonic(), generation=1)
+    assert lease.renewed_at == later
+
+
+async def test_a_fenced_member_never_writes_again() -> None:
+    lease = MembershipLease("g", 6.0, instance_id="dc1-a")
+    lease.renewed(clock.monotonic(), generation=3)
+    lease.fence("another process joined as 'dc1-a'")
+    lease.renewed(clock.monotonic(), generation=4)
+    assert not lease.valid()
+    assert not await lease.until_valid(30.0)
+    assert lease.status()["fenced"] == "another process joined as 'dc1-a'"
+
+
+async def test_a_batch_waits_for_the_next_accepted_heartbeat_up_to_its_timeout() -> None:
+    lease = MembershipLease("g", 6.0)
+
+    async def heartbeat_in(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        lease.renewed(clock.monotonic(), generation=1)
+
+    started = clock.monotonic()
+    renewal = asyncio.create_task(heartbeat_in(2.0))
+    assert await lease.until_valid(6.0)
+    assert clock.monotonic() - started == pytest.approx(2.0)
+    await renewal
+    await asyncio.sleep(7.0)
+    started = clock.monotonic()
+    assert not await lease.until_valid(6.0)  # nobody answers
+    assert clock.monotonic() - started == pytest.approx(6.0)
+
+
+async def test_a_partition_new_to_the_member_is_read_a_lease_after_its_assignment() -> None:
+    lease = MembershipLease("g", 6.0)
+    closed = asyncio.Event()
+    lease.assigned([P0, P1], generation=5)
+    started = clock.monotonic()
+    assert await lease.settled(P0, closed)
+    # Any previous owner's last accepted heartbeat was sent before the assignment arrived, and
+    # what it handed to the network then has landed.
+    assert clock.monotonic() - started == pytest.approx(6.0 + DELIVERY_MARGIN_S)
+    assert await lease.settled(P1, closed)  # the same assignment: no longer wait
+    assert clock.monotonic() - started == pytest.approx(6.0 + DELIVERY_MARGIN_S)
+
+
+async def test_a_partition_kept_from_the_generation_before_is_read_at_once() -> None:
+    lease = MembershipLease("g", 6.0)
+    closed = asyncio.Event()
+    lease.assigned([P0], generation=5)
+    await asyncio.sleep(10.0)
+    lease.assigned([P0, P1], generation=6)  # P0 kept, P1 moved here
+    started = clock.monotonic()
+    assert await lease.settled(P0, closed)
+    assert clock.monotonic() == started
+    assert await lease.settled(P1, closed)
+    assert clock.monotonic() - started == pytest.approx(6.0 + DELIVERY_MARGIN_S)
+
+
+async def test_a_member_that_missed_a_generation_waits_for_every_partition() -> None:
+    """Dropped (frozen past its session) and back two generations later: another member may
+    have held its old partitions in between."""
+    lease = MembershipLease("g", 6.0)
+    closed = asyncio.Event()
+    lease.assigned([P0], generation=5)
+    lease.assigned([P0], generation=7)
+    started = clock.monotonic()
+    assert await lease.settled(P0, closed)
+    assert clock.monotonic() - started == pytest.approx(6.0 + DELIVERY_MARGIN_S)
+
+
+async def test_waiting_to_read_ends_when_the_partition_closes() -> None:
+    lease = MembershipLease("g", 6.0)
+    closed = asyncio.Event()
+    lease.assigned([P0], generation=1)
+    asyncio.get_running_loop().call_later(1.0, closed.set)
+    started = clock.monotonic()
+    assert not await lease.settled(P0, closed)
+    assert clock.monotonic() - started == pytest.approx(1.0)
+
+
+def _producer(lease: MembershipLease) -> Any:
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", enable_idempotence=True)
+    internals.install_fencing(producer, _POLICY, lease)
+    manager = TransactionManager(None, 60_000)
+    manager.set_pid_and_epoch(7, 0)
+    producer._sender._txn_manager = manager
+    return producer
+
+
+def _drained_batch(manager: TransactionManager, tp: TopicPartition, records: int) -> MessageBatch:
+    builder = BatchBuilder(1 << 16, 0)
+    for n in range(records):
+        builder.append(key=None, value=b"v%d" % n, timestamp=None)
+    batch = MessageBatch(tp, builder, ttl=60, linger_time=0)
+    # As the accumulator drains it: numbered from the partition's next sequence.
+    builder._set_producer_state(7, 0, manager.sequence_number(tp))
+    manager.increment_sequence_number(tp, records)
+    return batch
+
+
+async def test_a_batch_the_lease_does_not_cover_never_reaches_the_network(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a freeze the sender finds the lease run out: it waits a lease length for a
+    heartbeat, then fails the batch as not sent (the partition resumes from the destination),
+    its sequence numbers given back, and nothing queued behind it goes out."""
+    sent: list[Any] = []
+
+    async def send(self: Any, node_id: int) -> None:
+        sent.append(node_id)
+
+    monkeypatch.setattr(internals._FencingHandler, "do", send)
+    lease = MembershipLease("g", 6.0)
+    lease.renewed(clock.monotonic(), generation=1)
+    await asyncio.sleep(10.0)  # frozen past the lease
+    producer = _producer(lease)
+    sender, manager = producer._sender, producer._sender._txn_manager
+    batch = _drained_batch(manager, P0, 3)
+    sender._in_flight.add(0)
+    sender._muted_partitions.add(P0)
+    await sender._send_produce_req(0, {P0: batch})
+    assert sent == []
+    assert isinstance(batch.future.exception(), OwnershipUnsure)
+    assert manager.sequence_number(P0) == 0
+    assert P0 in sender.fenced and P0 in sender._muted_partitions
+    assert lease.lapses == 1
+    await producer.client.close()
+
+
+async def test_a_batch_goes_out_once_a_heartbeat_renews_the_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[float] = []
+
+    async def send(self: Any, node_id: int) -> None:
+        sent.append(clock.monotonic())
+        for batch in self._batches.values():
+            batch.done(base_offset=0)
+
+    monkeypatch.setattr(internals._FencingHandler, "do", send)
+    lease = MembershipLease("g", 6.0)
+    producer = _producer(lease)
+    sender, manager = producer._sender, producer._sender._txn_manager
+    batch = _drained_batch(manager, P0, 2)
+    sender._in_flight.add(0)
+    sender._muted_partitions.add(P0)
+    started = clock.monotonic()
+    asyncio.get_running_loop().call_later(1.5, lease.renewed, clock.monotonic() + 1.5, 1)
+    await sender._send_produce_req(0, {P0: batch})
+    assert sent == [pytest.approx(started + 1.5)]
+    assert batch.future.result().offset == 0
+    assert manager.sequence_number(P0) == 2
+    assert P0 not in sender._muted_partitions
+    await producer.client.close()
