@@ -401,6 +401,21 @@ def replicator_env(local: str, brokers: dict[str, Broker], **extra: str) -> dict
     return env
 
 
+def default_timings_env(local: str, brokers: dict[str, Broker], **extra: str) -> dict[str, str]:
+    """Only what an operator must set (the clusters, which one is local), every timing at the
+    product's default: the harness's shortened session is set back to Kafka's 45 s. ``extra``:
+    variables as they are named in the environment."""
+    env = {
+        "REPLICATOR_LOCAL_CLUSTER": local,
+        "REPLICATOR_LOG_FORMAT": "json",  # the harness reads the log's events
+        "REPLICATOR_GROUP_SESSION_TIMEOUT_MS": "45000",  # the default, over the harness's 10 s
+    }
+    for alias, broker in brokers.items():
+        env[f"REPLICATOR_CLUSTERS__{alias.upper()}__BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
+    env.update(extra)
+    return env
+
+
 # -- data helpers -----------------------------------------------------------------------------
 
 

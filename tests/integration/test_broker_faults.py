@@ -21,6 +21,7 @@ from tests.integration.harness import (
     Start,
     Stream,
     create_topics,
+    default_timings_env,
     holds_distinct,
     kafka_cluster,
     oracle,
@@ -58,14 +59,24 @@ def check_exact(source: Broker, destinations: dict[str, Broker], scenario: str, 
         assert not report.duplicates, f"{alias}: {report}"
 
 
-@pytest.mark.parametrize("restarted", ["destination", "source"])
+@pytest.mark.parametrize(
+    ("restarted", "timings"),
+    [("destination", "shortened"), ("source", "shortened"), ("source", "defaults")],
+)
 def test_a_broker_restarted_with_its_log_mid_stream_loses_and_repeats_nothing(
-    replicators: Start, restarted: str
+    replicators: Start, restarted: str, timings: str
 ) -> None:
+    """``timings``: the harness's shortened ones (10 s session, 200 ms commits, 1 s metadata
+    age), or every one at the product's default (the source broker holds the group's
+    coordinator: the group must come back at the 45 s session too)."""
     with start_clusters("dc1", "dc2") as brokers:
         local = brokers["dc1"]
         create_topics(local, orders_REPLICA=3)
-        process = replicators("dc1", replicator_env("dc1", brokers))
+        if timings == "defaults":
+            env = default_timings_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-0")
+        else:
+            env = replicator_env("dc1", brokers)
+        process = replicators("dc1", env)
         process.wait_ready()
         cluster = brokers["dc2" if restarted == "destination" else "dc1"]
         assert isinstance(cluster, ApacheKafkaCluster)
@@ -83,7 +94,10 @@ def test_a_broker_restarted_with_its_log_mid_stream_loses_and_repeats_nothing(
         for alias, broker in brokers.items():
             wait_until(holds_distinct(broker, "orders", total), 120, alias, process.log)
         wait_settled(process)
-        check_exact(local, brokers, f"{restarted} broker restarted", peak_rss_mb(process))
+        scenario = f"{restarted} broker restarted" + (
+            ", default timings" if timings == "defaults" else ""
+        )
+        check_exact(local, brokers, scenario, peak_rss_mb(process))
         process.wait_ready()
         assert process.stop() == 0
 

@@ -25,6 +25,7 @@ from tests.integration.harness import (
     Stream,
     count,
     create_topics,
+    default_timings_env,
     holds,
     holds_distinct,
     oracle,
@@ -260,20 +261,6 @@ def test_three_replicas_rolling_restart_without_pauses(replicators: Start) -> No
 _DELIVERY_BACK_S = 15.0
 
 
-def default_env(local: str, brokers: dict[str, Broker], **extra: str) -> dict[str, str]:
-    """Only what an operator must set (the clusters, which one is local), every timing at the
-    product's default: the harness's shortened session is set back to Kafka's 45 s."""
-    env = {
-        "REPLICATOR_LOCAL_CLUSTER": local,
-        "REPLICATOR_LOG_FORMAT": "json",  # the harness reads the log's events
-        "REPLICATOR_GROUP_SESSION_TIMEOUT_MS": "45000",  # the default, over the harness's 10 s
-    }
-    for alias, broker in brokers.items():
-        env[f"REPLICATOR_CLUSTERS__{alias.upper()}__BOOTSTRAP_SERVERS"] = broker.bootstrap_servers
-    env.update(extra)
-    return env
-
-
 def per_partition(broker: Broker, topic: str) -> Counter[int]:
     return Counter(record.partition for record in read(broker, topic))
 
@@ -316,7 +303,7 @@ def test_a_killed_replica_restarted_at_the_defaults_delivers_again_within_second
         for broker in brokers.values():
             create_topics(broker, orders_REPLICA=3)
         local = brokers["dc1"]
-        env = default_env("dc1", brokers, HOSTNAME="replicator-dc1-0")
+        env = default_timings_env("dc1", brokers, HOSTNAME="replicator-dc1-0")
         first = replicators("dc1", env)
         first.wait_ready()
         with Stream(local, "orders_REPLICA", 3, per_tick=10) as stream:
@@ -357,7 +344,7 @@ def test_one_of_three_replicas_killed_restarted_and_gone_for_good_at_the_default
         local = brokers["dc1"]
         create_topics(local, orders_REPLICA=6)
         envs = {
-            name: default_env("dc1", brokers, REPLICATOR_INSTANCE_ID=f"dc1-{name}")
+            name: default_timings_env("dc1", brokers, REPLICATOR_INSTANCE_ID=f"dc1-{name}")
             for name in ("a", "b", "c")
         }
         running = {name: replicators("dc1", env) for name, env in envs.items()}
@@ -412,7 +399,7 @@ def test_a_second_process_under_the_same_identity_stops_the_first(replicators: S
     with start_clusters("dc1", "dc2") as brokers:
         local = brokers["dc1"]
         create_topics(local, orders_REPLICA=3)
-        env = default_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-twin")
+        env = default_timings_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-twin")
         older = replicators("dc1", env)
         older.wait_ready()
         with Stream(local, "orders_REPLICA", 3, per_tick=20) as stream:
@@ -500,7 +487,7 @@ def test_a_replica_its_group_dropped_writes_nothing_twice(
         local, remote = brokers["dc1"], brokers["dc2"]
         create_topics(local, orders_REPLICA=6)
         timings = {"REPLICATOR_GROUP_SESSION_TIMEOUT_MS": str(session_s * 1000)}
-        env_a = default_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-a", **timings)
+        env_a = default_timings_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-a", **timings)
         assert isinstance(local, ApacheKafkaCluster) and isinstance(remote, ApacheKafkaCluster)
         env_a["REPLICATOR_CLUSTERS__DC1__BOOTSTRAP_SERVERS"] = local.listener("WAN")
         env_a["REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVERS"] = remote.listener("WAN")
@@ -508,7 +495,7 @@ def test_a_replica_its_group_dropped_writes_nothing_twice(
         if how == "event loop blocked":
             env_a["PYTHONPATH"] = str(_LOOP_BLOCKER)
             env_a["LOOP_BLOCK_S"] = str(paused_s)
-        env_b = default_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-b", **timings)
+        env_b = default_timings_env("dc1", brokers, REPLICATOR_INSTANCE_ID="dc1-b", **timings)
         a, b = replicators("dc1", env_a), replicators("dc1", env_b)
         a.wait_ready()
         b.wait_ready()
