@@ -27,6 +27,7 @@ from tests.integration.harness import (
     Stream,
     count,
     create_topics,
+    default_timings_env,
     holds,
     oracle,
     peak_rss_mb,
@@ -47,19 +48,25 @@ RSS_LIMIT_MB = 200
 
 @contextmanager
 def remote_behind_proxy(
-    replicators: Start, **settings: str
+    replicators: Start, *, defaults: bool = False, **settings: str
 ) -> Iterator[tuple[Broker, Cluster, FaultProxy, ReplicatorProcess]]:
     """dc1 with ``orders_REPLICA`` (3 partitions) and its ready replicator; dc2 behind a proxy.
 
     Every client connection to dc2, the replicator's included, passes through the proxy.
-    ``settings``: replicator settings (``idempotence="false"``).
+    ``settings``: replicator settings (``idempotence="false"``); ``defaults``: every timing at
+    the product's default instead of the harness's shortened ones.
     """
     remote, proxy = behind_proxy("dc2")
     try:
         with start_clusters("dc1") as brokers:
             local = brokers["dc1"]
             create_topics(local, orders_REPLICA=3)
-            env = replicator_env("dc1", {"dc1": local, "dc2": remote}, **settings)
+            clusters = {"dc1": local, "dc2": remote}
+            if defaults:
+                named = {f"REPLICATOR_{k.upper()}": v for k, v in settings.items()}
+                env = default_timings_env("dc1", clusters, **named)
+            else:
+                env = replicator_env("dc1", clusters, **settings)
             dc1 = replicators("dc1", env)
             dc1.wait_ready()
             yield local, remote, proxy, dc1
@@ -139,23 +146,31 @@ PRODUCERS = pytest.mark.parametrize("idempotence", ["true", "false"])
 FREEZE_S = 20
 
 
-@PRODUCERS
+@pytest.mark.parametrize(
+    ("idempotence", "timings"),
+    [("true", "shortened"), ("false", "shortened"), ("true", "defaults")],
+)
 def test_remote_frozen_longer_than_the_request_timeout_then_resumed(
-    replicators: Start, idempotence: str
+    replicators: Start, idempotence: str, timings: str
 ) -> None:
     """A remote broker that stops answering (SIGSTOP) holds requests it may still apply when it
     resumes (SIGCONT): a batch sent into the freeze is written once, never retried blindly.
 
-    The freeze outlasts the request timeout (lowered to 12 s so that the test is short): the
-    batches in flight time out with an unknown outcome, the case that matters."""
-    settings = {"idempotence": idempotence, "request_timeout_ms": "12000"}
-    with remote_behind_proxy(replicators, **settings) as (local, dc2, _, dc1):
+    The freeze outlasts the request timeout: the batches in flight time out with an unknown
+    outcome, the case that matters. Shortened, the timeout is 12 s and the freeze 20 s; at the
+    product's defaults (30 s), the freeze is 40 s."""
+    defaults = timings == "defaults"
+    settings = {"idempotence": idempotence}
+    if not defaults:
+        settings["request_timeout_ms"] = "12000"
+    freeze_s = 40 if defaults else FREEZE_S
+    with remote_behind_proxy(replicators, defaults=defaults, **settings) as (local, dc2, _, dc1):
         assert dc2.process is not None
         with Stream(local, "orders_REPLICA", 3, per_tick=20) as stream:  # about 200 records/s
             wait_until(holds(dc2, "orders", 1), 30, "first records on dc2", dc1.log)
             os.kill(dc2.process.pid, signal.SIGSTOP)
             try:
-                time.sleep(FREEZE_S)
+                time.sleep(freeze_s)
                 assert dc1.get("/livez")[0] == 200
             finally:
                 os.kill(dc2.process.pid, signal.SIGCONT)
@@ -169,10 +184,13 @@ def test_remote_frozen_longer_than_the_request_timeout_then_resumed(
         reports = [check_replica(local, local), check_replica(local, dc2)]
         producer = "idempotent" if idempotence == "true" else "resume from the tail"
         print(
-            f"remote frozen {FREEZE_S} s ({producer}): {reports[1]}; "
+            f"remote frozen {freeze_s} s ({producer}, {timings} timings): {reports[1]}; "
             f"caught up {recovery:.1f} s after"
         )
-        scenario = f"remote frozen {FREEZE_S} s (SIGSTOP, request timeout 12 s), {producer}"
+        timeout_s = 30 if defaults else 12
+        scenario = (
+            f"remote frozen {freeze_s} s (SIGSTOP, request timeout {timeout_s} s), {producer}"
+        )
         summarise(scenario, reports, peak_rss_mb(dc1), f"{recovery:.1f} s")
         assert dc1.metric("replicator_idempotent_producer", leg="dc1->dc2") == (
             1 if idempotence == "true" else 0
@@ -244,8 +262,13 @@ def test_sigterm_with_a_black_holed_remote_exits_within_the_grace(
     flight: a SIGTERM drains, commits and closes within REPLICATOR_SHUTDOWN_GRACE_MS (one
     deadline for every wait), exits 0, and a restart once the remote is back delivers every
     record there exactly once (what was never acknowledged was never committed)."""
-    settings = {"shutdown_grace_ms": str(STOP_GRACE_S * 1000), "idempotence": idempotence}
-    with remote_behind_proxy(replicators, **settings) as (local, dc2, proxy, dc1):
+    grace = str(STOP_GRACE_S * 1000)
+    with remote_behind_proxy(replicators, shutdown_grace_ms=grace, idempotence=idempotence) as (
+        local,
+        dc2,
+        proxy,
+        dc1,
+    ):
         produce(local, "orders_REPLICA", 300, 3)
         wait_until(holds(dc2, "orders", 300), 30, "first records on dc2", dc1.log)
         proxy.black_hole()
@@ -262,7 +285,9 @@ def test_sigterm_with_a_black_holed_remote_exits_within_the_grace(
         assert "stopping with batches the destination neither acknowledged" in stopped
         assert "drain timed out" not in stopped
         proxy.restore()
-        env = replicator_env("dc1", {"dc1": local, "dc2": dc2}, **settings)
+        env = replicator_env(
+            "dc1", {"dc1": local, "dc2": dc2}, shutdown_grace_ms=grace, idempotence=idempotence
+        )
         again = replicators("dc1", env)
         again.wait_ready()
         wait_until(holds(dc2, "orders", 3_300), 60, "dc2 complete after the restart", again.log)
