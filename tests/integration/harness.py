@@ -629,10 +629,19 @@ def oracle(source: list[StoredRecord], destination: list[StoredRecord], origin: 
 
 def peak_rss_mb(process: ReplicatorProcess) -> float:
     """The replicator process's peak resident memory so far (VmHWM), in MB."""
+    return _memory_mb(process, "VmHWM")
+
+
+def rss_mb(process: ReplicatorProcess) -> float:
+    """The replicator process's resident memory now (VmRSS), in MB."""
+    return _memory_mb(process, "VmRSS")
+
+
+def _memory_mb(process: ReplicatorProcess, field_name: str) -> float:
     assert process.process is not None
     with open(f"/proc/{process.process.pid}/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field_name}:"):
                 return int(line.split()[1]) / 1024
     return 0.0
 

@@ -85,16 +85,7 @@ def check_replica(source: Broker, destination: Broker, origin: str = "dc1") -> O
 
 
 def summarise(scenario: str, reports: list[Oracle], rss: float, recovery: str) -> None:
-    FAULT_SUMMARY.append(
-        FaultFigures(
-            scenario,
-            reports[0].source_records,
-            sum(len(r.missing) for r in reports),
-            sum(r.duplicates for r in reports),
-            rss,
-            recovery,
-        )
-    )
+    FAULT_SUMMARY.append(FaultFigures.measured(scenario, reports, rss, recovery))
 
 
 CUT_S = 20

@@ -15,13 +15,13 @@ from tests.integration.faults import behind_proxy
 from tests.integration.harness import (
     APACHE_KAFKA,
     Broker,
-    ReplicatorProcess,
     Start,
     count,
     create_topics,
     new_cluster,
     produce,
     replicator_env,
+    rss_mb,
     run,
     start_clusters,
     wait_until,
@@ -63,16 +63,6 @@ _LOAD_S = 60  # seconds of offered load
 _LOAD_MB_S = 20  # offered, MB/s of 1 KiB records
 _PARTITIONS = 4
 _LEGS = 2  # dc1 -> dc1 and dc1 -> dc2
-
-
-def rss_now_mb(process: ReplicatorProcess) -> float:
-    """The process's resident memory now (VmRSS), in MB."""
-    assert process.process is not None
-    with open(f"/proc/{process.process.pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def log_end_total(broker: Broker, topic: str) -> int:
@@ -136,7 +126,7 @@ def memory_under_load(replicators: Start, queue_max_bytes: int) -> dict[str, flo
             time.sleep(3)
             idle = 0.0
             for _ in range(3):  # a few seconds of idle: the footprint before the load
-                idle = max(idle, rss_now_mb(dc1))
+                idle = max(idle, rss_mb(dc1))
                 time.sleep(1)
             proxy.black_hole()
             records = _LOAD_MB_S * 1024 * _LOAD_S
@@ -144,7 +134,7 @@ def memory_under_load(replicators: Start, queue_max_bytes: int) -> dict[str, flo
             with ThreadPoolExecutor(1) as load:
                 done = load.submit(offered_load, local, records, _LOAD_MB_S * 1024)
                 while not done.done():
-                    samples.append(rss_now_mb(dc1))
+                    samples.append(rss_mb(dc1))
                     time.sleep(1)
                 summary = done.result()
             achieved = float(re.findall(r"\(([\d.]+) MB/sec\)", summary)[0])
