@@ -22,8 +22,9 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from replicator.devtools.apache_kafka import ApacheKafkaCluster
 from replicator.devtools.embedded import free_port
-from tests.integration.harness import Cluster, new_cluster
+from tests.integration.harness import Broker, Cluster, new_cluster
 
 
 @dataclass
@@ -257,3 +258,18 @@ def kill_broker(broker: Cluster) -> None:
     keeps its log on disk for a later start; the embedded broker keeps its data in memory only,
     so whatever it held is gone."""
     broker.kill()
+
+
+@contextlib.contextmanager
+def second_listener_proxy(cluster: Broker) -> Iterator[FaultProxy]:
+    """A fault proxy in front of the second (``WAN``) listener of a single-node Apache Kafka
+    cluster started with ``start_clusters(..., second_listener=True)``: the clients given
+    ``cluster.listener("WAN")`` pass through it, every other one reaches the cluster directly."""
+    assert isinstance(cluster, ApacheKafkaCluster) and cluster.wan_port
+    (node,) = cluster.nodes
+    assert node.wan_port is not None
+    proxy = FaultProxy(cluster.wan_port, node.wan_port).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()

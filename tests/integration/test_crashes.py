@@ -16,7 +16,7 @@ import pytest
 
 from replicator.devtools.apache_kafka import ApacheKafkaCluster
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
-from tests.integration.faults import FaultProxy
+from tests.integration.faults import FaultProxy, second_listener_proxy
 from tests.integration.harness import (
     Broker,
     Oracle,
@@ -436,17 +436,11 @@ _PAUSES = ("SIGSTOP", "source black-holed", "event loop blocked")
 @contextlib.contextmanager
 def second_listener_proxies(brokers: dict[str, Broker]) -> Iterator[dict[str, FaultProxy]]:
     """A fault proxy in front of each cluster's second listener: what one replica reaches."""
-    proxies: dict[str, FaultProxy] = {}
-    try:
-        for alias, broker in brokers.items():
-            assert isinstance(broker, ApacheKafkaCluster) and broker.wan_port
-            (node,) = broker.nodes
-            assert node.wan_port is not None
-            proxies[alias] = FaultProxy(broker.wan_port, node.wan_port).start()
-        yield proxies
-    finally:
-        for proxy in proxies.values():
-            proxy.stop()
+    with contextlib.ExitStack() as stack:
+        yield {
+            alias: stack.enter_context(second_listener_proxy(broker))
+            for alias, broker in brokers.items()
+        }
 
 
 def pause(replica: ReplicatorProcess, how: str, proxies: dict[str, FaultProxy]) -> None:

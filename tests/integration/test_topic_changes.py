@@ -1,4 +1,5 @@
-"""Topics changing under a running replicator: a source topic recreated, a destination deleted.
+"""Topics changing under a running replicator: a source topic recreated, a destination deleted,
+records deleted at the source before a leg read them.
 
 A recreated source topic restarts its offsets, so positions the replicator holds (or committed)
 may point past the new log's end. That is never reset silently: it is counted in
@@ -8,25 +9,30 @@ stop the partition and report it). On Apache Kafka a recreated topic is usually 
 first: its deletion completes before the topic can be created again, the consumers' fetches
 fail meanwhile and their metadata shows it missing, so the group releases its partitions, and
 Kafka deletes the committed offsets of a deleted topic; the new topic's partitions then start
-afresh, at its log start, and nothing points past a log end.
+afresh, at its log start, and nothing points past a log end. Records deleted below a leg's
+position (DeleteRecords; retention alike) are a position below the log start: the leg skips to
+it and counts exactly the records it never read as lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.admin import NewPartitions, NewTopic
+from aiokafka.admin import NewPartitions, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from replicator.config.loading import load_settings
+from replicator.devtools.apache_kafka import ApacheKafkaCluster
 from replicator.kafka.clients import ClusterClient
 from replicator.topics.provisioning import ClusterAdmin
 from tests.fault_figures import FAULT_SUMMARY, FaultFigures
+from tests.integration.faults import second_listener_proxy
 from tests.integration.harness import (
     BACKEND,
     Broker,
@@ -48,6 +54,7 @@ from tests.integration.harness import (
     produce,
     produce_records,
     read,
+    replicator_cli,
     replicator_env,
     run,
     start_clusters,
@@ -278,6 +285,180 @@ def test_committed_offset_beyond_the_log_end_follows_the_policy(
         assert not unaccounted and not remote_report.out_of_order, remote_report
         assert not remote_report.duplicates, remote_report
         assert dc1.stop() == 0
+
+
+async def _delete_records(bootstrap: str, before: dict[TopicPartition, int]) -> None:
+    admin = await admin_client(bootstrap)
+    try:
+        await admin.delete_records({tp: RecordsToDelete(offset) for tp, offset in before.items()})
+    finally:
+        await admin.close()
+
+
+def delete_records(broker: Broker, before: dict[TopicPartition, int]) -> None:
+    """Kafka's DeleteRecords: each partition's log starts at the offset given from now on, as
+    retention makes it start at a later segment (the replicator sees either as a log start)."""
+    run(_delete_records(broker.bootstrap_servers, before))
+
+
+def remote_partitions(process: ReplicatorProcess) -> dict[int, dict[str, Any]]:
+    """The dc1->dc2 leg's partitions of ``orders_REPLICA`` in ``/status``, by partition."""
+    legs = {leg["leg"]: leg for leg in process.get("/status?partitions=all")[1]["legs"]}
+    return {
+        p["partition"]: p for p in legs["dc1->dc2"]["partitions"] if p["topic"] == "orders_REPLICA"
+    }
+
+
+def held_back(process: ReplicatorProcess) -> dict[int, int]:
+    """The held-back leg's next offsets once they stopped moving (its queues are full), by
+    partition: every record below one was read (delivered, or held to be sent), none above."""
+    seen: list[dict[int, int]] = []
+
+    def steady() -> bool:
+        partitions = remote_partitions(process)
+        seen.append({p: entry["next_offset"] for p, entry in partitions.items()})
+        return len(seen) >= 4 and len(seen[-1]) == 3 and seen[-4] == seen[-1]
+
+    wait_until(steady, 60, "the held-back leg to stop reading", process.log)
+    return seen[-1]
+
+
+def newest_held(destination: Broker, origin: str = "dc1") -> dict[int, int]:
+    """Per partition, the origin offset after the newest record of ``origin`` held."""
+    held: dict[int, int] = {}
+    for record in read(destination, "orders"):
+        tag = record.provenance
+        if tag is not None and tag.cluster == origin:
+            held[tag.partition] = max(held.get(tag.partition, 0), tag.offset + 1)
+    return held
+
+
+@pytest.mark.skipif(
+    BACKEND != "kafka",
+    reason="the embedded broker has neither DeleteRecords nor retention, and no second "
+    "listener to hold dc2 back from the replicator alone (REPLICATOR_TEST_BROKER=kafka); the "
+    "below_log_start branch is unit-tested in tests/unit/replication",
+)
+@pytest.mark.parametrize("held", ["running", "restarted"])
+def test_records_deleted_before_a_held_back_leg_read_them_are_counted_exactly(
+    replicators: Start, held: str
+) -> None:
+    """dc2 stops answering the replicator (its connections black-holed; the test and ``rpo``
+    reach it directly) while 600 records are produced: the local leg delivers them, the
+    dc1->dc2 leg holds back, ``running``: reading until its queues are full, ``restarted``
+    (the replicator restarted meanwhile): reading nothing, its partitions waiting for dc2's
+    tail. DeleteRecords then removes every partition's records below offset 250, past where
+    the leg stands; ``replicator rpo`` beside dc2 says what is gone from both clusters. dc2
+    answers again: the records the leg had read reach dc2, the ones deleted before it read them
+    are counted lost, exactly, and said once per partition in the log and in ``/status``; every
+    record from 250 on arrives once, in order: nothing after them is lost. (Retention moves a
+    log start as DeleteRecords does, at a segment boundary: the replicator sees the same
+    out-of-range position and log start either way.)"""
+    cut = 250  # the new log start of every partition, of 300 records
+    with start_clusters("dc1", "dc2", second_listener=True) as brokers:
+        local, remote = brokers["dc1"], brokers["dc2"]
+        assert isinstance(remote, ApacheKafkaCluster)
+        create_topics(local, orders_REPLICA=3)
+        # Small fetches and queues: a running held-back leg reads a few chunks ahead, then stops.
+        env = replicator_env(
+            "dc1", brokers, max_partition_fetch_bytes="1024", partition_queue_max_records="20"
+        )
+        env["REPLICATOR_CLUSTERS__DC2__BOOTSTRAP_SERVERS"] = remote.listener("WAN")
+        beside_dc2 = replicator_env("dc2", brokers)  # both clusters reached directly
+        with second_listener_proxy(remote) as proxy:
+            dc1 = replicators("dc1", env)
+            dc1.wait_ready()
+            sent = produce(local, "orders_REPLICA", 300, partitions=3, tag="-before")
+            for broker in (local, remote):
+                wait_until(holds(broker, "orders", 300), 60, broker.alias, dc1.log)
+            wait_settled(dc1)
+            proxy.black_hole()
+            if held == "restarted":
+                assert dc1.stop() == 0
+                dc1 = replicators("dc1", env)
+                dc1.wait_serving()
+            for batch in range(20):  # one producer batch per partition each: 1 KiB fetches
+                sent += produce(local, "orders_REPLICA", 30, partitions=3, tag=f"-held{batch}-")
+            wait_until(holds(local, "orders", 900), 60, "the local leg delivering", dc1.log)
+            reached = held_back(dc1)
+            source = read(local, "orders_REPLICA")  # every record, before any is deleted
+            assert len(source) == len(sent) == 900
+            assert all(100 <= at < cut for at in reached.values()), reached
+            delete_records(local, {TopicPartition("orders_REPLICA", p): cut for p in range(3)})
+            deleted = {(r.partition, r.offset) for r in source if r.offset < cut}
+            # While the leg is held back: dc2's newest record of dc1 is where dc2 stands, the
+            # records from it to the new log start are gone from both clusters (the ones the
+            # running leg read are in its memory alone), the ones after it not in dc2 yet.
+            on_dc2 = newest_held(remote)
+            status, out, err = replicator_cli(beside_dc2, "rpo", "--origin", "dc1", "--json")
+            assert status == 1, (out, err)
+            before = json.loads(out)
+            points = {p["partition"]: p for p in before["partitions"]}
+            assert {
+                p: (q["held_up_to"], q["origin_log_end"], q["expired"], q["missing"])
+                for p, q in points.items()
+            } == {p: (on_dc2[p], 300, cut - on_dc2[p], 300 - cut) for p in range(3)}, before
+            proxy.restore()
+            restored_at = time.monotonic()
+
+            def arrived() -> bool:
+                found = newest_held(remote)
+                return len(found) == 3 and all(at == 300 for at in found.values())
+
+            wait_until(arrived, 90, "dc2 caught up", dc1.log)
+            wait_settled(dc1)
+            recovery = time.monotonic() - restored_at
+            local_report = oracle(source, read(local, "orders"), "dc1")
+            remote_report = oracle(source, read(remote, "orders"), "dc1")
+            lost = dc1.metric("replicator_records_lost_total", leg="dc1->dc2")
+            # dc2 may lack deleted records only: any other missing record is a loss.
+            unaccounted = sorted(set(remote_report.missing) - deleted)
+            FAULT_SUMMARY.append(
+                FaultFigures.measured(
+                    f"DeleteRecords past a held-back leg, {held}",
+                    [local_report, dataclasses.replace(remote_report, missing=unaccounted)],
+                    peak_rss_mb(dc1),
+                    f"{recovery:.1f} s; {int(lost)} deleted, counted lost",
+                )
+            )
+            status, out, err = replicator_cli(beside_dc2, "rpo", "--origin", "dc1", "--json")
+            after = json.loads(out)
+            print(
+                f"deleted below {cut}, the dc1->dc2 leg {held} at {reached}, dc2 at {on_dc2}: "
+                f"{remote_report}; counted lost {lost:.0f}; rpo while held back: "
+                f"{before['expired']} lost, {before['missing']} not here; caught up in "
+                f"{recovery:.1f} s; rpo after: {after.get('expired')} lost, "
+                f"{after.get('missing')} not here"
+            )
+            assert not local_report.missing and not local_report.duplicates, local_report
+            assert not unaccounted, f"lost beyond the deleted records: {unaccounted}"
+            assert not remote_report.duplicates and not remote_report.out_of_order, remote_report
+            # Exactly the records deleted before the leg read them: from where it stood to the cut.
+            missing = set(remote_report.missing)
+            assert missing == {(p, o) for p in range(3) for o in range(reached[p], cut)}, missing
+            assert lost == len(missing) > 0, dc1.log()
+            if held == "restarted":  # it had read nothing dc2 lacked: rpo's figure is the loss
+                assert reached == on_dc2 and before["expired"] == lost, (reached, on_dc2, before)
+            assert dc1.metric("replicator_records_lost_total", leg="dc1->dc1") == 0
+            resets = dc1.metric(
+                "replicator_offset_resets_total", leg="dc1->dc2", reason="below_log_start"
+            )
+            assert resets == 3, dc1.log()
+            said = [e for e in dc1.events("source offset out of range") if e["leg"] == "dc1->dc2"]
+            assert sorted((e["partition"], e["position"], e["records_lost"]) for e in said) == [
+                (p, reached[p], cut - reached[p]) for p in range(3)
+            ], said
+            legs = {leg["leg"]: leg for leg in dc1.get("/status")[1]["legs"]}
+            shown = legs["dc1->dc2"]["offset_resets"]
+            assert sorted(
+                (r["partition"], r["position"], r["log_start"], r["records_lost"]) for r in shown
+            ) == [(p, reached[p], cut, cut - reached[p]) for p in range(3)], shown
+            assert legs["dc1->dc1"]["offset_resets"] == []
+            # Afterwards rpo sees dc2 holding all that dc1 still has: the loss lies behind dc2's
+            # newest record, where rpo does not look; the metric, the log and /status keep it.
+            assert (status, after["complete"], after["expired"]) == (0, True, 0), (after, err)
+            dc1.wait_ready(timeout=30)
+            assert dc1.stop() == 0
 
 
 def test_destination_topic_deleted_mid_stream_is_detected_and_replayed(
