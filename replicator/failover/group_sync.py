@@ -10,7 +10,10 @@ received since) and appends the checkpoints to the target's checkpoints topic. W
 ``REPLICATOR_SYNC_GROUP_OFFSETS=true`` it also commits the translated positions there for groups
 with no active member in the target (as MirrorMaker 2 does: a group that consumed in the source
 and closed is synced too) and only forward (:func:`forward_only`): an active group is never
-touched, a group is never moved back. A checkpoint is written only when it changed
+touched, a group is never moved back. A position a sync committed is tagged (:data:`SYNCED`)
+and never synced onward from there (:func:`reached_by_consumers`): with flows both ways it is
+no progress of the group's, and syncing it back would undo a reset made meanwhile where it came
+from. A checkpoint is written only when it changed
 (:func:`unchanged`); each round's translation is still the next round's sync point.
 
 Per group and pair: the age of the newest checkpoint and its repeats (metrics and ``/status``
@@ -44,6 +47,25 @@ from replicator.model.handover import Handover
 from replicator.telemetry.metrics import Metrics
 
 log = structlog.get_logger(__name__)
+
+
+SYNCED = "replicator group sync"
+"""The metadata the group sync commits a translated position with: a position the sync moved
+the group to, not one a consumer of the group reached there."""
+
+
+def reached_by_consumers(
+    written: list[Checkpoint], committed: dict[TopicPartition, tuple[int, str] | None]
+) -> list[Checkpoint]:
+    """The checkpoints of ``written`` whose position in the source a consumer of the group
+    committed (``committed``: the group's offsets there, with their metadata): not those a sync
+    committed there (:data:`SYNCED`), which are no progress of the group's."""
+    kept = []
+    for checkpoint in written:
+        entry = committed.get(TopicPartition(checkpoint.topic, checkpoint.partition))
+        if entry is None or entry[1] != SYNCED or entry[0] != checkpoint.source_offset:
+            kept.append(checkpoint)
+    return kept
 
 
 def unchanged(checkpoint: Checkpoint, previous: Checkpoint | None) -> bool:
@@ -258,7 +280,7 @@ class GroupSync:
         try:
             jobs, _ = await translator.jobs(reader, group, None, previous, kept.handovers)
             moves = await translator.translate(jobs, live=True)
-            latest = await self._record(pair, group, moves, previous, producer)
+            latest = await self._record(pair, group, moves, previous, producer, reader)
         except Exception as exc:
             return said(exc)
         problems = [
@@ -277,6 +299,7 @@ class GroupSync:
         moves: list[PartitionMove],
         previous: dict[tuple[str, int], Checkpoint],
         producer: AIOKafkaProducer,
+        reader: AIOKafkaConsumer,
     ) -> list[Checkpoint]:
         """Write the group's checkpoints that changed since ``previous`` (and sync its offsets,
         if asked); every checkpoint of this round, written or not."""
@@ -297,7 +320,9 @@ class GroupSync:
         repeats = sum(c.repeats for c in latest)
         synced = 0
         if self._settings.sync_group_offsets and latest:
-            synced = await self._commit_forward(pair, group, latest, progressed=bool(changed))
+            synced = await self._commit_forward(
+                pair, group, latest, reader, progressed=bool(changed)
+            )
         first = (group, pair) not in self._latest
         self._latest[(group, pair)] = GroupCheckpoint(now, len(latest), repeats, synced, behind)
         self._metrics.checkpoint_repeats.labels(group, source, target).set(repeats)
@@ -313,31 +338,43 @@ class GroupSync:
         return latest
 
     async def _commit_forward(
-        self, pair: Pair, group: str, written: list[Checkpoint], progressed: bool
+        self,
+        pair: Pair,
+        group: str,
+        written: list[Checkpoint],
+        source_reader: AIOKafkaConsumer,
+        progressed: bool,
     ) -> int:
         """Commit the translated positions of a group with no active member in the target,
-        where they are ahead of what it has there; the partitions committed.
+        where they are ahead of what it has there; the partitions committed (tagged
+        :data:`SYNCED`).
 
         As MirrorMaker 2 does, whether or not the group has members in the source (a batch
         consumer that ran and closed, a group whose datacenter went down), provided its
         position there moved since the previous checkpoint (``progressed``) or it has members
-        there: positions this pair's own sync committed in the source (two replicators syncing
-        both ways) do not move, so a group reset backwards in the target is not undone by its
-        copy in the source."""
+        there, and only the positions a consumer of the group committed there
+        (:func:`reached_by_consumers`): a position a sync committed in the source (flows both
+        ways, one replicator or two) is not synced back, so a group reset backwards in the
+        target is not undone by its copy in the source."""
         source, target = pair
         if not progressed and not await active_members(self._clusters[source], group):
             return 0
         if await active_members(self._clusters[target], group):
             return 0
+        tps_a = [TopicPartition(c.topic, c.partition) for c in written]
+        in_source = await GroupOffsets(source_reader, group).fetch_with_metadata(tps_a)
+        own = reached_by_consumers(written, in_source)
+        if not own:
+            return 0
         reader = GroupTranslator(self._settings, source, target).reader(target, "sync")
         try:
             await reader.start()
             offsets = GroupOffsets(reader, group)
-            tps = {TopicPartition(c.target_topic, c.partition): c.target_offset for c in written}
+            tps = {TopicPartition(c.target_topic, c.partition): c.target_offset for c in own}
             committed = await offsets.fetch(list(tps))
             ahead = forward_only(tps, committed)
             if ahead:
-                await offsets.commit(ahead)
+                await offsets.commit(ahead, dict.fromkeys(ahead, SYNCED))
                 self._metrics.group_offsets_synced.labels(group, source, target).inc(len(ahead))
             return len(ahead)
         finally:

@@ -86,6 +86,10 @@ class _BoundTakeover:
     def outcome(self) -> dict[str, Any] | None:
         return self._takeover.outcome
 
+    @property
+    def evidence(self) -> dict[TopicPartition, str]:
+        return self._takeover.evidence
+
     async def take(
         self,
         committed: dict[TopicPartition, int | None],

@@ -12,6 +12,7 @@ retried until read, never replaced by the start policy.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -25,7 +26,7 @@ from replicator.kafka.translation import denial
 from replicator.model.handover import Handover
 from replicator.replication.connections import LegConnections, LegSource
 from replicator.replication.states import resume_position
-from replicator.replication.takeover import HANDED_BACK
+from replicator.replication.takeover import HANDED_BACK, which
 from replicator.telemetry.metrics import Metrics
 
 Start = tuple[int | None, bool]  # a partition's first position (None: the feed's), committed
@@ -47,9 +48,12 @@ class StartPositions:
         self._connections = connections
         self._metrics = metrics
         self._log = log
-        # What the last takeover from a MirrorMaker found (TAKE_OVER), for /status; and where
-        # it took partitions over, for the group sync (model/handover.py).
+        # What the takeovers from a MirrorMaker found (TAKE_OVER), for /status: each partition
+        # by the evidence it last started on, the counts summed; and where they took
+        # partitions over, for the group sync (model/handover.py).
         self.takeover: dict[str, Any] | None = None
+        self._evidence: dict[TopicPartition, str] = {}
+        self._found: Counter[str] = Counter()
         self.handovers: list[Handover] = []
         # Until its first assignment is taken (over): translating groups' positions before
         # the handovers are known would take MirrorMaker's copies for unread records.
@@ -129,10 +133,27 @@ class StartPositions:
             interruptible=True,
         )
         if takeover.outcome is not None:
-            self.takeover = {**takeover.outcome, "at": clock.wall()}
+            self._kept(takeover.outcome, takeover.evidence)
             for outcome, count in takeover.outcome["partitions"].items():
                 self._metrics.partitions_taken_over.labels(self._leg.name, outcome).inc(count)
         return taken
+
+    def _kept(self, outcome: dict[str, Any], evidence: dict[TopicPartition, str]) -> None:
+        """What a takeover found, added to what the earlier ones of the leg found (a topic
+        that appears later is taken over by itself): ``/status`` says, for every partition
+        taken over since the start, on which evidence it started."""
+        self._evidence.update(evidence)
+        self._found.update(
+            {k: v for k, v in outcome.items() if isinstance(v, int) and not isinstance(v, bool)}
+        )
+        counts = Counter(self._evidence.values())
+        self.takeover = {
+            **outcome,
+            **self._found,
+            "partitions": {**dict.fromkeys(outcome["partitions"], 0), **counts},
+            "which": which(self._evidence),
+            "at": clock.wall(),
+        }
 
     async def _first_positions(
         self, source: LegSource, new: list[TopicPartition]

@@ -112,6 +112,7 @@ class MemoryPredecessor:
         self._kept = kept
         self.predecessor = "MirrorMaker in memory"
         self.outcome: dict[str, Any] | None = None
+        self.evidence: dict[TopicPartition, str] = {}
 
     async def take(
         self,
@@ -126,6 +127,7 @@ class MemoryPredecessor:
         if taken:
             await self._source.commit(taken)
         self.outcome = {"partitions": {"taken over": len(taken)}}
+        self.evidence = dict.fromkeys(taken, "taken over")
         return taken
 
 

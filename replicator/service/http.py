@@ -14,14 +14,16 @@
   count and an example partition), ``longest_unacknowledged_seconds``, ``lag`` (``records`` in
   total, ``partitions_unknown``, ``max_partition``, the most lagging ``topics``), ``duplicates``,
   ``refused_topics``, ``partitions_added``, ``topic_config_sync``, ``offset_resets``, ``takeover``
-  (with ``TAKE_OVER``: the MirrorMaker taken over from, and partitions by where they started) and
-  ``last_error``. Per-partition detail on request: ``partitions=all``, ``topic=orders`` (a source or
-  destination topic), ``state=starting`` (``starting``, ``replicating``, ``stalled``, ``halted``, or
-  a partition's own state: ``attached``, ``fetching_alone``, ``replaying``, ``blocked``,
-  ``failed``), repeated or comma-separated, and ``limit`` (default 1000 per leg) add to each leg
-  ``partitions`` (state, offsets, log end, lag, last error; in topic and partition order),
-  ``partitions_matched`` and ``partitions_truncated`` (matched but not listed); ``partition_detail``
-  echoes the query. An unknown parameter or value is answered 400. No secrets.
+  (with ``TAKE_OVER``: the MirrorMaker taken over from, the partitions by the evidence they started
+  on, counted and named by topic in ``which``: ``confirmed_by_the_target``,
+  ``at_its_saved_position``, ``by_start_from``) and ``last_error``. Per-partition detail on request:
+  ``partitions=all``, ``topic=orders`` (a source or destination topic), ``state=starting``
+  (``starting``, ``replicating``, ``stalled``, ``halted``, or a partition's own state: ``attached``,
+  ``fetching_alone``, ``replaying``, ``blocked``, ``failed``), repeated or comma-separated, and
+  ``limit`` (default 1000 per leg) add to each leg ``partitions`` (state, offsets, log end, lag,
+  last error; in topic and partition order), ``partitions_matched`` and ``partitions_truncated``
+  (matched but not listed); ``partition_detail`` echoes the query. An unknown parameter or value is
+  answered 400. No secrets.
 - ``/metrics``: Prometheus exposition (labels per leg, topic or state, never per partition).
 
 An address the server cannot listen on (port taken, host not on this machine) is configuration

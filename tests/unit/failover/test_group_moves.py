@@ -1,5 +1,6 @@
 """Which topics and clusters a group is moved and synced between (topology.counterpart,
-group_sync.sync_pairs), and the forward-only rule of the group offset sync."""
+group_sync.sync_pairs), the forward-only rule of the group offset sync, and that a position a
+sync committed is never synced onward."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from aiokafka import TopicPartition
 from replicator.config.loading import load_settings
 from replicator.config.settings import Settings
 from replicator.config.topology import counterpart
-from replicator.failover.group_sync import forward_only, sync_pairs
+from replicator.failover.checkpoints import Checkpoint
+from replicator.failover.group_sync import SYNCED, forward_only, reached_by_consumers, sync_pairs
+from replicator.failover.positions import Frontier, TargetIndex
 
 
 def settings(replica_mode: bool = True, **flows: dict[str, str]) -> Settings:
@@ -63,3 +66,23 @@ def test_a_synced_group_is_never_moved_back() -> None:
     translated = {a: 10, b: 20, c: 30}
     assert forward_only(translated, {a: 12, b: 20, c: None}) == {c: 30}
     assert forward_only(translated, {a: 9, b: 19}) == {a: 10, b: 20, c: 30}
+
+
+def _checkpoint(partition: int, source_offset: int) -> Checkpoint:
+    return Checkpoint(
+        "app", "backup", "primary", "primary.orders", partition, "orders", source_offset,
+        source_offset, 0, Frontier(), TargetIndex(source_offset), 0,
+    )  # fmt: skip
+
+
+def test_a_position_a_sync_committed_is_no_progress_of_the_group() -> None:
+    # Flows both ways: the sync primary -> backup moved the group to 90 in backup; meanwhile it
+    # was reset to 10 in primary. Backup's 90 is the sync's, not the group's: never synced back.
+    written = [_checkpoint(p, 90) for p in range(4)]
+    committed = {
+        TopicPartition("primary.orders", 0): (90, SYNCED),  # the sync's: not synced back
+        TopicPartition("primary.orders", 1): (90, ""),  # a consumer's: synced
+        TopicPartition("primary.orders", 2): (95, SYNCED),  # moved since it was read
+        TopicPartition("primary.orders", 3): None,
+    }
+    assert [c.partition for c in reached_by_consumers(written, committed)] == [1, 2, 3]
