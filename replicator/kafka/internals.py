@@ -960,6 +960,8 @@ class Lease(Protocol):
 
     def valid(self) -> bool: ...
 
+    def overdue(self) -> bool: ...
+
     async def until_valid(self, timeout: float) -> bool: ...
 
 
@@ -1041,6 +1043,9 @@ class _FencingSender(Sender):  # type: ignore[misc]
     fenced: set[TopicPartition]
     policy: FencingPolicy
     lease: Lease | None
+    # Told of the records of a request answered long after the lease ran out (possible
+    # duplicates: they may have landed after a new owner read the destination).
+    answered_late: Callable[[TopicPartition, int], None] | None
 
     async def _do_init_pid(self, node_id: int) -> bool:
         return bool(await _InitPIDHandler(self).do(node_id))
@@ -1060,6 +1065,9 @@ class _FencingSender(Sender):  # type: ignore[misc]
         else:
             handler = _FencingHandler(self, batches)
             await handler.do(node_id)
+            if lease is not None and lease.overdue() and self.answered_late is not None:
+                for tp, batch in batches.items():
+                    self.answered_late(tp, batch.record_count)
         self._in_flight.remove(node_id)
         for tp, batch in batches.items():
             if batch.future.done() and batch.future.exception() is not None:
@@ -1093,11 +1101,15 @@ def _fail_queued(sender: Any, tp: TopicPartition) -> None:
 
 
 def install_fencing(
-    producer: AIOKafkaProducer, policy: FencingPolicy, lease: Lease | None = None
+    producer: AIOKafkaProducer,
+    policy: FencingPolicy,
+    lease: Lease | None = None,
+    answered_late: Callable[[TopicPartition, int], None] | None = None,
 ) -> None:
     """Give a producer not started yet the fencing sender, and batches that never expire (a
     batch that timed out while a later one succeeded would reorder the partition when resent);
-    with a ``lease``, a produce request goes out only while it runs."""
+    with a ``lease``, a produce request goes out only while it runs, and ``answered_late`` is
+    told of the records of one answered long after it ran out."""
     accumulator = producer._message_accumulator
     sender = producer._sender
     if not hasattr(accumulator, "_batch_ttl") or type(sender) is not Sender:  # pragma: no cover
@@ -1107,6 +1119,7 @@ def install_fencing(
     sender.fenced = set()
     sender.policy = policy
     sender.lease = lease
+    sender.answered_late = answered_late
 
 
 def unfence(producer: AIOKafkaProducer, tp: TopicPartition) -> None:

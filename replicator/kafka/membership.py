@@ -25,8 +25,11 @@ What remains, bounded: a produce request handed to the network just before the o
 lease ran out that takes longer to land than the time between that moment and the new owner's
 read. When the old member was dropped by the coordinator (frozen, cut off, its loop blocked)
 that time is at least its session (45 s by default) plus the margin; when another process took
-its instance id it can be as short as :data:`DELIVERY_MARGIN_S`. ``docs/concepts/
-exactly-once.md`` says so, and the audit finds any such record.
+its instance id it can be as short as :data:`DELIVERY_MARGIN_S`. The old owner sees the one
+sign it can: a request answered (or given up) more than the margin after its lease ran out
+(:meth:`MembershipLease.overdue`); its records are counted as possible duplicates
+(``replicator_duplicates_possible_total{reason="answered_after_the_lease"}``).
+``docs/concepts/exactly-once.md`` says so, and the audit finds any such record.
 
 The lease is driven by the group client (:func:`replicator.kafka.internals.install_membership`)
 and read by the producer's sender and the data path's resume (as its ``Ownership``); it is the
@@ -36,6 +39,7 @@ one object that holds membership state, changed only by the named transitions be
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -73,29 +77,36 @@ class MembershipLease:
     _held: frozenset[TopicPartition] = frozenset()
     _held_generation: int = -1
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _valid_until: float = -math.inf  # monotonic: the end of the lease
+    _lost_at: float = -math.inf  # the last refusal: heartbeats sent before it renew nothing
     lapses: int = 0  # times a batch found the lease run out (counted, shown in /status)
 
     # -- transitions ------------------------------------------------------------------------
 
     def renewed(self, sent_at: float, generation: int) -> None:
         """The coordinator accepted a heartbeat (or a group sync) sent at ``sent_at``."""
-        if self.fenced is not None:
-            return
-        if generation != self.generation:
-            self.generation = generation
+        if self.fenced is not None or sent_at <= self._lost_at:
+            return  # fenced for good, or an answer to a heartbeat older than a refusal
+        self.generation = generation
         if self.renewed_at is None or sent_at > self.renewed_at:
             self.renewed_at = sent_at
+            self._valid_until = sent_at + self.length
         self._wake()
 
     def lost(self) -> None:
         """The coordinator no longer counts this member in the generation (it rejoins)."""
-        self.renewed_at = None
-        self._wake()
+        self._end()
 
     def fence(self, reason: str) -> None:
         """Another process joined the group under this member's instance id: never write."""
         self.fenced = reason
+        self._end()
+
+    def _end(self) -> None:
+        now = clock.monotonic()
         self.renewed_at = None
+        self._lost_at = now
+        self._valid_until = min(self._valid_until, now)
         self._wake()
 
     def assigned(self, partitions: Iterable[TopicPartition], generation: int) -> None:
@@ -114,12 +125,13 @@ class MembershipLease:
 
     def valid(self) -> bool:
         """Whether the member may hand a batch to the network now."""
-        renewed = self.renewed_at
-        return (
-            self.fenced is None
-            and renewed is not None
-            and clock.monotonic() < renewed + self.length
-        )
+        return self.fenced is None and clock.monotonic() < self._valid_until
+
+    def overdue(self) -> bool:
+        """Whether the lease ran out more than :data:`DELIVERY_MARGIN_S` ago: what a request
+        handed out under it lands only now may have landed after a new owner read the
+        destination (a possible duplicate, counted by the producer's owner)."""
+        return clock.monotonic() > self._valid_until + DELIVERY_MARGIN_S
 
     async def until_valid(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the lease to run; whether it does."""

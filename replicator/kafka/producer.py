@@ -40,11 +40,11 @@ the mechanics in aiokafka's sender are :mod:`replicator.kafka.internals`'s.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiokafka.errors as kerr
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 
 from replicator.config.clusters import ClusterSettings
 from replicator.config.values import Compression
@@ -250,6 +250,7 @@ def make_producer(
     max_request_size: int | None = None,
     enable_idempotence: bool = True,
     lease: Lease | None = None,
+    answered_late: Callable[[TopicPartition, int], None] | None = None,
 ) -> AIOKafkaProducer:
     """A destination producer: ``acks=all``, batches kept in order, never written twice.
 
@@ -258,7 +259,8 @@ def make_producer(
     stalls are reported by the leg instead. ``enable_idempotence=False`` for brokers that refuse
     ``InitProducerId`` (see the module docstring for what is done instead). With a ``lease``
     (the source group member's, :mod:`replicator.kafka.membership`), a batch goes out only
-    while it runs.
+    while it runs; ``answered_late`` is told of the records of a request answered long after
+    it ran out (possible duplicates).
     """
     compression = None if settings.compression is Compression.NONE else settings.compression.value
     producer = AIOKafkaProducer(
@@ -272,7 +274,7 @@ def make_producer(
         compression_type=compression,
         retry_backoff_ms=200,
     )
-    install_fencing(producer, _POLICY, lease)
+    install_fencing(producer, _POLICY, lease, answered_late)
     return producer
 
 

@@ -74,6 +74,11 @@ class Resumptions:
         return fields
 
 
+# A produce request answered long after the source group's lease ran out: its records may have
+# landed after a new owner read the destination (:mod:`replicator.kafka.membership`).
+ANSWERED_LATE = "answered_after_the_lease"
+
+
 class Duplicates:
     """A leg's duplicates, counted once: the records written twice that could not be prevented
     (``replicator_duplicates_written_total``) and those that may have been

@@ -169,6 +169,12 @@ class LegConnections(Protocol):
         """Close the destination's producer (what it holds unsent is dropped)."""
         ...
 
+    def count_answered_late(self, count: Callable[[str, int], None]) -> None:
+        """Have ``count(destination topic, records)`` told of the records of a produce request
+        answered long after the source group's lease ran out: they may have landed after a
+        new owner read the destination (possible duplicates)."""
+        ...
+
     def predecessor(
         self, source: LegSource, kept: Callable[[list[Handover]], None], log: Any
     ) -> Predecessor:

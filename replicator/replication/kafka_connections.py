@@ -115,6 +115,7 @@ class KafkaLegConnections:
         self._leg = leg
         self._lease = lease
         self.ownership: Ownership = lease if lease is not None else AlwaysOwned()
+        self._answered_late: Callable[[str, int], None] | None = None
         self._settings = settings
         self._plan = plan
         self._destination_client = destination_client
@@ -144,8 +145,16 @@ class KafkaLegConnections:
             self._client_id,
             enable_idempotence=idempotent,
             lease=self._lease,
+            answered_late=self._late,
         )
         return producer
+
+    def count_answered_late(self, count: Callable[[str, int], None]) -> None:
+        self._answered_late = count
+
+    def _late(self, tp: TopicPartition, records: int) -> None:
+        if self._answered_late is not None:
+            self._answered_late(tp.topic, records)
 
     def _new_reader(self) -> LogReader:
         destination = self._settings.clusters[self._leg.destination]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import structlog
@@ -48,7 +49,7 @@ from replicator.lifecycle import (
 )
 from replicator.model.handover import Handover
 from replicator.model.offsets import OutOfRange
-from replicator.replication.accounting import Duplicates, Resumptions
+from replicator.replication.accounting import ANSWERED_LATE, Duplicates, Resumptions
 from replicator.replication.catch_up import CatchUpFetch
 from replicator.replication.committer import Committer
 from replicator.replication.connections import LegConnections, LegDestination, LegSource
@@ -124,6 +125,7 @@ class LegRunner:
         self.last_error: str | None = None
         # Duplicates the leg could not prevent, by kind (its senders count them; /status shows).
         self.duplicates = Duplicates(leg.name, metrics)
+        connections.count_answered_late(partial(self.duplicates.possible, reason=ANSWERED_LATE))
         # What every sender of this leg shares (its source log is this leg's consumer).
         self._sending = LegSending(
             leg,

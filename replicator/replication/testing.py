@@ -152,6 +152,7 @@ class MemoryLegConnections:
         self.predecessor_positions = dict(predecessor_positions or {})
         self.journal: list[str] = []  # what was opened and closed, in order
         self.ownership: Ownership = AlwaysOwned()  # a test may give a lease of its own
+        self.answered_late: Callable[[str, int], None] | None = None
 
     def fail_source(self, *errors: ReplicatorError) -> None:
         """The next starts of the source consumer fail with ``errors``, one each, in order."""
@@ -184,6 +185,9 @@ class MemoryLegConnections:
 
     async def close_producer(self) -> None:
         self.journal.append("destination producer closed")
+
+    def count_answered_late(self, count: Callable[[str, int], None]) -> None:
+        self.answered_late = count  # a test calls it as the producer's sender would
 
     def predecessor(
         self, source: LegSource, kept: Callable[[list[Handover]], None], log: Any

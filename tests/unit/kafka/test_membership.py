@@ -203,3 +203,53 @@ async def test_a_batch_goes_out_once_a_heartbeat_renews_the_lease(
     assert manager.sequence_number(P0) == 2
     assert P0 not in sender._muted_partitions
     await producer.client.close()
+
+
+async def test_a_heartbeat_sent_before_a_refusal_renews_nothing() -> None:
+    lease = MembershipLease("g", 6.0)
+    sent = clock.monotonic()
+    await asyncio.sleep(1.0)
+    lease.lost()  # UNKNOWN_MEMBER_ID to a later heartbeat
+    lease.renewed(sent, generation=1)  # an older heartbeat's answer, arriving late
+    assert not lease.valid()
+    await asyncio.sleep(0.5)
+    lease.renewed(clock.monotonic(), generation=2)  # rejoined: renewed again
+    assert lease.valid()
+
+
+async def test_the_lease_is_overdue_a_delivery_margin_after_it_ran_out() -> None:
+    lease = MembershipLease("g", 6.0)
+    lease.renewed(clock.monotonic(), generation=1)
+    await asyncio.sleep(6.0 + DELIVERY_MARGIN_S - 0.1)
+    assert not lease.valid() and not lease.overdue()
+    await asyncio.sleep(0.2)
+    assert lease.overdue()
+
+
+async def test_a_request_answered_long_after_the_lease_ran_out_counts_as_possible_duplicates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Handed out under the lease, answered when the lease had run out more than the margin
+    ago (the member frozen with the request in flight): it may have landed after a new owner
+    read the destination, so its records are counted; one answered in time is not."""
+
+    async def answer_in(self: Any, node_id: int) -> None:
+        await asyncio.sleep(self.answer_after)
+        for batch in self._batches.values():
+            batch.done(base_offset=0)
+
+    monkeypatch.setattr(internals._FencingHandler, "do", answer_in)
+    late: list[tuple[TopicPartition, int]] = []
+    lease = MembershipLease("g", 6.0)
+    producer = _producer(lease)
+    sender, manager = producer._sender, producer._sender._txn_manager
+    sender.answered_late = lambda tp, records: late.append((tp, records))
+    for answer_after, expected in ((1.0, []), (20.0, [(P0, 4)])):
+        lease.renewed(clock.monotonic(), generation=1)
+        monkeypatch.setattr(internals._FencingHandler, "answer_after", answer_after, raising=False)
+        batch = _drained_batch(manager, P0, 4)
+        sender._in_flight.add(0)
+        sender._muted_partitions.add(P0)
+        await sender._send_produce_req(0, {P0: batch})
+        assert late == expected
+    await producer.client.close()
