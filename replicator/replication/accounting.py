@@ -88,6 +88,7 @@ class Duplicates:
         "written_destination_replaced",
         "possible_unacknowledged_at_release",
         "possible_past_a_gap",
+        "possible_answered_after_the_lease",  # ANSWERED_LATE
     )
 
     def __init__(self, leg: str, metrics: Metrics) -> None:

@@ -171,7 +171,10 @@ class Metrics:
             "unacknowledged_at_release (a partition given up to another owner at a rebalance "
             "while batches were neither acknowledged nor refused; not at a stop, where the "
             "producer is closed before the group is left), past_a_gap (a resume found records "
-            "of its origin not following the committed offset and repeated them).",
+            "of its origin not following the committed offset and repeated them), "
+            "answered_after_the_lease (a request answered more than 2 s after the source "
+            "group's lease ran out: the replica was frozen or cut off with it in flight, and it "
+            "may have landed after a new owner read the destination).",
             ["leg", "topic", "reason"],
         )
         self.latency = self._declare(
