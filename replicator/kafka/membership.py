@@ -80,6 +80,9 @@ class MembershipLease:
     _valid_until: float = -math.inf  # monotonic: the end of the lease
     _lost_at: float = -math.inf  # the last refusal: heartbeats sent before it renew nothing
     lapses: int = 0  # times a batch found the lease run out (counted, shown in /status)
+    # Changes with every refusal and every new generation: a batch that waited for the lease
+    # goes out only under the epoch it waited in (after a rejoin its partition may be another's).
+    epoch: int = 0
 
     # -- transitions ------------------------------------------------------------------------
 
@@ -87,7 +90,9 @@ class MembershipLease:
         """The coordinator accepted a heartbeat (or a group sync) sent at ``sent_at``."""
         if self.fenced is not None or sent_at <= self._lost_at:
             return  # fenced for good, or an answer to a heartbeat older than a refusal
-        self.generation = generation
+        if generation != self.generation:
+            self.generation = generation
+            self.epoch += 1
         if self.renewed_at is None or sent_at > self.renewed_at:
             self.renewed_at = sent_at
             self._valid_until = sent_at + self.length
@@ -105,6 +110,7 @@ class MembershipLease:
     def _end(self) -> None:
         now = clock.monotonic()
         self.renewed_at = None
+        self.epoch += 1
         self._lost_at = now
         self._valid_until = min(self._valid_until, now)
         self._wake()
@@ -134,18 +140,21 @@ class MembershipLease:
         return clock.monotonic() > self._valid_until + DELIVERY_MARGIN_S
 
     async def until_valid(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the lease to run; whether it does."""
+        """Wait up to ``timeout`` seconds for the lease to run again in the epoch the wait began
+        in; whether it does (``False`` at once when the member is refused or rejoins: what waited
+        was handed over under a membership that is gone)."""
         deadline = clock.monotonic() + timeout
+        epoch = self.epoch
         while not self.valid():
             left = deadline - clock.monotonic()
-            if left <= 0 or self.fenced is not None:
+            if left <= 0 or self.fenced is not None or self.epoch != epoch:
                 return False
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), left)
             except TimeoutError:
-                return self.valid()
-        return True
+                return self.valid() and self.epoch == epoch
+        return self.epoch == epoch
 
     async def settled(self, tp: TopicPartition, closed: asyncio.Event) -> bool:
         """Wait until ``tp``'s destination may be read by this member (no previous owner can

@@ -65,6 +65,8 @@ async def test_a_fenced_member_never_writes_again() -> None:
 
 async def test_a_batch_waits_for_the_next_accepted_heartbeat_up_to_its_timeout() -> None:
     lease = MembershipLease("g", 6.0)
+    lease.renewed(clock.monotonic(), generation=1)
+    await asyncio.sleep(7.0)  # a heartbeat late: the lease ran out
 
     async def heartbeat_in(seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -190,6 +192,8 @@ async def test_a_batch_goes_out_once_a_heartbeat_renews_the_lease(
 
     monkeypatch.setattr(internals._FencingHandler, "do", send)
     lease = MembershipLease("g", 6.0)
+    lease.renewed(clock.monotonic(), generation=1)
+    await asyncio.sleep(7.0)  # a heartbeat late: the lease ran out
     producer = _producer(lease)
     sender, manager = producer._sender, producer._sender._txn_manager
     batch = _drained_batch(manager, P0, 2)
@@ -253,3 +257,29 @@ async def test_a_request_answered_long_after_the_lease_ran_out_counts_as_possibl
         await sender._send_produce_req(0, {P0: batch})
         assert late == expected
     await producer.client.close()
+
+
+async def test_a_batch_that_waited_through_a_rejoin_never_goes_out() -> None:
+    """Dropped while a batch waited for the lease, then back in a new generation: the lease
+    runs again, but the batch was handed over under the membership that is gone (its
+    partition may be another member's now), so it fails instead of going out."""
+    lease = MembershipLease("g", 6.0)
+    lease.renewed(clock.monotonic(), generation=3)
+    await asyncio.sleep(7.0)  # the lease ran out: heartbeats unanswered
+    loop = asyncio.get_running_loop()
+    loop.call_later(1.0, lease.lost)  # UNKNOWN_MEMBER_ID once the source answers again
+    waited = asyncio.create_task(lease.until_valid(6.0))
+    await asyncio.sleep(2.0)
+    lease.renewed(clock.monotonic(), generation=5)  # rejoined
+    assert not await waited
+    assert lease.valid()  # a batch handed over now goes out
+
+
+async def test_a_new_generation_alone_ends_a_wait_too() -> None:
+    lease = MembershipLease("g", 6.0)
+    lease.renewed(clock.monotonic(), generation=3)
+    await asyncio.sleep(7.0)
+    waited = asyncio.create_task(lease.until_valid(6.0))
+    await asyncio.sleep(1.0)
+    lease.renewed(clock.monotonic(), generation=4)  # a rebalance completed meanwhile
+    assert not await waited
