@@ -30,7 +30,6 @@ from replicator.config.settings import Settings
 from replicator.config.views import ClientTimings, Timings
 from replicator.errors import (
     ClusterUnavailable,
-    InstanceFenced,
     ReplicatorError,
 )
 from replicator.kafka import internals
@@ -347,7 +346,7 @@ async def start_consumer(
             raise await why_unreachable(exc, cluster, settings) from exc
         raise
     if lease is not None:  # before it subscribes: its first join comes after
-        internals.install_membership(consumer, lease, InstanceFenced)
+        internals.install_membership(consumer, lease)
     use_fetch_sessions(consumer)
     use_fetch_planner(consumer)
     return consumer

@@ -59,7 +59,7 @@ from aiokafka.producer.transaction_manager import (
 )
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.protocol.group import HeartbeatRequest, SyncGroupRequest
+from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import (
     Array,
@@ -199,6 +199,7 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(Sender, "_muted_partitions", "fencing a partition (one batch in flight each)"),
     Reliance(Sender, "_in_flight", "the produce request's node done"),
     Reliance(Sender, "_send_produce_req", "the fencing sender's override, the lease's check"),
+    Reliance(Sender, "client", "connected before the lease's check"),
     Reliance(Sender, "_do_init_pid", "InitProducerId at the highest version both sides know"),
     Reliance(SendProduceReqHandler, "_can_retry", "never retrying a batch of unknown outcome"),
     Reliance(SendProduceReqHandler, "_sender", "the handler's sender"),
@@ -826,7 +827,11 @@ class _StaticLeave:
 
 _NO_ERROR = 0
 _FENCED_INSTANCE_ID = 82
-_REBALANCE_IN_PROGRESS = 27
+# The coordinator no longer counts the member in its generation: ILLEGAL_GENERATION,
+# UNKNOWN_MEMBER_ID. Any other error (the coordinator moving or loading, a rebalance under way)
+# renews nothing and ends nothing: the lease runs out by itself if it lasts.
+_MEMBERSHIP_LOST = frozenset({22, 25})
+_GROUP_REQUESTS = (HeartbeatRequest, SyncGroupRequest, JoinGroupRequest)
 
 
 class Membership(Protocol):
@@ -842,36 +847,27 @@ class Membership(Protocol):
     def assigned(self, partitions: Iterable[TopicPartition], generation: int) -> None: ...
 
 
-def install_membership(
-    consumer: AIOKafkaConsumer,
-    membership: Membership,
-    fenced: Callable[[str], BaseException],
-) -> None:
+def install_membership(consumer: AIOKafkaConsumer, membership: Membership) -> None:
     """Tell ``membership`` of each heartbeat and group sync the coordinator accepted (with the
     time it was sent), of each one it refused, and of each assignment (before the consumer's
     rebalance listener hears of it); send a static member's heartbeats with its instance id,
     and let it leave the group by that id when the consumer closes (aiokafka never does: the
     partitions of a static member that stopped for good would wait out its session).
 
-    A heartbeat answered FENCED_INSTANCE_ID (another process joined under the same instance id)
-    fences the lease and raises ``fenced(reason)`` to the consumer's caller: never two writers.
+    A heartbeat, join or sync answered FENCED_INSTANCE_ID (another process joined under the same
+    instance id) fences the lease, which the feed reads to stop (it never writes again); nothing
+    is raised inside aiokafka, whose rebalance would take a foreign error for its own death.
     Called after the consumer started and before it subscribes (its first join comes after).
     """
-    _MembershipHooks(consumer._coordinator, membership, fenced).install()
+    _MembershipHooks(consumer._coordinator, membership).install()
 
 
 class _MembershipHooks:
     """The group coordinator's requests, sync and leave, as :func:`install_membership` says."""
 
-    def __init__(
-        self,
-        coordinator: GroupCoordinator,
-        membership: Membership,
-        fenced: Callable[[str], BaseException],
-    ) -> None:
+    def __init__(self, coordinator: GroupCoordinator, membership: Membership) -> None:
         self._coordinator = coordinator
         self._membership = membership
-        self._fenced = fenced
         self._instance_id: str | None = coordinator._group_instance_id
         self._send_req = coordinator._send_req
         self._on_join_complete = coordinator._on_join_complete
@@ -889,24 +885,24 @@ class _MembershipHooks:
             request = _StaticHeartbeat(request, self._instance_id)
         sent_at = clock.monotonic()
         response = await self._send_req(request)
-        if heartbeat or isinstance(request, SyncGroupRequest):
+        if heartbeat or isinstance(request, _GROUP_REQUESTS):
             self._answered(request, response.error_code, sent_at)
         return response
 
     def _answered(self, request: Any, code: int, sent_at: float) -> None:
         coordinator, membership = self._coordinator, self._membership
-        if code == _NO_ERROR:
-            sync = isinstance(request, SyncGroupRequest)
-            membership.renewed(sent_at, request._generation_id if sync else coordinator.generation)
-        elif code == _FENCED_INSTANCE_ID:
-            reason = (
+        if code == _FENCED_INSTANCE_ID:
+            membership.fence(
                 f"another process joined group {coordinator.group_id} as instance "
                 f"{self._instance_id!r}: this one stops writing (give each replica its own "
                 "REPLICATOR_INSTANCE_ID)"
             )
-            membership.fence(reason)
-            raise self._fenced(reason)
-        elif code != _REBALANCE_IN_PROGRESS:  # a member until it rejoins, but not renewed
+        elif isinstance(request, JoinGroupRequest):
+            return  # a join renews nothing: the sync that follows says the member is in
+        elif code == _NO_ERROR:
+            sync = isinstance(request, SyncGroupRequest)
+            membership.renewed(sent_at, request._generation_id if sync else coordinator.generation)
+        elif code in _MEMBERSHIP_LOST:
             membership.lost()
 
     async def join_complete(
@@ -1052,16 +1048,8 @@ class _FencingSender(Sender):  # type: ignore[misc]
 
     async def _send_produce_req(self, node_id: int, batches: dict[TopicPartition, Any]) -> None:
         lease = self.lease
-        if lease is not None and not lease.valid() and not await lease.until_valid(lease.length):
-            # Not sent: the member may no longer own these partitions (its heartbeats went
-            # unanswered, or were refused). They resume from the destination once it does.
-            lease.lapses += 1
-            manager = self._txn_manager
-            for tp, batch in batches.items():
-                if manager is not None:  # numbered as it was drained: never sent, so not used
-                    manager.increment_sequence_number(tp, -batch.record_count)
-                if not batch.future.done():
-                    batch.failure(exception=self.policy.not_owned())
+        if lease is not None and not await self._covered(lease, node_id):
+            self._withhold(lease, batches)
         else:
             handler = _FencingHandler(self, batches)
             await handler.do(node_id)
@@ -1077,6 +1065,27 @@ class _FencingSender(Sender):  # type: ignore[misc]
                     _new_producer_id(self, batch)
                 continue
             self._muted_partitions.remove(tp)
+
+    async def _covered(self, lease: Lease, node_id: int) -> bool:
+        """Whether the lease runs as the request is handed to the network (connected first, so
+        that the check comes right before the request is written; waiting one lease length at
+        most for a heartbeat, in the epoch the wait began in)."""
+        await self.client.ready(node_id)
+        return lease.valid() or await lease.until_valid(lease.length)
+
+    def _withhold(self, lease: Lease, batches: dict[TopicPartition, Any]) -> None:
+        """Fail ``batches`` as not sent: the member may no longer own their partitions (its
+        heartbeats went unanswered, or were refused); they resume from the destination if it
+        does. Their sequence numbers, given as they were drained, are given back, unless the
+        producer took a new id meanwhile (numbered from 0 again)."""
+        lease.lapses += 1
+        manager = self._txn_manager
+        for tp, batch in batches.items():
+            sent_with = getattr(getattr(batch._builder, "_builder", None), "producer_id", None)
+            if manager is not None and sent_with == manager.producer_id:
+                manager.increment_sequence_number(tp, -batch.record_count)
+            if not batch.future.done():
+                batch.failure(exception=self.policy.not_owned())
 
 
 def _new_producer_id(sender: Sender, batch: Any) -> None:

@@ -123,7 +123,13 @@ class MembershipLease:
         kept = self._held if generation == self._held_generation + 1 else frozenset()
         taken = frozenset(partitions)
         until = now + self.length + DELIVERY_MARGIN_S
-        self._fresh_until = {tp: until for tp in taken - kept}
+        fresh = {tp: until for tp in taken - kept}
+        # A partition kept from a generation in which it was still new keeps waiting: a quick
+        # second rebalance does not shorten what its previous owner's lease may still run.
+        for tp in taken & kept:
+            if self._fresh_until.get(tp, 0.0) > now:
+                fresh[tp] = self._fresh_until[tp]
+        self._fresh_until = fresh
         self._held, self._held_generation = taken, generation
         self._wake()
 

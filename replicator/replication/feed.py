@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
@@ -37,7 +36,7 @@ from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Leg
 from replicator.config.values import StartPosition
-from replicator.errors import ReplicatorError
+from replicator.errors import InstanceFenced, ReplicatorError
 from replicator.kafka.decoding import Poison, undecodable_reason
 from replicator.kafka.fetching import GroupSource, start_group_source
 from replicator.kafka.membership import MembershipLease
@@ -153,10 +152,22 @@ class SourceFeed(Generic[L]):
             what="fetch",
             failure="fetch failed",
             log=self._log,
-            denied=partial(
-                denial, cluster=plan.source, topic=("Read", None), group=("Read", plan.group)
-            ),
+            denied=self._failure,
         )
+
+    def _failure(self, exc: BaseException) -> ReplicatorError:
+        """A failed fetch in the feed's terms: an ACL denial naming what it refused, or, once
+        another process took this replica's identity, that (whatever the client raised)."""
+        self._check_fenced()
+        return denial(
+            exc, cluster=self.plan.source, topic=("Read", None), group=("Read", self.group)
+        )
+
+    def _check_fenced(self) -> None:
+        """Raise :class:`InstanceFenced` once the group fenced this replica's identity: it
+        never writes again (its lease ended) and the service stops, saying why."""
+        if self.lease is not None and self.lease.fenced is not None:
+            raise InstanceFenced(self.lease.fenced)
 
     @property
     def last_error(self) -> str | None:
@@ -237,6 +248,7 @@ class SourceFeed(Generic[L]):
             settings.fetch_longest_wait_ms,
         )
         while not stop.is_set():
+            self._check_fenced()
             idle.fetching(len(self._fanouts))
             if self._metadata_refreshed or clock.monotonic() >= self._next_listing:
                 await self._list_topics(source)

@@ -111,6 +111,9 @@ class ReplicatorService:
         log.info(
             "replicator starting",
             local_cluster=self.settings.local_cluster,
+            # Its static identity in each group (None: a dynamic member, restarts wait out
+            # the old member's session); unique per replica, or the newer stops the older.
+            instance_id=self.settings.instance_id,
             http_port=self.http.port,
             feeds={
                 plan.name: {

@@ -283,3 +283,68 @@ async def test_a_new_generation_alone_ends_a_wait_too() -> None:
     await asyncio.sleep(1.0)
     lease.renewed(clock.monotonic(), generation=4)  # a rebalance completed meanwhile
     assert not await waited
+
+
+async def test_a_quick_second_rebalance_does_not_shorten_a_new_partitions_wait() -> None:
+    """P0 arrives new in generation 5 and is kept in generation 6 two seconds later: its
+    previous owner's lease may still run, so it still waits out the first deadline."""
+    lease = MembershipLease("g", 6.0)
+    closed = asyncio.Event()
+    started = clock.monotonic()
+    lease.assigned([P0], generation=5)
+    await asyncio.sleep(2.0)
+    lease.assigned([P0, P1], generation=6)
+    assert await lease.settled(P0, closed)
+    assert clock.monotonic() - started == pytest.approx(6.0 + DELIVERY_MARGIN_S)
+    assert await lease.settled(P1, closed)
+    assert clock.monotonic() - started == pytest.approx(2.0 + 6.0 + DELIVERY_MARGIN_S)
+
+
+class _Coordinator:
+    """What the membership hooks use of aiokafka's group coordinator."""
+
+    def __init__(self, answers: list[int]) -> None:
+        self.group_id = "replicator.dc1"
+        self.generation = 4
+        self.member_id = "m-1"
+        self._group_instance_id = "dc1-a"
+        self._answers = answers
+        self.sent: list[Any] = []
+
+    async def _send_req(self, request: Any) -> Any:
+        self.sent.append(request)
+        return type("Answer", (), {"error_code": self._answers.pop(0)})()
+
+    async def _on_join_complete(self, *args: Any) -> None: ...
+
+    async def _maybe_leave_group(self) -> None: ...
+
+
+async def test_the_coordinators_answers_renew_end_or_fence_the_lease() -> None:
+    """Accepted heartbeats and syncs renew; a member unknown or a generation gone ends the
+    lease; a coordinator moving or a rebalance under way does neither; FENCED_INSTANCE_ID, to a
+    heartbeat or to a join, fences it without raising inside the client."""
+    from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest
+
+    lease = MembershipLease("g", 6.0, instance_id="dc1-a")
+    coordinator = _Coordinator([0, 16, 27, 25, 0, 82])
+    internals._MembershipHooks(coordinator, lease).install()
+    heartbeat = HeartbeatRequest("replicator.dc1", 4, "m-1")
+    await coordinator._send_req(heartbeat)
+    assert lease.valid() and lease.generation == 4
+    epoch = lease.epoch
+    await asyncio.sleep(1.0)
+    await coordinator._send_req(heartbeat)  # NOT_COORDINATOR: found again, same generation
+    await coordinator._send_req(heartbeat)  # REBALANCE_IN_PROGRESS
+    assert lease.valid() and lease.epoch == epoch
+    await coordinator._send_req(heartbeat)  # UNKNOWN_MEMBER_ID
+    assert not lease.valid() and lease.epoch == epoch + 1
+    await asyncio.sleep(1.0)
+    await coordinator._send_req(heartbeat)
+    assert lease.valid()
+    join = JoinGroupRequest("replicator.dc1", 45_000, 25_000, "m-1", "dc1-a", "consumer", [])
+    await coordinator._send_req(join)  # FENCED_INSTANCE_ID
+    assert lease.fenced is not None and "dc1-a" in lease.fenced and not lease.valid()
+    # Sent as a static member's heartbeat: with the instance id where the broker grants v3.
+    (v3,) = {type(r).__name__ for r in coordinator.sent[:1]}
+    assert v3 == "_StaticHeartbeat"
