@@ -75,9 +75,23 @@ def run() -> None:
     _serve(configuration())
 
 
+def _choose_data_path(settings: Settings) -> None:
+    """The data path of this process (``REPLICATOR_DATA_PATH``), its fetch path installed;
+    ``native`` without the native extension exits 2."""
+    from replicator.kafka.decoding import use_decoded_records
+    from replicator.model import native
+
+    try:
+        path = native.choose(settings.data_path)
+    except ConfigError as exc:
+        typer.echo(f"configuration error: {exc.variable}: {exc.message}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    if not use_decoded_records(record_sets=path == native.NATIVE):
+        native.choose(native.PYTHON)  # another aiokafka version: its own records, in Python
+
+
 def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
     """Run the service with ``settings`` until it stops; ``notes`` are logged first, once each."""
-    from replicator.kafka.decoding import use_decoded_records
     from replicator.service.app import ReplicatorService
     from replicator.telemetry.logs import configure_logging
 
@@ -97,7 +111,7 @@ def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
                 cluster=alias,
                 accepted_by=f"REPLICATOR_CLUSTERS__{alias.upper()}__ALLOW_INSECURE_PLAIN",
             )
-    use_decoded_records()
+    _choose_data_path(settings)
     service = ReplicatorService(settings, notes=tuple(notes))
     try:
         uvloop.run(service.run())

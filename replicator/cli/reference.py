@@ -110,7 +110,7 @@ CONFIGURATION_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Consumer groups and commits",
         ("group_prefix", "instance_id", "group_session_timeout_ms", "commit_interval_ms"),
     ),
-    ("Producing", ("idempotence", "compression", "linger_ms", "batch_max_bytes")),
+    ("Producing", ("idempotence", "compression", "linger_ms", "batch_max_bytes", "data_path")),
     (
         "Fetching and buffering",
         (

@@ -43,6 +43,7 @@ from replicator.config.values import (
     NESTED_DELIMITER,
     Compression,
     ConfigSync,
+    DataPath,
     DefaultsFrom,
     HeartbeatPlacement,
     Naming,
@@ -119,6 +120,13 @@ class Settings(BaseSettings):
         "KIP-345): a replica restarted under the same id gets its partitions back at once instead "
         "of after the session. Default: the platform's HOSTNAME (a pod's name) when set. Unique "
         "per replica: a second process joining under the same id stops the first.",
+    )
+    data_path: DataPath = Field(
+        DataPath.AUTO,
+        description="How fetched records become destination batches: native (records stay "
+        "bytes, built by the replicator's native extension), python (the reference path), or "
+        "auto: native when the extension can be loaded, else python, said once in the log, "
+        "/status and the replicator_data_path metric. native without the extension exits 2.",
     )
     http_host: str = Field("0.0.0.0", description="Address of the health and metrics server.")
     http_port: int = Field(8080, ge=0, le=65535, description="Port of health and metrics.")

@@ -73,6 +73,14 @@ class Compression(StrEnum):
     ZSTD = "zstd"
 
 
+class DataPath(StrEnum):
+    """How fetched records become destination batches (``REPLICATOR_DATA_PATH``)."""
+
+    AUTO = "auto"  # native when its extension imports, else python (said once)
+    NATIVE = "native"  # records stay bytes (replicator._native); missing: exit 2
+    PYTHON = "python"  # aiokafka's decoded records, batches built in Python (the reference)
+
+
 class OffsetResetPolicy(StrEnum):
     """What a leg does when its source position is no longer in the log."""
 

@@ -33,7 +33,7 @@ from replicator.errors import (
     ReplicatorError,
 )
 from replicator.kafka import internals
-from replicator.kafka.decoding import as_fetched
+from replicator.kafka.decoding import as_fetched, source_marker
 from replicator.kafka.fetch_planner import use_fetch_planner
 from replicator.kafka.fetch_sessions import session_client, use_fetch_sessions
 from replicator.kafka.membership import MembershipLease, lease_length
@@ -164,7 +164,7 @@ def make_consumer(
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
         consumer_timeout_ms=FETCHER_IDLE_WAKE_MS,
-        key_deserializer=as_fetched,  # the data path: records handed over as decoded
+        key_deserializer=source_marker(),  # the data path: records unwrapped, or bytes (native)
         group_instance_id=instance_id,
         **group_timings(settings),
     )

@@ -28,6 +28,7 @@ the record's offset) and note it as a :class:`Poison` of that consumer, which it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,21 @@ def as_fetched(data: bytes) -> bytes:
     """The key deserializer of a consumer whose records skip aiokafka's wrapper (the marker
     :func:`use_decoded_records` looks for; as a deserializer, it returns the key unchanged)."""
     return data
+
+
+def as_record_sets(data: bytes) -> bytes:
+    """The key deserializer of a source consumer on the native path, whose fetched records stay
+    bytes: one :class:`~replicator.model.native.RecordSet` per partition and fetch."""
+    return data
+
+
+_source_marker: list[Callable[[bytes], bytes]] = [as_fetched]  # set by use_decoded_records
+
+
+def source_marker() -> Callable[[bytes], bytes]:
+    """The key deserializer of the data path's source consumers: :func:`as_record_sets` on the
+    native path, else :func:`as_fetched`."""
+    return _source_marker[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +104,15 @@ def take_poisoned(consumer: Any) -> list[Poison]:
     return mine
 
 
-def use_decoded_records() -> bool:
-    """Skip aiokafka's per-record wrapper in this process; ``False`` if it cannot be done."""
-    if not internals.install_fetch_path(as_fetched, _note):
+def use_decoded_records(record_sets: bool = False) -> bool:
+    """Skip aiokafka's per-record wrapper in this process, and with ``record_sets`` (the native
+    path) keep the source consumers' records as bytes; ``False`` if it cannot be done."""
+    marker = as_record_sets if record_sets else None
+    if not internals.install_fetch_path(as_fetched, _note, marker):
         log.warning(
             "aiokafka version not supported by the fast fetch path; using wrapped records",
             aiokafka=aiokafka.__version__,
         )
         return False
+    _source_marker[0] = as_record_sets if record_sets else as_fetched
     return True

@@ -49,7 +49,7 @@ from replicator.kafka.fetch_sessions import session_client
 from replicator.kafka.membership import MembershipLease
 from replicator.kafka.translation import translate
 from replicator.model.offsets import OutOfRange
-from replicator.model.records import SourceRecord
+from replicator.model.records import Chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,7 @@ class Fetched:
     the positions it found outside the source log (``out_of_range``), when it had no records to
     hand over (aiokafka reports them only then; the records come first)."""
 
-    records: dict[TopicPartition, list[SourceRecord]] = field(default_factory=dict)
+    records: dict[TopicPartition, Chunk] = field(default_factory=dict)
     out_of_range: dict[TopicPartition, int] = field(default_factory=dict)
 
 
@@ -174,7 +174,7 @@ class ConsumerSource:
 
     async def fetch(self, timeout_ms: int) -> Fetched:
         try:
-            records: dict[TopicPartition, list[SourceRecord]] = await self.consumer.getmany(
+            records: dict[TopicPartition, Chunk] = await self.consumer.getmany(
                 timeout_ms=timeout_ms
             )
         except ReplicatorError:

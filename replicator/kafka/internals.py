@@ -48,7 +48,7 @@ from aiokafka.consumer import fetcher
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import Assignment, SubscriptionState
 from aiokafka.coordinator.protocol import ConsumerProtocol
-from aiokafka.errors import KafkaError
+from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodecError
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator, MessageBatch
 from aiokafka.producer.sender import InitPIDHandler, Sender, SendProduceReqHandler
 from aiokafka.producer.transaction_manager import (
@@ -80,6 +80,7 @@ from aiokafka.record.default_records import (
 from aiokafka.record.memory_records import MemoryRecords
 
 from replicator import clock
+from replicator.model import native
 
 log = structlog.get_logger(__name__)
 
@@ -188,6 +189,10 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(Assignment, "state_value", "the position past records never handed over"),
     Reliance(fetcher.PartitionRecords, "_consumer_record", "handing records over unwrapped"),
     Reliance(fetcher.PartitionRecords, "next_fetch_offset", "where an undecodable record is"),
+    Reliance(fetcher.PartitionRecords, "_records", "the native path: the fetched bytes"),
+    Reliance(fetcher.PartitionRecords, "_aborted_transactions", "the native path's filter"),
+    Reliance(fetcher.PartitionRecords, "_isolation_level", "the native path's filter"),
+    Reliance(fetcher.PartitionRecords, "_check_crcs", "the native path's CRC checks"),
     Reliance(fetcher.FetchResult, "_partition_records", "the fetch path's records"),
     Reliance(fetcher.FetchResult, "_topic_partition", "the fetch path's partition"),
     Reliance(fetcher.FetchResult, "_assignment", "the fetch path's assignment"),
@@ -523,6 +528,11 @@ def drop_connection(client: AIOKafkaClient, node: int, group: ConnectionGroup) -
 
 # -- the fetch path -------------------------------------------------------------------------------
 
+READ_COMMITTED = 1  # aiokafka's isolation level number (fetcher.READ_COMMITTED)
+_decompress = native.decompressor(
+    lambda codec: UnsupportedCodecError(f"Unknown compression codec {codec:#04x}")
+)
+
 
 def _decoded(tp: Any, record: Any) -> Any:
     return record
@@ -531,9 +541,11 @@ def _decoded(tp: Any, record: Any) -> Any:
 _wrapped_init = fetcher.PartitionRecords.__init__
 _wrapped_getall = fetcher.FetchResult.getall
 
-# Set by install_fetch_path: the key decoder that marks the data path's consumers, and what to
-# do with an undecodable record (the fetch's assignment, the partition, its offset, why).
+# Set by install_fetch_path: the key decoder that marks the data path's consumers, the one that
+# marks those whose records stay bytes (the native path), and what to do with an undecodable
+# record (the fetch's assignment, the partition, its offset, why).
 _marker: Callable[[bytes], bytes] | None = None
+_set_marker: Callable[[bytes], bytes] | None = None
 _on_undecodable: Callable[[Any, TopicPartition, int, str], None] | None = None
 
 
@@ -546,16 +558,64 @@ def _init(
     _wrapped_init(self, tp, records, aborted, offset, key_decoder, *rest)
     if key_decoder is _marker:
         self._consumer_record = _decoded
+    elif key_decoder is not None and key_decoder is _set_marker:
+        self._consumer_record = _decoded
+        self._record_sets = True
 
 
-def _getall(self: Any, max_records: int | None = None) -> list[Any]:
+def _record_set(self: Any) -> Any:
+    """The records of the fetched partition as one record set kept as bytes (the native path:
+    decoded, filtered and positioned as aiokafka's ``PartitionRecords`` would); ``None`` when
+    its bytes hold a batch of a format before v2 (decoded by aiokafka instead)."""
+    records = self._partition_records
+    kept = records._records
+    if not isinstance(kept, _KeptRecords):
+        return None
+    aborted = [(int(pid), int(first)) for pid, first in records._aborted_transactions]
+    try:
+        found = native.decode(
+            kept.raw,
+            records.next_fetch_offset,
+            aborted,
+            records._isolation_level == READ_COMMITTED,
+            bool(records._check_crcs),
+            _decompress,
+        )
+    except native.native().CorruptBatch as exc:  # fetched again, as aiokafka does
+        raise CorruptRecordException(f"{exc} - {self._topic_partition}") from None
+    if found is None:
+        return None
+    records.next_fetch_offset = found.next_offset
+    self._update_position()
+    self._partition_records = None
+    if found.stopped_at is not None:
+        error = found.error
+        if isinstance(error, KafkaError):
+            raise error
+        if _on_undecodable is not None:
+            reason = f"{type(error).__name__}: {error}"
+            _on_undecodable(self._assignment, self._topic_partition, found.stopped_at, reason)
+    return found.records
+
+
+def _getall(self: Any, max_records: int | None = None) -> Any:
     """aiokafka's ``FetchResult.getall``, stopping before a record it cannot decode (for the
-    marked consumers; the others get aiokafka's own)."""
+    marked consumers; the others get aiokafka's own); a record set kept as bytes for those
+    marked for the native path."""
     if self._partition_records is None or "_consumer_record" not in vars(self._partition_records):
         return list(_wrapped_getall(self, max_records))
-    tp = self._topic_partition
-    if not self.check_assignment(tp) or not self.has_more():
+    if not self.check_assignment(self._topic_partition) or not self.has_more():
         return []
+    if "_record_sets" in vars(self._partition_records):
+        found = _record_set(self)
+        if found is not None:
+            return found
+    return _decoded_records(self, max_records)
+
+
+def _decoded_records(self: Any, max_records: int | None) -> list[Any]:
+    """The records of a marked consumer's fetch as aiokafka decodes them, up to one it cannot."""
+    tp = self._topic_partition
     records = self._partition_records
     taken: list[Any] = []
     try:
@@ -685,33 +745,35 @@ class BatchFactory:
     """New destination batches: aiokafka's (its C builder), or, for a record with a header key
     kept as bytes (:class:`HeaderKey`, which the C builder refuses), one built in Python."""
 
-    __slots__ = ("_compression", "_size")
+    __slots__ = ("codec", "limit")
 
     def __init__(self, size: int, compression: int) -> None:
-        self._size, self._compression = size, compression
+        self.limit, self.codec = size, compression
 
     def __call__(self) -> BatchBuilder:
-        return BatchBuilder(self._size, self._compression)
+        return BatchBuilder(self.limit, self.codec)
 
     def raw_keys(self) -> BatchBuilder:
         """A batch whose header keys may be :class:`HeaderKey` (slower: Python)."""
-        return _RawKeysBatch(self._size, self._compression)
+        return _RawKeysBatch(self.limit, self.codec)
 
 
 def install_fetch_path(
     marker: Callable[[bytes], bytes],
     on_undecodable: Callable[[Any, TopicPartition, int, str], None],
+    set_marker: Callable[[bytes], bytes] | None = None,
 ) -> bool:
     """Hand the records of consumers made with ``key_deserializer=marker`` over as aiokafka
-    decoded them, and stop their fetches before a record aiokafka cannot decode, calling
+    decoded them, those of consumers made with ``set_marker`` as one native record set per
+    partition and fetch, and stop their fetches before a record they cannot decode, calling
     ``on_undecodable(assignment, tp, offset, error)``. Process-wide, once; ``False`` (nothing
     patched) on an aiokafka version other than the supported one."""
-    global _marker, _on_undecodable
+    global _marker, _set_marker, _on_undecodable
     if aiokafka.__version__ != SUPPORTED_AIOKAFKA or not hasattr(
         fetcher.PartitionRecords, "_consumer_record"
     ):
         return False
-    _marker, _on_undecodable = marker, on_undecodable
+    _marker, _set_marker, _on_undecodable = marker, set_marker, on_undecodable
     fetcher.PartitionRecords.__init__ = _init
     fetcher.FetchResult.getall = _getall
     fetcher.MemoryRecords = _KeptRecords
@@ -1081,11 +1143,18 @@ class _FencingSender(Sender):  # type: ignore[misc]
         lease.lapses += 1
         manager = self._txn_manager
         for tp, batch in batches.items():
-            sent_with = getattr(getattr(batch._builder, "_builder", None), "producer_id", None)
+            sent_with = _numbered_by(batch)
             if manager is not None and sent_with == manager.producer_id:
                 manager.increment_sequence_number(tp, -batch.record_count)
             if not batch.future.done():
                 batch.failure(exception=self.policy.not_owned())
+
+
+def _numbered_by(batch: Any) -> int | None:
+    """The producer id a drained batch was numbered with: its aiokafka builder's (until built),
+    or a native batch's own (:mod:`replicator.model.native`)."""
+    builder = batch._builder
+    return getattr(getattr(builder, "_builder", builder), "producer_id", None)
 
 
 def _new_producer_id(sender: Sender, batch: Any) -> None:
@@ -1095,7 +1164,7 @@ def _new_producer_id(sender: Sender, batch: Any) -> None:
     manager = sender._txn_manager
     if manager is None or manager.transactional_id is not None:
         return
-    sent_with = getattr(getattr(batch._builder, "_builder", None), "producer_id", None)
+    sent_with = _numbered_by(batch)
     if sent_with is not None and sent_with != manager.producer_id:
         return  # an older id: already replaced
     manager._pid_and_epoch = PidAndEpoch(NO_PRODUCER_ID, NO_PRODUCER_EPOCH)

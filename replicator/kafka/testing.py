@@ -60,7 +60,7 @@ from replicator.kafka.fetch_planner import FetchPlanner, install_planner
 from replicator.kafka.fetch_sessions import by_topic
 from replicator.kafka.fetching import Fetched, Partitions
 from replicator.model.offsets import OutOfRange, out_of_range
-from replicator.model.records import SourceRecord
+from replicator.model.records import Chunk, SourceRecord
 
 
 class MemorySource:
@@ -243,7 +243,7 @@ class MemorySource:
 
     def _read(self, asked: Mapping[TopicPartition, int]) -> tuple[Fetched, bool]:
         """One read of each partition in ``asked`` from its position; whether one moved."""
-        records: dict[TopicPartition, list[SourceRecord]] = {}
+        records: dict[TopicPartition, Chunk] = {}
         outside: dict[TopicPartition, int] = {}
         moved = False
         self._answered_ms = max(self._answered_ms + 1, int(clock.monotonic() * 1000))

@@ -6,6 +6,9 @@
     The one header naming where a replicated record came from, and the loop rule.
 ``batching``
     Destination batches: records tagged once, packed per destination (or placed by key).
+``native``
+    The native batch path (``replicator._native``, built from ``native/``): records kept as
+    bytes from the fetch to the produce request; which data path the process runs.
 ``offsets``
     Which source offsets are safe to commit (contiguous acknowledgements) and the destination
     mark saved with them; where a position outside a partition's log goes.
@@ -14,5 +17,5 @@
     kept in the checkpoints topic for the translation of groups' positions.
 
 No I/O and no clients: everything here is unit-tested without a broker. It imports nothing of the
-product outside this package.
+product outside this package but its error tree (and the native extension).
 """

@@ -13,7 +13,11 @@ A flow told not to preserve partition numbers, writing to a topic with another p
 partition Kafka's producer would choose for its key (murmur2), a keyless one to its source
 offset modulo the count (spread, and the same on every attempt, which is what lets a resume
 find it). All destination partitions' batches of one chunk share their boundaries, so each
-source range is one unit of acknowledgement. Pure, no I/O.
+source range is one unit of acknowledgement.
+
+Records fetched by the native path (:mod:`replicator.model.native`) stay bytes: both builds
+hand them to the native code, which makes the same batches, decision for decision, byte for
+byte; the loops here are its reference. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from typing import Any, Protocol
 
 from aiokafka.partitioner import murmur2
 
-from replicator.model import provenance
+from replicator.model import native, provenance
 from replicator.model.provenance import Marking, Tagger
-from replicator.model.records import SourceRecord
+from replicator.model.records import Chunk, SourceRecord
 
 
 @dataclass(slots=True)
@@ -45,7 +49,11 @@ class OutboundBatch:
 
 
 class BatchMaker(Protocol):
-    """Makes a destination's batches (``replicator.kafka.internals.BatchFactory``)."""
+    """Makes a destination's batches (``replicator.kafka.internals.BatchFactory``) of at most
+    ``limit`` bytes, compressed with ``codec`` (aiokafka's codec number, 0: none)."""
+
+    limit: int
+    codec: int
 
     def __call__(self) -> Any: ...
 
@@ -63,6 +71,10 @@ class Target:
     new_batch: BatchMaker
     batches: list[OutboundBatch] = field(default_factory=list)
     marked: Counter[Marking] = field(default_factory=Counter)  # records that carried provenance
+
+
+_Appended = tuple[int, bytes | None, bytes | None, list[provenance.Header]]
+"""What a batch is given of a record: its timestamp, key, value and headers (tagged)."""
 
 
 @dataclass(slots=True)
@@ -113,6 +125,16 @@ class _Open:
         self.appends[i] = self.builders[i].append
         self.firsts[i], self.counts[i], self.sizes[i] = offset, 0, 0
 
+    def first_append(self, i: int, target: Target, offset: int, record: _Appended) -> None:
+        """Append ``record`` to target ``i``'s new batch at ``offset``; a batch that was full
+        and does not take its header keys kept as bytes is made again, one that does."""
+        timestamp, key, value, tags = record
+        try:
+            self.appends[i](timestamp=timestamp, key=key, value=value, headers=tags)
+        except (TypeError, UnicodeEncodeError):  # full, and then refusing that key
+            self.restart(i, target, offset, True)
+            self.appends[i](timestamp=timestamp, key=key, value=value, headers=tags)
+
     def finish(self, targets: list[Target], end: int) -> None:
         """Close every target's batch at ``end`` (a batch that would cover nothing is dropped)."""
         for i, target in enumerate(targets):
@@ -128,7 +150,7 @@ def _count_mark(targets: list[Target], starts: list[int], mark: Marking, offset:
 
 
 def build(
-    records: Sequence[SourceRecord],
+    records: Chunk,
     end: int,
     tagger: Tagger,
     targets: list[Target],
@@ -142,6 +164,21 @@ def build(
     The hot loop of the replicator: no avoidable Python work per record (what happens once per
     batch, or only to records that carried provenance, is in functions of its own).
     """
+    if native.is_record_set(records):
+        _build_native(records, end, tagger, targets, fetched_ms)
+    else:
+        assert isinstance(records, Sequence)
+        _build_decoded(records, end, tagger, targets, fetched_ms)
+
+
+def _build_decoded(
+    records: Sequence[SourceRecord],
+    end: int,
+    tagger: Tagger,
+    targets: list[Target],
+    fetched_ms: int,
+) -> None:
+    """:func:`build` over decoded records (the reference)."""
     open_ = _Open.of(targets)
     appends, counts, sizes, oldest = open_.appends, open_.counts, open_.sizes, open_.oldest
     starts = [t.start for t in targets]
@@ -176,7 +213,7 @@ def build(
             if added is None:
                 # Full (or refusing that key): close it at this record, carry on in a new one.
                 open_.restart(i, targets[i], offset, raw_keys)
-                appends[i](timestamp=timestamp, key=key, value=value, headers=tags)
+                open_.first_append(i, targets[i], offset, (timestamp, key, value, tags))
             if not counts[i]:
                 oldest[i] = timestamp if record.timestamp_type else fetched_ms
             counts[i] += 1
@@ -258,6 +295,16 @@ class _Chunk:
             self.first = offset
         return self.open(d, oldest_ms, raw_keys)
 
+    def first_append(self, d: int, oldest_ms: int, record: _Appended) -> None:
+        """Append ``record`` to destination ``d``'s new batch; a batch that was full and does
+        not take its header keys kept as bytes is made again, one that does."""
+        timestamp, key, value, tags = record
+        try:
+            self.builders[d].append(timestamp=timestamp, key=key, value=value, headers=tags)
+        except (TypeError, UnicodeEncodeError):  # full, and then refusing that key
+            builder = self.open(d, oldest_ms, raw_keys=True)
+            builder.append(timestamp=timestamp, key=key, value=value, headers=tags)
+
     def finish(self, end: int) -> None:
         """Close the chunk at ``end`` (nothing when it would cover nothing)."""
         if self.first < end:
@@ -265,7 +312,7 @@ class _Chunk:
 
 
 def build_placed(
-    records: Sequence[SourceRecord],
+    records: Chunk,
     start: int,
     end: int,
     tagger: Tagger,
@@ -279,6 +326,9 @@ def build_placed(
     range's batches cover the same source offsets ``[first, end)``; a range with no record to
     write is one empty batch.
     """
+    if native.is_record_set(records):
+        return _build_placed_native(records, start, end, tagger, placement, new_batch, fetched_ms)
+    assert isinstance(records, Sequence)
     result = Placed()
     count, written = placement.partitions, placement.written
     chunk = _Chunk(result, start, new_batch)
@@ -311,11 +361,75 @@ def build_placed(
             added, raw_keys = None, True
         if added is None:
             oldest_ms = timestamp if record.timestamp_type else fetched_ms
-            builder = chunk.restart(d, offset, oldest_ms, raw_keys)
-            builder.append(timestamp=timestamp, key=key, value=value, headers=tags)
+            chunk.restart(d, offset, oldest_ms, raw_keys)
+            chunk.first_append(d, oldest_ms, (timestamp, key, value, tags))
         counts[d] += 1
         sizes[d] += (len(key) if key else 0) + (len(value) if value else 0)
     chunk.finish(end)
+    return result
+
+
+# -- the native path: the same builds over records kept as bytes ----------------------------------
+
+_MARKS = (Marking.DERIVED, Marking.LOOP, Marking.MALFORMED)  # the order of the native counts
+
+
+def _compiled(tagger: Tagger) -> Any:
+    """``tagger``'s native form (made once per tagger)."""
+    found = tagger.compiled
+    if found is None:
+        found = tagger.compiled = native.native().Tagger(*tagger.spec())
+    return found
+
+
+def _count(marked: Counter[Marking], counts: tuple[int, int, int]) -> None:
+    for mark, count in zip(_MARKS, counts, strict=True):
+        if count:
+            marked[mark] += count
+
+
+def _build_native(
+    records: native.RecordSet, end: int, tagger: Tagger, targets: list[Target], fetched_ms: int
+) -> None:
+    specs = [(t.start, t.new_batch.limit, t.new_batch.codec) for t in targets]
+    built = native.native().build(
+        records, end, _compiled(tagger), specs, fetched_ms, native.compress
+    )
+    for target, (closed, counts) in zip(targets, built, strict=True):
+        target.batches.extend(
+            OutboundBatch(batch, first, last, count, size, oldest)
+            for batch, first, last, count, size, oldest, _ in closed
+        )
+        _count(target.marked, counts)
+
+
+def _build_placed_native(
+    records: native.RecordSet,
+    start: int,
+    end: int,
+    tagger: Tagger,
+    placement: Placement,
+    new_batch: BatchMaker,
+    fetched_ms: int,
+) -> Placed:
+    closed, counts, already_written = native.native().build_placed(
+        records,
+        start,
+        end,
+        _compiled(tagger),
+        placement.partitions,
+        placement.written,
+        new_batch.limit,
+        new_batch.codec,
+        fetched_ms,
+        native.compress,
+    )
+    result = Placed(already_written=already_written)
+    result.batches.extend(
+        OutboundBatch(batch, first, last, count, size, oldest, partition=d)
+        for batch, first, last, count, size, oldest, d in closed
+    )
+    _count(result.marked, counts)
     return result
 
 

@@ -194,7 +194,7 @@ class Tagger:
     The ``<cluster>/<topic>/<partition>/`` prefix is encoded once; only the offset is per record.
     """
 
-    __slots__ = ("_home", "_home_marks", "_legacy", "_prefix", "topic")
+    __slots__ = ("_home", "_home_marks", "_legacy", "_prefix", "compiled", "topic")
 
     def __init__(
         self,
@@ -209,6 +209,11 @@ class Tagger:
         self._home_marks = home_marks
         self._prefix = b"%s/%s/%d/" % (cluster.encode("ascii"), topic.encode("ascii"), partition)
         self._legacy = (cluster, topic, partition)
+        self.compiled: object | None = None  # its native form, made by the first native build
+
+    def spec(self) -> tuple[bytes, str, str | None, list[str]]:
+        """What its native form is made of: the value prefix, topic, home and home marks."""
+        return self._prefix, self.topic, self._home, list(self._home_marks)
 
     def _legacy_offset(self, headers: Iterable[Header]) -> int | None:
         origin = legacy_origin(headers)

@@ -27,7 +27,7 @@ from replicator.kafka.decoding import Poison, undecodable_reason
 from replicator.kafka.fetching import FetchSource
 from replicator.kafka.translation import denial
 from replicator.lifecycle import IdleWait, wait_any
-from replicator.model.records import SourceRecord
+from replicator.model.records import Chunk, chunk_end
 from replicator.replication.fetch_round import FetchRound
 from replicator.replication.offset_reset import OffsetResets
 from replicator.replication.partition import LegPartition
@@ -145,12 +145,12 @@ class CatchUpFetch:
 
     # -- what a round brought (RoundReader) ---------------------------------------------------
 
-    def take(self, tp: TopicPartition, records: list[SourceRecord], fetched_ms: int) -> None:
+    def take(self, tp: TopicPartition, records: Chunk, fetched_ms: int) -> None:
         partition = self._partitions.get(tp)
         start = self._positions.get(tp)
         if partition is None or start is None:
             return
-        end = records[-1].offset + 1
+        end = chunk_end(records)
         self._positions[tp] = end
         # Refused (a gap, or no longer fed alone) or full: reconcile() pauses or seeks.
         partition.take_fetched(records, start, end, fetched_ms)

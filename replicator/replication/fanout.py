@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from aiokafka import TopicPartition
 
 from replicator.model import batching
-from replicator.model.records import SourceRecord
+from replicator.model.records import Chunk, chunk_end
 from replicator.replication.partition import LegPartition
 from replicator.replication.states import Fit, Mode
 
@@ -50,8 +50,8 @@ class PartitionFanout:
         # starting partitions the feed stopped waiting for (by identity: one per leg)
         self._waited_out: set[LegPartition] = set()
 
-    def deliver(self, records: list[SourceRecord], fetched_ms: int) -> None:
-        start, end = self.position, records[-1].offset + 1
+    def deliver(self, records: Chunk, fetched_ms: int) -> None:
+        start, end = self.position, chunk_end(records)
         self.position = end
         joining: list[LegPartition] = []
         for partition in self.partitions:

@@ -44,7 +44,7 @@ from replicator.kafka.retry import retrying
 from replicator.kafka.translation import denial
 from replicator.lifecycle import IdleWait, StopDeadline, close_quietly, wait_any
 from replicator.model.offsets import OutOfRange
-from replicator.model.records import SourceRecord
+from replicator.model.records import Chunk
 from replicator.replication.fanout import PartitionFanout
 from replicator.replication.fetch_round import FetchRound
 from replicator.replication.partition import LegPartition
@@ -262,7 +262,7 @@ class SourceFeed(Generic[L]):
         for tp, position in positions.items():
             await self._out_of_range(tp, position)
 
-    def take(self, tp: TopicPartition, records: list[SourceRecord], fetched_ms: int) -> None:
+    def take(self, tp: TopicPartition, records: Chunk, fetched_ms: int) -> None:
         """Fan ``records`` out to the legs (settled with the partitions that changed)."""
         self._changed.add(tp)
         fanout = self._fanouts.get(tp)

@@ -25,7 +25,7 @@ from replicator.kafka.fetching import Fetched, FetchSource
 from replicator.kafka.retry import retrying
 from replicator.kafka.translation import translate
 from replicator.lifecycle import IdleWait
-from replicator.model.records import SourceRecord
+from replicator.model.records import Chunk
 
 FETCH_TIMEOUT_MS = 200
 
@@ -37,7 +37,7 @@ class RoundReader(Protocol):
         """The fetch found these positions outside the source log (and had no records)."""
         ...
 
-    def take(self, tp: TopicPartition, records: list[SourceRecord], fetched_ms: int) -> None:
+    def take(self, tp: TopicPartition, records: Chunk, fetched_ms: int) -> None:
         """``records`` of ``tp``, in offset order, fetched at ``fetched_ms`` (wall clock)."""
         ...
 

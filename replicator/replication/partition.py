@@ -56,7 +56,7 @@ from replicator.model.batching import (
 )
 from replicator.model.offsets import OffsetTracker
 from replicator.model.provenance import Tagger
-from replicator.model.records import SourceRecord, payload_size
+from replicator.model.records import Chunk, payload_size
 from replicator.replication.in_flight import InFlight
 from replicator.replication.resume import Tail, resume_after
 from replicator.replication.states import FED_ALONE, OPEN, Fit, Halt, Mode, Work
@@ -427,7 +427,7 @@ class LegPartition:
         self._enqueue(Work(records, size, target.batches, self.epoch, target.marked))
         self.position = end
 
-    def take_chunk(self, records: list[SourceRecord], end: int, fetched_ms: int) -> None:
+    def take_chunk(self, records: Chunk, end: int, fetched_ms: int) -> None:
         """Queue a chunk of the shared feed (after ``fit`` said JOIN) for a partition placed by
         key: its batches are its own (one per destination partition), unlike every other leg's."""
         assert self.position is not None
@@ -436,9 +436,7 @@ class LegPartition:
         self._enqueue(self._built(records, end, fetched_ms))
         self.position = end
 
-    def take_fetched(
-        self, records: list[SourceRecord], start: int, end: int, fetched_ms: int
-    ) -> bool:
+    def take_fetched(self, records: Chunk, start: int, end: int, fetched_ms: int) -> bool:
         """Queue records the catch-up fetch read from ``start``; ``False``: fetch again from
         :attr:`position` (a gap or a repeat, refused) or stop fetching (not fed alone, full)."""
         if self.mode not in FED_ALONE or self.position is None:
@@ -522,7 +520,7 @@ class LegPartition:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _built(self, records: list[SourceRecord], end: int, fetched_ms: int) -> Work:
+    def _built(self, records: Chunk, end: int, fetched_ms: int) -> Work:
         """The records from the position to ``end`` as batches for the destination (placed by
         key when the partition is: :func:`batching.build_placed`)."""
         assert self.position is not None and self.new_batch is not None

@@ -34,6 +34,7 @@ from replicator.kafka.clients import ClusterClient, membership_lease
 from replicator.kafka.membership import MembershipLease
 from replicator.kafka.retry import Backoff
 from replicator.lifecycle import StopDeadline, sleep_unless_stopped, unless_stopped
+from replicator.model import native
 from replicator.model.handover import Handover
 from replicator.replication.dead_letters import DeadLetters
 from replicator.replication.feed import SourceFeed
@@ -64,6 +65,9 @@ class ReplicatorService:
         # default that applied): shown in /status as given.
         self.notes = notes
         self.metrics = metrics or Metrics()
+        self.data_path = native.active()
+        for path in (native.NATIVE, native.PYTHON):
+            self.metrics.data_path.labels(path=path).set(1 if path == self.data_path else 0)
         self.plans = feeds_for(settings)
         self.clusters = {
             alias: ClusterClient(alias, cluster, settings.client_timings(), settings.idempotence)
@@ -114,6 +118,7 @@ class ReplicatorService:
             # Its static identity in each group (None: a dynamic member, restarts wait out
             # the old member's session); unique per replica, or the newer stops the older.
             instance_id=self.settings.instance_id,
+            data_path=self.data_path,
             http_port=self.http.port,
             feeds={
                 plan.name: {
@@ -124,6 +129,8 @@ class ReplicatorService:
                 for plan in self.plans
             },
         )
+        if self.data_path != native.NATIVE:
+            log.warning("records are built into batches in Python", reason=self._path_reason())
         for warning in colliding_flow_names(self.settings):
             log.warning(warning)
         try:
@@ -300,6 +307,7 @@ class ReplicatorService:
         return {
             "local_cluster": self.settings.local_cluster,
             "stopping": self.stop_event.is_set(),
+            "data_path": {"path": self.data_path, "reason": self._path_reason()},
             "translation_notes": list(self.notes),
             "clusters": {
                 alias: {"reachable": client.error is None, "error": client.error}
@@ -328,6 +336,12 @@ class ReplicatorService:
             "partition_detail": detail.shown() if detail is not None else None,
             "checkpoints": self.group_sync.status() if self.group_sync is not None else None,
         }
+
+    def _path_reason(self) -> str:
+        """Why this process runs its data path (for the log and ``/status``)."""
+        if self.data_path == native.PYTHON and native.available():
+            return "REPLICATOR_DATA_PATH=python"
+        return native.reason()
 
     def handovers(self) -> list[Handover]:
         """Where this process's flows took partitions over from a MirrorMaker."""

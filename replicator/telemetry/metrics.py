@@ -324,6 +324,15 @@ class Metrics:
             ["group", "source", "cluster"],
         )
 
+        self.data_path = self._declare(
+            Gauge,
+            "replicator_data_path",
+            "1 for the data path this process runs (native: records kept as bytes by the "
+            "native extension; python: the reference path, when the extension cannot be loaded "
+            "or REPLICATOR_DATA_PATH=python), 0 for the other.",
+            ["path"],
+        )
+
     def _declare(
         self, kind: type[_M], name: str, help: str, labels: list[str], **options: Any
     ) -> _M:

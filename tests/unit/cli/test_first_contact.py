@@ -289,7 +289,7 @@ def service_stub(monkeypatch: pytest.MonkeyPatch, restored_logging: None) -> Non
             return None
 
     monkeypatch.setattr("replicator.service.app.ReplicatorService", Service)
-    monkeypatch.setattr("replicator.kafka.decoding.use_decoded_records", lambda: None)
+    monkeypatch.setattr("replicator.kafka.decoding.use_decoded_records", lambda **_: None)
 
 
 @pytest.mark.usefixtures("service_stub")

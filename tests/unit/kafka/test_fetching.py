@@ -5,7 +5,7 @@ those consumers do (:class:`MemorySource`, :class:`MemoryGroupSource`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiokafka.errors as kerr
@@ -20,6 +20,13 @@ from replicator.model.offsets import OutOfRange
 from tests.unit.sample import Record
 
 TP = TopicPartition("orders_REPLICA", 0)
+
+
+def _offsets(fetched: Fetched) -> list[int]:
+    """The offsets of the records of ``TP`` a fetch of a memory source brought (decoded)."""
+    records = fetched.records[TP]
+    assert isinstance(records, Sequence)
+    return [r.offset for r in records]
 
 
 @pytest.fixture
@@ -80,14 +87,14 @@ async def test_memory_source_reads_from_positions_and_reports_what_a_consumer_wo
     source.seek(TP, 2)
     source.resume(TP)
     fetched = await source.fetch(200)
-    assert [r.offset for r in fetched.records[TP]] == [2, 3, 4, 5]
+    assert _offsets(fetched) == [2, 3, 4, 5]
     assert source.position_after(TP) == 6
     source.markers(TP, 3)
-    assert [r.offset for r in (await source.fetch(200)).records[TP]] == [6, 7, 8, 9]
+    assert _offsets(await source.fetch(200)) == [6, 7, 8, 9]
     assert source.position_after(TP) == 13  # past the markers after the last record
     source.poison(TP, 14)
     source.append(TP, [Record(13), Record(14), Record(15)])
-    assert [r.offset for r in (await source.fetch(200)).records[TP]] == [13]
+    assert _offsets(await source.fetch(200)) == [13]
     assert source.poisoned() == [Poison(TP, 14, "undecodable")] and source.poisoned() == []
     assert source.position_after(TP) == 14
     source.delete_before(TP, 15)
@@ -164,7 +171,7 @@ async def test_memory_group_source_is_rebalanced_by_the_test_and_reports_fetch_a
     assert await source.seek_to_log_end(TP) == 5 and await source.seek_to_log_start(TP) == 0
     assert source.log_end_seen(TP) is None and source.answered_at(TP) is None
     fetched = await source.fetch(200)
-    assert [r.offset for r in fetched.records[TP]] == [0, 1, 2, 3, 4]
+    assert _offsets(fetched) == [0, 1, 2, 3, 4]
     assert source.log_end_seen(TP) == 5
     first = source.answered_at(TP)
     await source.fetch(200)
