@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 
-.PHONY: install kafka promtool demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve clean
+.PHONY: install kafka promtool demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve wheel clean
 
 # Everything: the tests, the Spark jobs and the documentation site.
 $(STAMP): pyproject.toml
@@ -39,10 +39,12 @@ promtool: $(STAMP)
 demo: $(DEMO_STAMP)
 	$(BIN)/replicator demo
 
-## The whole test suite: static checks, unit tests, integration tests on Apache Kafka, then the
-## smoke subset on the embedded broker (the demo's).
+## The whole test suite: static checks, unit tests, integration tests on Apache Kafka (on the
+## native data path), then the smoke subset on the Python data path (the reference), then on the
+## embedded broker (the demo's).
 test: lint $(STAMP) kafka promtool
 	$(BIN)/pytest -q -n 2 --dist worksteal --durations=25
+	REPLICATOR_TEST_DATA_PATH=python $(BIN)/pytest -q -n 2 --dist worksteal -m smoke tests/integration
 	REPLICATOR_TEST_BROKER=embedded $(BIN)/pytest -q -n 2 --dist worksteal -m smoke tests/integration
 
 ## Throughput, latency and memory, side by side with a naive mirror and a batch-copy ceiling.
@@ -69,6 +71,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check replicator tests benchmarks examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	cargo fmt --manifest-path native/Cargo.toml --check
+	cargo clippy --manifest-path native/Cargo.toml --release --quiet -- -D warnings
 
 unit: $(STAMP) promtool
 	$(BIN)/pytest -q -m "not integration"
@@ -87,5 +91,10 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	$(BIN)/mkdocs serve
 
+## The release wheel, its native extension (native/, Rust: needs cargo) compiled, into dist/
+## (pip runs the maturin build backend pyproject.toml pins).
+wheel: $(STAMP)
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+
 clean:
-	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) site .pytest_cache .mypy_cache .ruff_cache .import_linter_cache native/target dist replicator/_native*.so

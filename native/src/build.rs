@@ -23,9 +23,12 @@ pub struct NativeBatch {
 impl NativeBatch {
     fn _set_producer_state(&mut self, producer_id: i64, producer_epoch: i16, base_sequence: i32) {
         let buf = &mut self.buf;
-        buf[wire::PRODUCER_ID_AT..wire::PRODUCER_ID_AT + 8].copy_from_slice(&producer_id.to_be_bytes());
-        buf[wire::PRODUCER_EPOCH_AT..wire::PRODUCER_EPOCH_AT + 2].copy_from_slice(&producer_epoch.to_be_bytes());
-        buf[wire::BASE_SEQUENCE_AT..wire::BASE_SEQUENCE_AT + 4].copy_from_slice(&base_sequence.to_be_bytes());
+        buf[wire::PRODUCER_ID_AT..wire::PRODUCER_ID_AT + 8]
+            .copy_from_slice(&producer_id.to_be_bytes());
+        buf[wire::PRODUCER_EPOCH_AT..wire::PRODUCER_EPOCH_AT + 2]
+            .copy_from_slice(&producer_epoch.to_be_bytes());
+        buf[wire::BASE_SEQUENCE_AT..wire::BASE_SEQUENCE_AT + 4]
+            .copy_from_slice(&base_sequence.to_be_bytes());
         let crc = crc32c::crc32c(&buf[wire::ATTRIBUTES_AT..]);
         buf[wire::CRC_AT..wire::CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
     }
@@ -69,16 +72,31 @@ struct Open {
 
 impl Open {
     fn new(raw_keys: bool) -> Self {
-        Open { buf: vec![0u8; wire::HEADER], first_ts: 0, max_ts: 0, count: 0, raw_keys }
+        Open {
+            buf: vec![0u8; wire::HEADER],
+            first_ts: 0,
+            max_ts: 0,
+            count: 0,
+            raw_keys,
+        }
     }
 
     /// Append a record whose encoding after its offset delta is `tail`; `false` when full.
     fn append(&mut self, timestamp: i64, tail: &[u8], limit: usize) -> bool {
-        let delta = if self.count == 0 { 0 } else { timestamp - self.first_ts };
-        let body = 1 + wire::varint_size(delta) + wire::varint_size(i64::from(self.count)) + tail.len();
+        let delta = if self.count == 0 {
+            0
+        } else {
+            timestamp - self.first_ts
+        };
+        let body =
+            1 + wire::varint_size(delta) + wire::varint_size(i64::from(self.count)) + tail.len();
         let required = body + wire::varint_size(body as i64);
         // aiokafka's C builder keeps a batch under its limit, its Python builder at most at it.
-        let full = if self.raw_keys { required + self.buf.len() > limit } else { required + self.buf.len() >= limit };
+        let full = if self.raw_keys {
+            required + self.buf.len() > limit
+        } else {
+            required + self.buf.len() >= limit
+        };
         if self.count > 0 && full {
             return false;
         }
@@ -133,7 +151,10 @@ impl Open {
         buf[..wire::HEADER].copy_from_slice(&header);
         let crc = crc32c::crc32c(&buf[wire::ATTRIBUTES_AT..]);
         buf[wire::CRC_AT..wire::CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
-        Ok(NativeBatch { buf: self.buf, count: self.count })
+        Ok(NativeBatch {
+            buf: self.buf,
+            count: self.count,
+        })
     }
 }
 
@@ -174,9 +195,16 @@ fn tag<'a>(set: &'a RecordSet, record: &Record, tagger: &Tagger, origin: &'a [u8
     let own = set.headers_of(record);
     let mut headers: Vec<Out<'a>> = Vec::with_capacity(own.len() + 2);
     if record.flags & HAS_PROVENANCE_KEY == 0 {
-        headers.extend(own.iter().map(|h| (h.key.get(data).unwrap_or(b""), h.value.get(data))));
+        headers.extend(
+            own.iter()
+                .map(|h| (h.key.get(data).unwrap_or(b""), h.value.get(data))),
+        );
         headers.push((ORIGIN, Some(origin)));
-        return Tagged { mark: None, headers, write: true };
+        return Tagged {
+            mark: None,
+            headers,
+            write: true,
+        };
     }
     let mut origins: Vec<Option<&[u8]>> = Vec::new();
     for h in own {
@@ -189,11 +217,19 @@ fn tag<'a>(set: &'a RecordSet, record: &Record, tagger: &Tagger, origin: &'a [u8
     }
     let mark = tagger.marking(&origins);
     if mark != Mark::Derived {
-        return Tagged { mark: Some(mark), headers: Vec::new(), write: false };
+        return Tagged {
+            mark: Some(mark),
+            headers: Vec::new(),
+            write: false,
+        };
     }
     headers.extend(origins.iter().map(|&v| (UPSTREAM, v)));
     headers.push((ORIGIN, Some(origin)));
-    Tagged { mark: Some(mark), headers, write: true }
+    Tagged {
+        mark: Some(mark),
+        headers,
+        write: true,
+    }
 }
 
 fn provenance_value(out: &mut Vec<u8>, prefix: &[u8], offset: i64) {
@@ -216,7 +252,15 @@ fn count(marked: &mut Marked, mark: Mark) {
 /// A closed batch: the batch (`None`: a range with nothing to write), the source offsets
 /// `[first, end)` it covers, its record count, key and value bytes, oldest time, and (placed by
 /// key) its destination partition.
-type Closed = (Option<Py<NativeBatch>>, i64, i64, i32, u64, i64, Option<i64>);
+type Closed = (
+    Option<Py<NativeBatch>>,
+    i64,
+    i64,
+    i32,
+    u64,
+    i64,
+    Option<i64>,
+);
 
 struct TargetState {
     start: i64,
@@ -235,13 +279,26 @@ impl TargetState {
         let open = std::mem::replace(&mut self.open, Open::new(raw_keys));
         let count = open.count;
         let batch = Py::new(compress.py(), open.finish(self.codec, compress)?)?;
-        self.closed.push((Some(batch), self.first, at, count, self.size, self.oldest, None));
+        self.closed.push((
+            Some(batch),
+            self.first,
+            at,
+            count,
+            self.size,
+            self.oldest,
+            None,
+        ));
         Ok(())
     }
 
     /// Full, or refusing a header key that is not UTF-8, at `offset`: close the batch there
     /// and open a new one (`batching._Open.restart`).
-    fn restart(&mut self, offset: i64, raw_keys: bool, compress: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn restart(
+        &mut self,
+        offset: i64,
+        raw_keys: bool,
+        compress: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         if self.first < offset {
             self.close(offset, compress, raw_keys)?;
         } else {
@@ -254,7 +311,11 @@ impl TargetState {
 }
 
 fn non_utf8(record: &Record, tagged: &Tagged<'_>) -> bool {
-    record.flags & NON_UTF8_KEY != 0 && tagged.headers.iter().any(|(k, _)| std::str::from_utf8(k).is_err())
+    record.flags & NON_UTF8_KEY != 0
+        && tagged
+            .headers
+            .iter()
+            .any(|(k, _)| std::str::from_utf8(k).is_err())
 }
 
 /// `batching.build` for every target `(start, batch size, codec)`: each target's closed batches
@@ -318,7 +379,11 @@ pub fn build(
                 t.open.append(record.timestamp, &tail, t.limit);
             }
             if t.open.count == 1 {
-                t.oldest = if record.timestamp_type != 0 { record.timestamp } else { fetched_ms };
+                t.oldest = if record.timestamp_type != 0 {
+                    record.timestamp
+                } else {
+                    fetched_ms
+                };
             }
             t.size += size;
         }
@@ -392,7 +457,8 @@ impl Chunk<'_> {
         for (d, (batch, size, oldest)) in open {
             let count = batch.count;
             let batch = Py::new(self.compress.py(), batch.finish(self.codec, self.compress)?)?;
-            self.closed.push((Some(batch), self.first, at, count, size, oldest, Some(d)));
+            self.closed
+                .push((Some(batch), self.first, at, count, size, oldest, Some(d)));
         }
         Ok(())
     }
@@ -427,7 +493,14 @@ pub fn build_placed(
 ) -> PyResult<(Vec<Closed>, Marked, u64)> {
     let set = &*records;
     let data = &set.data[..];
-    let mut chunk = Chunk { first: start, limit, codec, open: HashMap::new(), closed: Vec::new(), compress };
+    let mut chunk = Chunk {
+        first: start,
+        limit,
+        codec,
+        open: HashMap::new(),
+        closed: Vec::new(),
+        compress,
+    };
     let (mut marked, mut already_written) = ((0, 0, 0), 0u64);
     let (mut origin, mut tail) = (Vec::with_capacity(64), Vec::with_capacity(256));
     for record in &set.records {
@@ -449,16 +522,30 @@ pub fn build_placed(
         }
         let (key, value) = (record.key.get(data), record.value.get(data));
         let d = place(key, offset, partitions);
-        let oldest = if record.timestamp_type != 0 { record.timestamp } else { fetched_ms };
-        chunk.open.entry(d).or_insert_with(|| (Open::new(false), 0, oldest));
+        let oldest = if record.timestamp_type != 0 {
+            record.timestamp
+        } else {
+            fetched_ms
+        };
+        chunk
+            .open
+            .entry(d)
+            .or_insert_with(|| (Open::new(false), 0, oldest));
         encode_tail(&mut tail, key, value, &tagged.headers);
         let raw_keys = non_utf8(record, &tagged);
         let refused = raw_keys && !chunk.open[&d].0.raw_keys;
         let limit = chunk.limit;
-        let added = !refused && chunk.open.get_mut(&d).is_some_and(|o| o.0.append(record.timestamp, &tail, limit));
+        let added = !refused
+            && chunk
+                .open
+                .get_mut(&d)
+                .is_some_and(|o| o.0.append(record.timestamp, &tail, limit));
         if !added {
             chunk.restart(d, offset, oldest, raw_keys)?;
-            chunk.open.get_mut(&d).map(|o| o.0.append(record.timestamp, &tail, limit));
+            chunk
+                .open
+                .get_mut(&d)
+                .map(|o| o.0.append(record.timestamp, &tail, limit));
         }
         if let Some(o) = chunk.open.get_mut(&d) {
             o.1 += (record.key.size() + record.value.size()) as u64;

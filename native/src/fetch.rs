@@ -11,7 +11,12 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::wire::{self, BatchInfo, Corrupt, Header, Record};
 
-pyo3::create_exception!(_native, CorruptBatch, PyValueError, "A batch that cannot be what it says.");
+pyo3::create_exception!(
+    _native,
+    CorruptBatch,
+    PyValueError,
+    "A batch that cannot be what it says."
+);
 
 /// The records of one partition's fetch, kept as bytes: each record a few spans over `data`
 /// (the fetched bytes, compressed batches decompressed).
@@ -61,7 +66,9 @@ impl RecordSet {
     fn first(&self) -> PyResult<i64> {
         match self.records.first() {
             Some(r) => Ok(r.offset),
-            None => Err(PyValueError::new_err("an empty record set has no first offset")),
+            None => Err(PyValueError::new_err(
+                "an empty record set has no first offset",
+            )),
         }
     }
 
@@ -80,7 +87,10 @@ impl RecordSet {
             let headers = PyList::empty(py);
             for h in self.headers_of(r) {
                 let key = PyBytes::new(py, h.key.get(data).unwrap_or(b""));
-                headers.append(PyTuple::new(py, [key.into_any(), bytes_or_none(py, h.value.get(data))])?)?;
+                headers.append(PyTuple::new(
+                    py,
+                    [key.into_any(), bytes_or_none(py, h.value.get(data))],
+                )?)?;
             }
             out.append((
                 r.offset,
@@ -135,12 +145,17 @@ impl From<Corrupt> for Stop {
 impl Decoder<'_> {
     fn batch(&mut self, batch: &[u8]) -> Result<(), Stop> {
         if batch.len() < wire::FRAMING + 14 {
-            return Err(Corrupt("Record size is less than the minimum record overhead (14)".into()).into());
+            return Err(Corrupt(
+                "Record size is less than the minimum record overhead (14)".into(),
+            )
+            .into());
         }
         if batch.len() < wire::HEADER {
             return Err(Corrupt("a batch shorter than its header".into()).into());
         }
-        if self.check_crcs && wire::be_u32(batch, wire::CRC_AT) != crc32c::crc32c(&batch[wire::ATTRIBUTES_AT..]) {
+        if self.check_crcs
+            && wire::be_u32(batch, wire::CRC_AT) != crc32c::crc32c(&batch[wire::ATTRIBUTES_AT..])
+        {
             return Err(Corrupt("Invalid CRC".into()).into());
         }
         let base_offset = wire::be_i64(batch, 0);
@@ -151,7 +166,9 @@ impl Decoder<'_> {
         let batch_next = base_offset + i64::from(last_offset_delta) + 1;
         let control = attributes & wire::CONTROL_MASK != 0;
         if self.read_committed {
-            while self.aborted_at < self.aborted.len() && self.aborted[self.aborted_at].1 <= base_offset {
+            while self.aborted_at < self.aborted.len()
+                && self.aborted[self.aborted_at].1 <= base_offset
+            {
                 self.aborting.insert(self.aborted[self.aborted_at].0);
                 self.aborted_at += 1;
             }
@@ -179,8 +196,13 @@ impl Decoder<'_> {
             self.set.data.extend_from_slice(&batch[wire::HEADER..]);
         } else {
             let payload = PyBytes::new(self.decompress.py(), &batch[wire::HEADER..]);
-            let plain = self.decompress.call1((codec, payload)).map_err(Stop::Undecodable)?;
-            let plain = plain.cast::<PyBytes>().map_err(|e| Stop::Undecodable(PyErr::from(e)))?;
+            let plain = self
+                .decompress
+                .call1((codec, payload))
+                .map_err(Stop::Undecodable)?;
+            let plain = plain
+                .cast::<PyBytes>()
+                .map_err(|e| Stop::Undecodable(PyErr::from(e)))?;
             self.set.data.extend_from_slice(plain.as_bytes());
         }
         let records = self.records(base, &info, count)?;
@@ -197,22 +219,41 @@ impl Decoder<'_> {
     }
 
     /// The batch's records, decoded from its (decompressed) bytes at `base` of the data.
-    fn records(&mut self, base: usize, info: &BatchInfo, count: i32) -> Result<Vec<Record>, Corrupt> {
+    fn records(
+        &mut self,
+        base: usize,
+        info: &BatchInfo,
+        count: i32,
+    ) -> Result<Vec<Record>, Corrupt> {
         let data = &self.set.data[base..];
         let mut pos = 0usize;
         let mut found = Vec::with_capacity(count.max(0) as usize);
         for _ in 0..count.max(0) {
-            found.push(wire::read_record(data, &mut pos, base, info, &mut self.set.headers)?);
+            found.push(wire::read_record(
+                data,
+                &mut pos,
+                base,
+                info,
+                &mut self.set.headers,
+            )?);
         }
         if pos != data.len() {
-            return Err(Corrupt(format!("{} unconsumed bytes after all records consumed", data.len() - pos)));
+            return Err(Corrupt(format!(
+                "{} unconsumed bytes after all records consumed",
+                data.len() - pos
+            )));
         }
         Ok(found)
     }
 
     /// Whether a control batch is an abort marker (its first record's key: version 0, type 0).
     fn abort_marker(&self, batch: &[u8], base_offset: i64) -> Result<bool, Corrupt> {
-        let info = BatchInfo { base_offset, first_timestamp: 0, max_timestamp: 0, log_append_time: false };
+        let info = BatchInfo {
+            base_offset,
+            first_timestamp: 0,
+            max_timestamp: 0,
+            log_append_time: false,
+        };
         let mut pos = 0usize;
         let mut headers = Vec::new();
         let body = &batch[wire::HEADER..];
@@ -267,7 +308,12 @@ pub fn decode<'py>(
         read_committed,
         check_crcs,
         decompress,
-        set: RecordSet { data: Vec::with_capacity(raw.len()), records: Vec::new(), headers: Vec::new(), payload: 0 },
+        set: RecordSet {
+            data: Vec::with_capacity(raw.len()),
+            records: Vec::new(),
+            headers: Vec::new(),
+            payload: 0,
+        },
     };
     let mut stopped: Option<(i64, PyErr)> = None;
     for (start, end) in frames {
@@ -285,5 +331,10 @@ pub fn decode<'py>(
         Some((at, err)) => (Some(at), Some(err.into_value(py).into_any())),
         None => (None, None),
     };
-    Ok(Some(Decoded { records: Py::new(py, decoder.set)?, next_offset, stopped_at, error }))
+    Ok(Some(Decoded {
+        records: Py::new(py, decoder.set)?,
+        next_offset,
+        stopped_at,
+        error,
+    }))
 }

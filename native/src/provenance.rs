@@ -18,14 +18,19 @@ pub enum Mark {
 /// (`<cluster>/<topic>/<partition>/<offset>`, `VALUE_PATTERN` and its bounds).
 pub fn origin(raw: &[u8]) -> Option<(&[u8], &[u8])> {
     let mut parts = raw.split(|&b| b == b'/');
-    let (cluster, topic, partition, offset) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (cluster, topic, partition, offset) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
         return None;
     }
     let cluster_ok = !cluster.is_empty()
-        && cluster.iter().all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        && cluster
+            .iter()
+            .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     let topic_ok = !topic.is_empty()
-        && topic.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+        && topic
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
     if !cluster_ok || !topic_ok {
         return None;
     }
@@ -45,7 +50,9 @@ fn canonical(raw: &[u8], digits: usize) -> Option<u64> {
     if raw.len() > 1 && raw[0] == b'0' {
         return None;
     }
-    raw.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+    raw.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 /// Provenance for the records of one source partition (`provenance.Tagger`).
@@ -76,7 +83,11 @@ impl Tagger {
     /// the values of its `replicator` headers.
     pub fn marking(&self, origins: &[Option<&[u8]>]) -> Mark {
         let [value] = origins else {
-            return if origins.is_empty() { Mark::Derived } else { Mark::Malformed };
+            return if origins.is_empty() {
+                Mark::Derived
+            } else {
+                Mark::Malformed
+            };
         };
         let Some((cluster, topic)) = value.and_then(origin) else {
             return Mark::Malformed;

@@ -136,9 +136,14 @@ fn span(buf: &[u8], pos: &mut usize, base: usize, len: i64, what: &str) -> Resul
         return Ok(Span::NULL);
     }
     if len > i32::MAX as i64 || *pos + len as usize > buf.len() {
-        return Err(Corrupt(format!("{what} of {len} bytes past the end of its batch")));
+        return Err(Corrupt(format!(
+            "{what} of {len} bytes past the end of its batch"
+        )));
     }
-    let found = Span { start: (base + *pos) as u32, len: len as i32 };
+    let found = Span {
+        start: (base + *pos) as u32,
+        len: len as i32,
+    };
     *pos += len as usize;
     Ok(found)
 }
@@ -176,14 +181,18 @@ pub fn read_record(
     let value = span(buf, pos, base, value_len, "a value")?;
     let count = read_varint(buf, pos)?;
     if count < 0 {
-        return Err(Corrupt(format!("Found invalid number of record headers {count}")));
+        return Err(Corrupt(format!(
+            "Found invalid number of record headers {count}"
+        )));
     }
     let first = headers.len() as u32;
     let mut flags = 0u8;
     for _ in 0..count {
         let key_len = read_varint(buf, pos)?;
         if key_len < 0 {
-            return Err(Corrupt(format!("Invalid negative header key size {key_len}")));
+            return Err(Corrupt(format!(
+                "Invalid negative header key size {key_len}"
+            )));
         }
         let key = span(buf, pos, base, key_len, "a header key")?;
         let raw = &buf[key.start as usize - base..key.start as usize - base + key.len as usize];

@@ -44,6 +44,10 @@ from replicator.topics.configs import as_kafka_reports, overrides
 
 BACKENDS = ("kafka", "embedded", "container")
 BACKEND = os.environ.get("REPLICATOR_TEST_BROKER", "kafka")
+# The data path every replicator of the suite runs (REPLICATOR_DATA_PATH): the native one, so
+# that an extension that does not load fails the suite (exit 2) instead of falling back; `make
+# test` runs the smoke subset again on the Python path (the reference).
+DATA_PATH = os.environ.get("REPLICATOR_TEST_DATA_PATH", "native")
 
 
 def _kafka_data() -> Path | None:
@@ -256,6 +260,8 @@ class ReplicatorProcess:
         # A replica killed in a test gives its partitions away after 10 s, not Kafka's 45: also
         # for the command lines given no replicator_env (mirror-maker, mm2 FILE).
         env["REPLICATOR_GROUP_SESSION_TIMEOUT_MS"] = "10000"
+        if self.source is None:  # another build's tree may predate the setting
+            env["REPLICATOR_DATA_PATH"] = DATA_PATH
         env.update(self.env)
         env["REPLICATOR_HTTP_PORT"] = str(self.http_port)
         env["REPLICATOR_HTTP_HOST"] = "127.0.0.1"

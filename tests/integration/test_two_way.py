@@ -10,6 +10,7 @@ from replicator.kafka.readers import StoredRecord
 from replicator.model import provenance
 from replicator.model.provenance import Provenance
 from tests.integration.harness import (
+    DATA_PATH,
     ReplicatorProcess,
     Sent,
     Start,
@@ -111,6 +112,9 @@ def test_two_datacenters_replicate_both_ways_exactly_once(replicators: Start) ->
         wait_until(lambda: _all_committed(dc1), 10, "dc1 commits every acknowledged offset")
         status, body = dc1.get("/status")
         assert status == 200
+        # The path the suite runs (REPLICATOR_TEST_DATA_PATH): native unless told otherwise.
+        assert body["data_path"]["path"] == DATA_PATH
+        assert dc1.metric("replicator_data_path", path=DATA_PATH) == 1
         legs = {leg["leg"]: leg for leg in body["legs"]}
         assert set(legs) == {"dc1->dc1", "dc1->dc2"}
         assert legs["dc1->dc2"]["assigned_partitions"] == 3
