@@ -202,7 +202,7 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(Sender, "_txn_manager", "whether the producer is idempotent"),
     Reliance(Sender, "_message_accumulator", "failing the batches queued behind a failed one"),
     Reliance(Sender, "_muted_partitions", "fencing a partition (one batch in flight each)"),
-    Reliance(Sender, "_in_flight", "the produce request's node done"),
+    Reliance(Sender, "_in_flight", "requests in flight per node (several, one per partition)"),
     Reliance(Sender, "_send_produce_req", "the fencing sender's override, the lease's check"),
     Reliance(Sender, "client", "connected before the lease's check"),
     Reliance(Sender, "_do_init_pid", "InitProducerId at the highest version both sides know"),
@@ -1172,6 +1172,51 @@ def _new_producer_id(sender: Sender, batch: Any) -> None:
     manager._sequence_numbers.clear()
 
 
+class NodeRequests:
+    """The produce requests a sender has in flight, at most ``limit`` to each node.
+
+    aiokafka's sender keeps one request in flight per node: while it travels, the batches that
+    became ready for the node's other partitions wait for its answer. Across a long link that
+    puts the partitions in phases behind each other's requests (one request a round trip, each
+    carrying the few partitions ready when the previous one left): measured across a 50 ms
+    link, a partition sent a batch every 0.56 s instead of every 0.14 s. A partition keeps one
+    request in flight at most (muted until it is answered), so its order holds as before, and
+    an idempotent producer's sequences stay in order; Kafka's own producer allows five per
+    connection (``max.in.flight.requests.per.connection``).
+    """
+
+    __slots__ = ("_counts", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._counts: dict[int, int] = {}
+
+    def add(self, node: int) -> None:
+        self._counts[node] = self._counts.get(node, 0) + 1
+
+    def remove(self, node: int) -> None:
+        left = self._counts[node] - 1
+        if left:
+            self._counts[node] = left
+        else:
+            del self._counts[node]
+
+    def __contains__(self, node: object) -> bool:
+        """Whether ``node`` takes no more requests now (what aiokafka's drain asks)."""
+        return isinstance(node, int) and self._counts.get(node, 0) >= self.limit
+
+    def __bool__(self) -> bool:
+        return bool(self._counts)
+
+    def in_flight(self, node: int) -> int:
+        """Requests in flight to ``node``."""
+        return self._counts.get(node, 0)
+
+
+REQUESTS_PER_NODE = 5
+"""Produce requests in flight to one node at most (Kafka's producer's default)."""
+
+
 def _fail_queued(sender: Any, tp: TopicPartition) -> None:
     queued = sender._message_accumulator._batches.pop(tp, None) or ()
     for batch in queued:
@@ -1187,12 +1232,14 @@ def install_fencing(
     """Give a producer not started yet the fencing sender, and batches that never expire (a
     batch that timed out while a later one succeeded would reorder the partition when resent);
     with a ``lease``, a produce request goes out only while it runs, and ``answered_late`` is
-    told of the records of one answered long after it ran out."""
+    told of the records of one answered long after it ran out; several requests in flight to a
+    node, one per partition (:class:`NodeRequests`)."""
     accumulator = producer._message_accumulator
     sender = producer._sender
     if not hasattr(accumulator, "_batch_ttl") or type(sender) is not Sender:  # pragma: no cover
         raise RuntimeError("aiokafka changed: the producer can no longer be made safe to retry")
     accumulator._batch_ttl = float("inf")
+    sender._in_flight = NodeRequests(REQUESTS_PER_NODE)
     sender.__class__ = _FencingSender
     sender.fenced = set()
     sender.policy = policy

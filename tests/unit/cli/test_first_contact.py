@@ -306,3 +306,34 @@ def test_run_logs_the_ignored_service_links_by_name_at_debug(level: str) -> None
     (line,) = lines
     assert "REPLICATOR_PORT" in line and "REPLICATOR_SERVICE_HOST" in line
     assert "10.0.0.1" not in line  # names, never values
+
+
+@pytest.mark.usefixtures("service_stub")
+def test_a_native_data_path_without_the_extension_exits_2_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """REPLICATOR_DATA_PATH=native is a promise: without the extension the process does not
+    start (exit 2, the variable and why); ``auto`` starts on the Python path instead."""
+    from replicator.model import native
+
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "_reason", "the native extension cannot be imported (test)")
+    monkeypatch.setattr(native._choice, "path", native.PYTHON)
+    result = CliRunner().invoke(app, ["run"], env={**UNREACHABLE, "REPLICATOR_DATA_PATH": "native"})
+    assert result.exit_code == arguments.EXIT_CONFIG, result.output
+    assert "REPLICATOR_DATA_PATH" in result.stderr and "cannot be imported" in result.stderr
+    result = CliRunner().invoke(app, ["run"], env={**UNREACHABLE, "REPLICATOR_DATA_PATH": "auto"})
+    assert result.exit_code == 0, result.output
+    assert native.active() == native.PYTHON
+
+
+def test_the_python_data_path_is_chosen_by_its_variable_and_auto_prefers_native() -> None:
+    from replicator.model import native
+
+    if not native.available():
+        pytest.skip(native.reason())
+    try:
+        assert native.choose("python") == native.PYTHON and native.active() == native.PYTHON
+        assert native.choose("auto") == native.NATIVE and native.active() == native.NATIVE
+    finally:
+        native.choose("auto")

@@ -172,3 +172,43 @@ async def test_a_lost_producer_id_is_replaced_once() -> None:
     _new_producer_id(sender, _batch(7))  # another partition's batch of the old id
     assert manager.producer_id == 8
     assert manager.sequence_number(TopicPartition("orders", 0)) == 5
+
+
+class _Leaders:
+    """Cluster metadata as the accumulator asks it: every partition led by node 0."""
+
+    def leader_for_partition(self, tp: TopicPartition) -> int:
+        return 0
+
+
+async def test_a_node_takes_several_requests_but_a_partition_one_at_a_time() -> None:
+    """A batch ready for a partition goes out while another partition's request to the same
+    node is still in flight (up to the limit), never while its own partition's is: aiokafka's
+    own drain, asked with the sender's requests in flight."""
+    from aiokafka.producer.message_accumulator import MessageAccumulator
+
+    from replicator.kafka.internals import REQUESTS_PER_NODE, NodeRequests
+
+    accumulator = MessageAccumulator(_Leaders(), 1 << 20, 0, float("inf"))
+    in_flight = NodeRequests(REQUESTS_PER_NODE)
+    tps = [TopicPartition("t", p) for p in range(REQUESTS_PER_NODE + 2)]
+
+    def ready(tp: TopicPartition) -> None:
+        builder = BatchBuilder(1 << 20, 0)
+        builder.append(timestamp=None, key=None, value=b"v")
+        accumulator._append_batch(builder, tp)
+
+    muted: set[TopicPartition] = set()
+    for tp in tps[:REQUESTS_PER_NODE]:  # each ready while the requests before it travel
+        ready(tp)
+        drained, _ = accumulator.drain_by_nodes(ignore_nodes=in_flight, muted_partitions=muted)
+        assert list(drained[0]) == [tp]
+        in_flight.add(0)
+        muted.add(tp)
+    ready(tps[0])  # its own request is in flight: it waits, whatever the node takes
+    ready(tps[-1])  # the node has its limit in flight: it waits
+    drained, _ = accumulator.drain_by_nodes(ignore_nodes=in_flight, muted_partitions=muted)
+    assert drained == {}
+    in_flight.remove(0)  # one answered (another partition's): the other partition goes
+    drained, _ = accumulator.drain_by_nodes(ignore_nodes=in_flight, muted_partitions=muted)
+    assert list(drained[0]) == [tps[-1]] and in_flight.in_flight(0) == REQUESTS_PER_NODE - 1
