@@ -472,8 +472,11 @@ def test_a_replica_its_group_dropped_writes_nothing_twice(
     which reads dc2's tail and writes on; when A comes back it must not send what it held: its
     lease ran out with its last accepted heartbeat, so nothing it queued reaches the network
     before a heartbeat tells it it was dropped, and what waited for the lease fails once A
-    rejoins. Exact oracle on both clusters: not one record lost or written twice."""
+    rejoins. Exact oracle on both clusters: not one record lost or written twice. At Kafka's
+    default session (45 s) A is frozen only, the other ways take the 10 s session: the same
+    lease, each pause a minute long at the default."""
     paused_s = session_s + 10
+    pauses = _PAUSES if session_s < 45 else _PAUSES[:1]
     with (
         start_clusters("dc1", "dc2", second_listener=True) as brokers,
         second_listener_proxies(brokers) as proxies,
@@ -498,7 +501,7 @@ def test_a_replica_its_group_dropped_writes_nothing_twice(
         with Stream(local, "orders_REPLICA", 6, per_tick=20) as stream:
             time.sleep(5)  # A falls behind towards dc2
             rss = max(peak_rss_mb(a), peak_rss_mb(b))
-            for how in _PAUSES:
+            for how in pauses:
                 pause(a, how, proxies)
                 time.sleep(paused_s)
                 unpause(a, how, proxies)
@@ -523,14 +526,14 @@ def test_a_replica_its_group_dropped_writes_nothing_twice(
             a.metric("replicator_duplicates_possible_total", reason="answered_after_the_lease")
         )
         figures = FaultFigures.measured(
-            f"replica dropped 3 ways, {session_s} s session",
+            f"replica dropped {len(pauses)} way(s), {session_s} s session",
             reports,
             rss,
             "A back in the group " + ", ".join(f"{s} s" for s in rejoined.values()) + " after",
         )
         FAULT_SUMMARY.append(figures)
         print(
-            f"A paused {paused_s} s each way ({', '.join(_PAUSES)}) at a {session_s} s session: "
+            f"A paused {paused_s} s each way ({', '.join(pauses)}) at a {session_s} s session: "
             f"{figures}; records copied to dc2 by A {copied['A']}, by B {copied['B']}; A's "
             f"lease lapses seen by its sender: {membership['lease_lapses']}; counted as possible "
             f"duplicates: {possible}"
