@@ -4,18 +4,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
+# The native extension's sources: a change rebuilds it (pip install -e . runs maturin again).
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 
 .PHONY: install kafka promtool demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve wheel clean
 
 # Everything: the tests, the Spark jobs and the documentation site.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev,spark,docs]"
 	touch $(STAMP) $(DEMO_STAMP)
 
 # The demo alone: the product and the embedded broker (no Spark, no test tools).
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[embedded]"
