@@ -19,7 +19,9 @@ tail meanwhile writes those records again. The lease closes that window from bot
   (:meth:`MembershipLease.settled`): any previous owner's last accepted heartbeat was sent
   before the coordinator handed the partition over, so its lease has run out by then, and a
   request it handed to the network just before has landed. A partition kept from the member's
-  previous generation waits for nothing: nobody else held it in between.
+  previous generation waits for nothing: nobody else held it in between; nor does any
+  partition of the group's first generation (a group new to the coordinator: nobody held
+  anything before), which is what keeps a first start's first record seconds away.
 
 What remains, bounded: a produce request handed to the network just before the old owner's
 lease ran out that takes longer to land than the time between that moment and the new owner's
@@ -50,6 +52,7 @@ from replicator import clock
 # What a produce request handed to the network just before an old owner's lease ran out may take
 # to land: a new owner reads the destination this much later than the lease alone asks.
 DELIVERY_MARGIN_S = 2.0
+_FIRST_GENERATION = 1  # a new group's first generation (Kafka's classic group protocol)
 
 
 def lease_length(session_timeout_ms: int, heartbeat_interval_ms: int, rebalance_ms: int) -> float:
@@ -123,7 +126,8 @@ class MembershipLease:
         kept = self._held if generation == self._held_generation + 1 else frozenset()
         taken = frozenset(partitions)
         until = now + self.length + DELIVERY_MARGIN_S
-        fresh = {tp: until for tp in taken - kept}
+        # The group's first generation: no member held a partition before it.
+        fresh = {tp: until for tp in taken - kept} if generation > _FIRST_GENERATION else {}
         # A partition kept from a generation in which it was still new keeps waiting: a quick
         # second rebalance does not shorten what its previous owner's lease may still run.
         for tp in taken & kept:

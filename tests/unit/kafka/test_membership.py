@@ -124,7 +124,7 @@ async def test_a_member_that_missed_a_generation_waits_for_every_partition() -> 
 async def test_waiting_to_read_ends_when_the_partition_closes() -> None:
     lease = MembershipLease("g", 6.0)
     closed = asyncio.Event()
-    lease.assigned([P0], generation=1)
+    lease.assigned([P0], generation=3)
     asyncio.get_running_loop().call_later(1.0, closed.set)
     started = clock.monotonic()
     assert not await lease.settled(P0, closed)
@@ -348,3 +348,18 @@ async def test_the_coordinators_answers_renew_end_or_fence_the_lease() -> None:
     # Sent as a static member's heartbeat: with the instance id where the broker grants v3.
     (v3,) = {type(r).__name__ for r in coordinator.sent[:1]}
     assert v3 == "_StaticHeartbeat"
+
+
+async def test_a_new_groups_first_generation_reads_at_once() -> None:
+    """Nobody held a partition before a group's first generation: nothing to wait for, so a
+    first start's first record is not held back a lease length; a later generation waits."""
+    lease = MembershipLease("g", 6.0)
+    closed = asyncio.Event()
+    lease.assigned([P0], generation=1)
+    started = clock.monotonic()
+    assert await lease.settled(P0, closed)
+    assert clock.monotonic() - started == pytest.approx(0.0)
+    lease.assigned([P0, P1], generation=2)  # P1 moved here from a member of generation 1
+    started = clock.monotonic()
+    assert await lease.settled(P1, closed)
+    assert clock.monotonic() - started == pytest.approx(6.0 + DELIVERY_MARGIN_S)
