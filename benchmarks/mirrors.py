@@ -23,25 +23,28 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from replicator.kafka.readers import partitions_of
 
+CONSUMER_SETTINGS: dict[str, Any] = {
+    "enable_auto_commit": False,
+    "auto_offset_reset": "earliest",
+    "fetch_max_bytes": 16 * 1024 * 1024,
+    "max_partition_fetch_bytes": 1024 * 1024,
+}
+"""Both mirrors' aiokafka consumer (recorded with the figures)."""
+
+PRODUCER_SETTINGS: dict[str, Any] = {
+    "acks": "all",
+    "linger_ms": 5,
+    "max_batch_size": 512 * 1024,
+    "max_request_size": 1024 * 1024,
+}
+"""Both mirrors' aiokafka producers, one per destination (recorded with the figures)."""
+
 
 async def _clients(
     source: str, destinations: list[str], group: str
 ) -> tuple[AIOKafkaConsumer, list[AIOKafkaProducer]]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=source,
-        group_id=group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_bytes=16 * 1024 * 1024,
-        max_partition_fetch_bytes=1024 * 1024,
-    )
-    producers = [
-        AIOKafkaProducer(
-            bootstrap_servers=d, acks="all", linger_ms=5, max_batch_size=512 * 1024,
-            max_request_size=1024 * 1024,
-        )
-        for d in destinations
-    ]  # fmt: skip
+    consumer = AIOKafkaConsumer(bootstrap_servers=source, group_id=group, **CONSUMER_SETTINGS)
+    producers = [AIOKafkaProducer(bootstrap_servers=d, **PRODUCER_SETTINGS) for d in destinations]
     for producer in producers:
         await producer.start()
     await consumer.start()

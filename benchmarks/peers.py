@@ -10,17 +10,29 @@ streams (``--num.streams``); producer batching at the clients' defaults, compres
 side, ``acks=all`` everywhere (MirrorMaker 2's Connect producer and MirrorMaker 1 force it, the
 replicator's default).
 
+``mm2-tuned`` is MirrorMaker 2 again with what its high-volume tuning guides add
+(:data:`MM2_TUNED_SETTINGS`): large producer batches with a linger, large fetches and polls. In
+the one-way workloads both run on the JVM ``connect-mirror-maker.sh`` gives them
+(:data:`LAUNCHER_JVM`: G1, ``-Xms256M -Xmx2G``, ``kafka-run-class.sh``'s performance and JMX
+options), unless ``--mm2-jvm suite`` asks for the test suite's JVM (serial GC, 1 GiB) the
+figures before it were measured on (:func:`choose_jvm`).
+
 Over the thousands of partitions of the scale benchmark (:mod:`benchmarks.scale`), MirrorMaker 2
-runs with one task per core instead (:func:`mm2_tasks`).
+runs with one task per core instead (:func:`mm2_tasks`), on the test suite's JVM, as does the
+two-way workload's.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
+from replicator.devtools.apache_kafka import kafka_libs
 from replicator.devtools.embedded import LocalBroker
+from replicator.devtools.jvm import die_with_parent, ensure_dir, java
 from replicator.devtools.mirror_makers import (
+    MM2_MAIN,
     MirrorMakerProcess,
     mm2_local_properties,
     properties_text,
@@ -28,7 +40,8 @@ from replicator.devtools.mirror_makers import (
     start_mm2,
 )
 
-PEERS = ("mm2", "mm1")
+PEERS = ("mm2", "mm2-tuned", "mm1")
+MM2_PEERS = ("mm2", "mm2-tuned")
 
 MM2_SETTINGS = {
     "replication.policy.class": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
@@ -42,15 +55,89 @@ MM2_SETTINGS = {
 checkpoints off because the replicator's identity flow syncs no group either; heartbeats on in
 both (their defaults)."""
 
+MM2_TUNED_SETTINGS = {
+    **MM2_SETTINGS,
+    "dc2.producer.batch.size": "524288",
+    "dc2.producer.linger.ms": "20",
+    "dc2.producer.compression.type": "none",
+    "dc1.consumer.fetch.max.bytes": "52428800",
+    "dc1.consumer.max.partition.fetch.bytes": "10485760",
+    "dc1.consumer.max.poll.records": "10000",
+}
+"""``mm2-tuned``: :data:`MM2_SETTINGS` (one task per partition) with what MirrorMaker 2's
+high-volume tuning guides add: producer batches of 512 KiB with 20 ms of linger (the guides
+give 5 to 50 ms), fetches of up to 50 MiB (10 MiB a partition) and polls of 10,000 records,
+no compression. The client settings are given per cluster (``dc2.producer.*``: the Connect
+worker's producer writing to dc2; ``dc1.consumer.*``: the source tasks' consumers), where
+MirrorMaker 2 in dedicated mode reads them (``MirrorMakerConfig.clusterProps``)."""
+
 MM1_SETTINGS = {"--num.streams": "<partitions>", "compression.type": "none", "acks": "all"}
 """MirrorMaker 1's options and producer properties (printed with the figures)."""
 
+LAUNCHER_JVM = (
+    "-Xms256M",
+    "-Xmx2G",
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+    "-Djava.awt.headless=true",
+    "-Dcom.sun.management.jmxremote",
+    "-Dcom.sun.management.jmxremote.authenticate=false",
+    "-Dcom.sun.management.jmxremote.ssl=false",
+)
+"""The JVM options ``bin/connect-mirror-maker.sh`` starts MirrorMaker 2 with when nothing is set:
+its ``KAFKA_HEAP_OPTS`` (``-Xms256M -Xmx2G``), then ``kafka-run-class.sh``'s
+``KAFKA_JVM_PERFORMANCE_OPTS`` (G1) and ``KAFKA_JMX_OPTS`` (the local JMX agent, no port)."""
 
-def mm2_properties(brokers: dict[str, LocalBroker], topic: str, partitions: int) -> str:
+SUITE_JVM_HEAP_MB = 1024
+"""MirrorMaker 2's heap on the test suite's JVM (``--mm2-jvm suite``: serial GC,
+:func:`replicator.devtools.jvm.spawn_jvm`)."""
+
+_jvm = {"mm2": "launcher"}
+JVMS = ("launcher", "suite")
+
+_MM2_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %X{connector.context}%m (%c:%L)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+logger.config.name = org.apache.kafka.common.config.AbstractConfig
+logger.config.level = WARN
+"""
+
+
+def choose_jvm(name: str) -> None:
+    """Run the one-way MirrorMaker 2 contenders on ``name``'s JVM: ``launcher`` (as
+    ``connect-mirror-maker.sh`` starts it, :data:`LAUNCHER_JVM`) or ``suite`` (the test
+    suite's: serial GC, :data:`SUITE_JVM_HEAP_MB`)."""
+    if name not in JVMS:
+        raise ValueError(f"no JVM {name!r}: {JVMS}")
+    _jvm["mm2"] = name
+
+
+def mm2_jvm() -> list[str]:
+    """The JVM options the one-way MirrorMaker 2 contenders run with (printed with the figures)."""
+    if _jvm["mm2"] == "launcher":
+        return list(LAUNCHER_JVM)
+    return [f"-Xmx{SUITE_JVM_HEAP_MB}m", "-XX:+UseSerialGC", "(the test suite's JVM)"]
+
+
+def mm2_properties(
+    brokers: dict[str, LocalBroker], topic: str, partitions: int, tuned: bool = False
+) -> str:
     """A one-way dc1 -> dc2 MirrorMaker 2 file for ``topic``: the one-broker settings (with the
     plugin scan skipped, as its documentation advises once plugins declare manifests) and
-    :data:`MM2_SETTINGS`."""
-    settings = {k: v.replace("<partitions>", str(partitions)) for k, v in MM2_SETTINGS.items()}
+    :data:`MM2_SETTINGS` (``tuned``: :data:`MM2_TUNED_SETTINGS`)."""
+    chosen = MM2_TUNED_SETTINGS if tuned else MM2_SETTINGS
+    settings = {k: v.replace("<partitions>", str(partitions)) for k, v in chosen.items()}
     return properties_text(_one_way(brokers, topic, settings))
 
 
@@ -109,11 +196,14 @@ def mm2_two_way_properties(brokers: dict[str, LocalBroker], topic: str, partitio
 def start_peer(
     name: str, brokers: dict[str, LocalBroker], topic: str, partitions: int, workdir: Path
 ) -> MirrorMakerProcess:
-    """Start MirrorMaker 2 (``mm2``) or 1 (``mm1``) copying ``topic`` from dc1 to dc2."""
-    if name == "mm2":
+    """Start MirrorMaker 2 (``mm2``, ``mm2-tuned``) or 1 (``mm1``) copying ``topic`` from dc1 to
+    dc2."""
+    if name in MM2_PEERS:
         config = workdir / "mm2.properties"
-        config.write_text(mm2_properties(brokers, topic, partitions))
-        return start_mm2(config, workdir, heap_mb=1024)
+        config.write_text(mm2_properties(brokers, topic, partitions, tuned=name == "mm2-tuned"))
+        if _jvm["mm2"] == "launcher":
+            return start_mm2_as_launched(config, workdir)
+        return start_mm2(config, workdir, heap_mb=SUITE_JVM_HEAP_MB)
     consumer = workdir / "consumer.properties"
     consumer.write_text(
         f"bootstrap.servers={brokers['dc1'].bootstrap_servers}\ngroup.id=bench-mm1\n"
@@ -125,3 +215,34 @@ def start_peer(
     )
     args = ["--include", topic, "--num.streams", str(partitions)]
     return start_mm1([consumer], producer, args, workdir, heap_mb=1024)
+
+
+def start_mm2_as_launched(properties: Path, workdir: Path) -> MirrorMakerProcess:
+    """MirrorMaker 2 in dedicated mode on ``properties`` in the JVM ``connect-mirror-maker.sh``
+    would start (:data:`LAUNCHER_JVM`), on Kafka's jars, its output in ``workdir/mm2.log``; like
+    :func:`replicator.devtools.mirror_makers.start_mm2` otherwise (its own session and tmpdir,
+    dying with this process)."""
+    ensure_dir(workdir)
+    log4j2 = workdir / "mm2-log4j2.properties"
+    log4j2.write_text(_MM2_LOG4J2)
+    log_path = workdir / "mm2.log"
+    command = [
+        java(),
+        *LAUNCHER_JVM,
+        f"-Djava.io.tmpdir={ensure_dir(workdir / 'mm2-tmp')}",
+        f"-Dlog4j2.configurationFile={log4j2}",
+        "-cp",
+        f"{kafka_libs()}/*",
+        MM2_MAIN,
+        str(properties),
+    ]
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 (no threads touch state in between)
+        )
+    return MirrorMakerProcess("MirrorMaker 2", process, log_path, workdir)

@@ -3,9 +3,11 @@
 For each record size (100 B and 1 KiB) the same preloaded ``bench_REPLICA`` topic is replicated to
 ``bench`` on two clusters by three contenders, each a separate process on fresh local brokers:
 the naive per-record ``send()`` mirror, the minimal batch-copy loop (the machine's ceiling), and
-the replicator itself. The *one-way mirror* workload copies ``bench`` of dc1 to ``bench`` of dc2
-(MirrorMaker's job: the replicator runs one identity flow, the others copy to dc2 alone), at 100 B
-and 1 KiB, where MirrorMaker 2 and MirrorMaker 1 themselves run too (:mod:`benchmarks.peers`);
+the replicator itself, and a franz-go copy loop (a Go program, :mod:`benchmarks.franz_go`: the
+reference a compiled client sets). The *one-way mirror* workload copies ``bench`` of dc1 to
+``bench`` of dc2 (MirrorMaker's job: the replicator runs one identity flow, the others copy to dc2
+alone), at 100 B and 1 KiB, where MirrorMaker 2 (with its settings, and tuned as its high-volume
+guides say: ``mm2-tuned``) and MirrorMaker 1 themselves run too (:mod:`benchmarks.peers`);
 the *two-way* workload copies both clusters' records to the other at once (the ``_REPLICA``
 mode, identity flows, MirrorMaker 2's default policy), and a one-way latency phase times each of
 them at a fixed rate.
@@ -14,10 +16,14 @@ from fetch responses, never ListOffsets) and the replicator's output is verified
 Then the replicator's end-to-end latency is measured at a fixed offered rate, the cost of resuming
 from the destination (:mod:`benchmarks.resume`), the time to translate a consumer group's positions
 to another cluster (:mod:`benchmarks.failover`), and its peak memory with a destination that
-disappears mid-run. The last line printed is one JSON object.
+disappears mid-run. The last line printed is one JSON object; the same figures, with the commit,
+the versions and the settings of every contender, are kept in a file of ``benchmarks/results/``
+(:mod:`benchmarks.recording`), from which :mod:`benchmarks.report` renders the performance page's
+tables.
 
     make bench                      # the full benchmark
     .venv/bin/python -m benchmarks.run --quick     # a smaller run
+    .venv/bin/python -m benchmarks.run --quick --contenders ceiling replicator franz-go
 """
 
 from __future__ import annotations
@@ -43,13 +49,19 @@ import uvloop
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.table import Table
 
+from benchmarks import franz_go, recording
 from benchmarks.brokers import add_broker_option, broker_name, choose, clusters, lists_offsets
 from benchmarks.failover import failover_cost
 from benchmarks.layout import Layout
+from benchmarks.mirrors import CONSUMER_SETTINGS, PRODUCER_SETTINGS
 from benchmarks.peers import (
+    JVMS,
     MM1_SETTINGS,
     MM2_SETTINGS,
+    MM2_TUNED_SETTINGS,
     PEERS,
+    choose_jvm,
+    mm2_jvm,
     mm2_two_way_properties,
     start_peer,
 )
@@ -77,6 +89,7 @@ from replicator.kafka.readers import read_topic
 
 T = TypeVar("T")
 SOURCE = f"{TOPIC}_REPLICA"
+CONTENDERS = ("naive", "ceiling", "franz-go", "replicator", *PEERS)
 # Extra replicator settings for every run (--setting KEY=VALUE), to compare tunings.
 SETTINGS: dict[str, str] = {}
 
@@ -107,6 +120,7 @@ class RunResult:
     cpu_seconds_per_million: float
     verified: str = "counted"
     start_to_first_s: float = 0.0  # from the process's start to the first record copied
+    own_seconds: float | None = None  # the franz-go loop's own clock: first fetch to last ack
 
 
 @dataclass
@@ -143,6 +157,9 @@ def start_contender(name: str, brokers: dict[str, LocalBroker], workload: Worklo
             }
         return Monitored([sys.executable, "-m", "replicator", "run"], child_env(env), name)
     targets = [b for alias, b in brokers.items() if alias != "dc1" or not workload.one_way]
+    if name == "franz-go":
+        source = brokers["dc1"]
+        return franz_go.start(source, workload.source_topic, targets, TOPIC, workload.records)
     destinations = ",".join(b.bootstrap_servers for b in targets)
     args = [sys.executable, "-m", "benchmarks.mirrors", name, "--source"]
     args += [brokers["dc1"].bootstrap_servers, "--destinations", destinations, "--topic", TOPIC]
@@ -274,6 +291,7 @@ async def _copy(
                 raise TimeoutError(f"{contender} did not finish; see {process.log_path}")
             seconds = max(now - first, 1e-3)
             cpu = process.cpu_seconds() - cpu_first
+        own = await _own_seconds(process) if contender == "franz-go" else None
     finally:
         process.stop()
     mb = expected * workload.value_bytes / 1e6
@@ -288,7 +306,31 @@ async def _copy(
         round(cpu / expected * 1e6, 2),
         "counted",
         round(to_first, 2),
+        own,
     )
+
+
+async def _own_seconds(process: Monitored, timeout: float = 10.0) -> float | None:
+    """The seconds the franz-go loop timed itself (its line of JSON: from its first record
+    fetched to the last acknowledged), waited for: the destination's log end can show the
+    last records before their acknowledgements have reached the loop (None if it never says)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seconds = _printed_seconds(Path(process.log_path))
+        if seconds is not None:
+            return seconds
+        await asyncio.sleep(0.05)
+    return None
+
+
+def _printed_seconds(log: Path) -> float | None:
+    """The ``seconds`` of the first line of JSON in ``log``, if it has one yet (a small file)."""
+    with contextlib.suppress(OSError):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    return round(float(json.loads(line)["seconds"]), 3)
+    return None
 
 
 @contextmanager
@@ -819,12 +861,12 @@ def ratios(runs: list[RunResult]) -> dict[str, float]:
     by = {(r.workload, r.contender): r for r in runs}
     for workload in dict.fromkeys(r.workload for r in runs):
         rep = by.get((workload, "replicator"))
-        for other in ("naive", "ceiling", *PEERS):
+        for other in ("naive", "ceiling", "franz-go", *PEERS):
             ref = by.get((workload, other))
             if rep and ref:
                 key = f"{workload} replicator/{other}"
                 out[key] = round(rep.records_per_second / ref.records_per_second, 2)
-                if other in PEERS and rep.cpu_seconds_per_million:
+                if (other in PEERS or other == "franz-go") and rep.cpu_seconds_per_million:
                     per_cpu = ref.cpu_seconds_per_million / rep.cpu_seconds_per_million
                     out[f"{key} per CPU-second"] = round(per_cpu, 2)
                     if rep.start_to_first_s:
@@ -854,6 +896,8 @@ def ratios(runs: list[RunResult]) -> dict[str, float]:
 
 async def main(args: argparse.Namespace) -> None:
     failures: dict[str, str] = {}
+    if "franz-go" in args.contenders:
+        console.print(f"franz-go copy loop: {franz_go.binary()}, {franz_go.versions()}")
     runs = await _throughput_runs(args)
     runs += await _two_way_runs(args, failures)
     lat, floor = await _latencies(args, failures)
@@ -868,23 +912,52 @@ async def main(args: argparse.Namespace) -> None:
     scale = await _scale_phase(args, failures)
     report(runs, lat, floor, outage)
     console.print(f"broker: {broker_name()}")
-    print(
-        json.dumps(
-            {
-                "broker": broker_name(),
-                "throughput": [asdict(r) for r in runs],
-                "ratios": ratios(runs),
-                "latency": asdict(lat) if lat else None,
-                "latency_floor": asdict(floor) if floor else None,
-                "one_way_latency": [asdict(r) for r in one_way],
-                "remote_outage": outage,
-                "resume": resume,
-                "failover": failover,
-                "scale": scale,
-                "failed_phases": failures,
-            }
-        )
-    )
+    figures = {
+        "broker": broker_name(),
+        "throughput": [asdict(r) for r in runs],
+        "ratios": ratios(runs),
+        "latency": asdict(lat) if lat else None,
+        "latency_floor": asdict(floor) if floor else None,
+        "one_way_latency": [asdict(r) for r in one_way],
+        "remote_outage": outage,
+        "resume": resume,
+        "failover": failover,
+        "scale": scale,
+        "failed_phases": failures,
+    }
+    extra = franz_go.versions() if "franz-go" in args.contenders else None
+    path = recording.write(figures, contender_settings(args), vars(args), extra)
+    console.print(f"figures kept in {path.relative_to(recording.ROOT)}")
+    print(json.dumps(figures))
+
+
+def contender_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of every contender asked for, as recorded with the figures (``<partitions>``
+    given: every throughput workload has 8)."""
+    partitions = str(Workload("", 0, 0).partitions)
+
+    def given(properties: dict[str, str]) -> dict[str, str]:
+        return {k: v.replace("<partitions>", partitions) for k, v in properties.items()}
+
+    settings: dict[str, Any] = {
+        "replicator": {
+            "settings": dict(SETTINGS),
+            "data_path": SETTINGS.get("data_path", "auto (native when it loads)"),
+            "note": "its defaults otherwise; the one-way workloads run one identity flow "
+            "(REPLICATOR_REPLICA_MODE=false, flow dc1 -> dc2)",
+        },
+        "naive": {"consumer": CONSUMER_SETTINGS, "producer": PRODUCER_SETTINGS},
+        "ceiling": {"consumer": CONSUMER_SETTINGS, "producer": PRODUCER_SETTINGS},
+        "franz-go": {
+            "flags": franz_go.FRANZ_GO_SETTINGS,
+            "fixed": "no consumer group, start offsets, acks=all, idempotent, no compression, "
+            "ManualPartitioner (the source partition)",
+        },
+        "mm2": {"properties": given(MM2_SETTINGS), "jvm": mm2_jvm()},
+        "mm2-tuned": {"properties": given(MM2_TUNED_SETTINGS), "jvm": mm2_jvm()},
+        "mm1": {"options": given(MM1_SETTINGS), "heap_mb": 1024},
+    }
+    return {name: value for name, value in settings.items() if name in args.contenders}
 
 
 async def _throughput_runs(args: argparse.Namespace) -> list[RunResult]:
@@ -901,6 +974,9 @@ async def _throughput_runs(args: argparse.Namespace) -> list[RunResult]:
     runs: list[RunResult] = []
     if any(peer in args.contenders for peer in PEERS):
         console.print(f"MirrorMaker 2 settings: {MM2_SETTINGS}; MirrorMaker 1: {MM1_SETTINGS}")
+        console.print(f"MirrorMaker 2 tuned: {MM2_TUNED_SETTINGS}; its JVM: {mm2_jvm()}")
+    if "franz-go" in args.contenders:
+        console.print(f"franz-go copy loop: {franz_go.FRANZ_GO_SETTINGS}")
     for workload in [w for w in workloads if w.records > 0]:
         # MirrorMaker copies one way: it runs in the one-way workloads only; across the WAN,
         # MirrorMaker and the replicator only (the others have no datacenter to run in).
@@ -961,9 +1037,10 @@ async def _latencies(
 async def _one_way_latencies(
     args: argparse.Namespace, failures: dict[str, str]
 ) -> list[OneWayLatency]:
-    """The one-way latency of the replicator and of each MirrorMaker asked for."""
+    """The one-way latency of the replicator and of each MirrorMaker (and the franz-go loop)
+    asked for."""
     one_way: list[OneWayLatency] = []
-    peers = [c for c in args.contenders if c in PEERS]
+    peers = [c for c in args.contenders if c in PEERS or c == "franz-go"]
     if args.latency_seconds > 0 and peers:
         rate, seconds = args.latency_rate, args.latency_seconds
         for contender in ["replicator", *peers]:
@@ -1080,9 +1157,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="1 KiB records, one-way identity flow",
     )
     parser.add_argument(
-        "--contenders", nargs="+", default=["naive", "ceiling", "replicator", *PEERS],
-        choices=["naive", "ceiling", "replicator", *PEERS],
-        help="mm2, mm1: MirrorMaker 2 and 1 themselves (one-way workloads only)",
+        "--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS,
+        help="franz-go: the Go copy loop (built with the Go toolchain; left out of the default "
+        "without one); mm2, mm2-tuned, mm1: MirrorMaker 2 with its settings and tuned, and "
+        "MirrorMaker 1 (one-way workloads only)",
     )  # fmt: skip
     parser.add_argument(
         "--scale-records",
@@ -1101,14 +1179,36 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a MirrorMaker 2 property for every run instead of the recommended one, e.g. "
-        "tasks.max=1 (its default) to see what the recommendation is worth",
+        help="a MirrorMaker 2 property for every run (mm2 and mm2-tuned) instead of the "
+        "recommended one, e.g. tasks.max=1 (its default) to see what the recommendation is worth",
+    )
+    parser.add_argument(
+        "--mm2-tuned-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a property of mm2-tuned alone, e.g. dc2.producer.linger.ms=50",
+    )
+    parser.add_argument(
+        "--mm2-jvm",
+        choices=JVMS,
+        default="launcher",
+        help="the one-way MirrorMaker 2 contenders' JVM: as connect-mirror-maker.sh starts it "
+        "(G1, -Xmx2G: launcher, the default) or the test suite's (serial GC, 1 GiB: suite)",
     )
     add_broker_option(parser)
     args = parser.parse_args(argv)
     choose(args)
+    choose_jvm(args.mm2_jvm)
     SETTINGS.update(item.split("=", 1) for item in args.setting)
     MM2_SETTINGS.update(item.split("=", 1) for item in args.mm2_setting)
+    MM2_TUNED_SETTINGS.update(item.split("=", 1) for item in args.mm2_setting)
+    MM2_TUNED_SETTINGS.update(item.split("=", 1) for item in args.mm2_tuned_setting)
+    if "franz-go" in args.contenders and not franz_go.available():
+        if args.contenders is not parser.get_default("contenders"):  # asked for by name
+            parser.error("--contenders franz-go: the Go toolchain (go) is not on the PATH")
+        args.contenders.remove("franz-go")
+        console.print("[yellow]no Go toolchain on the PATH: the franz-go loop is left out[/]")
     if args.quick:
         args.records_100b, args.records_1kb, args.records_mirror = 100_000, 30_000, 100_000
         args.records_mirror_1kb, args.records_two_way, args.records_wan = 30_000, 100_000, 100_000
