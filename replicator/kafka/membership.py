@@ -19,9 +19,11 @@ tail meanwhile writes those records again. The lease closes that window from bot
   (:meth:`MembershipLease.settled`): any previous owner's last accepted heartbeat was sent
   before the coordinator handed the partition over, so its lease has run out by then, and a
   request it handed to the network just before has landed. A partition kept from the member's
-  previous generation waits for nothing: nobody else held it in between; nor does any
-  partition of the group's first generation (a group new to the coordinator: nobody held
-  anything before), which is what keeps a first start's first record seconds away.
+  previous generation waits for nothing: nobody else held it in between; nor does a dynamic
+  member's partition of the group's first generation (a group new to the coordinator: every
+  member joined in its first rebalance, nobody held anything before), which keeps a first
+  start's first record seconds away. A static member waits even then: a process that takes
+  over another's instance id joins the generation that process was in, without a rebalance.
 
 What remains, bounded: a produce request handed to the network just before the old owner's
 lease ran out that takes longer to land than the time between that moment and the new owner's
@@ -126,8 +128,10 @@ class MembershipLease:
         kept = self._held if generation == self._held_generation + 1 else frozenset()
         taken = frozenset(partitions)
         until = now + self.length + DELIVERY_MARGIN_S
-        # The group's first generation: no member held a partition before it.
-        fresh = {tp: until for tp in taken - kept} if generation > _FIRST_GENERATION else {}
+        # The group's first generation, joined as a dynamic member: nobody held a partition
+        # before it (a static member may be taking over one that did, in the same generation).
+        new_group = generation == _FIRST_GENERATION and self.instance_id is None
+        fresh = {} if new_group else {tp: until for tp in taken - kept}
         # A partition kept from a generation in which it was still new keeps waiting: a quick
         # second rebalance does not shorten what its previous owner's lease may still run.
         for tp in taken & kept:

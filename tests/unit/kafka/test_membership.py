@@ -352,7 +352,14 @@ async def test_the_coordinators_answers_renew_end_or_fence_the_lease() -> None:
 
 async def test_a_new_groups_first_generation_reads_at_once() -> None:
     """Nobody held a partition before a group's first generation: nothing to wait for, so a
-    first start's first record is not held back a lease length; a later generation waits."""
+    first start's first record is not held back a lease length; a later generation waits. A
+    static member waits even in the first generation: it may have taken over the instance id
+    of a process that held the partition in that same generation (no rebalance)."""
+    static = MembershipLease("g", 6.0, instance_id="dc1-a")
+    static.assigned([P0], generation=1)
+    started = clock.monotonic()
+    assert await static.settled(P0, asyncio.Event())
+    assert clock.monotonic() - started == pytest.approx(6.0 + DELIVERY_MARGIN_S)
     lease = MembershipLease("g", 6.0)
     closed = asyncio.Event()
     lease.assigned([P0], generation=1)
