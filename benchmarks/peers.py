@@ -32,6 +32,7 @@ from replicator.devtools.apache_kafka import kafka_libs
 from replicator.devtools.embedded import LocalBroker
 from replicator.devtools.jvm import die_with_parent, ensure_dir, java
 from replicator.devtools.mirror_makers import (
+    MM2_LOG4J2,
     MM2_MAIN,
     MirrorMakerProcess,
     mm2_local_properties,
@@ -98,20 +99,6 @@ SUITE_JVM_HEAP_MB = 1024
 
 _jvm = {"mm2": "launcher"}
 JVMS = ("launcher", "suite")
-
-_MM2_LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %X{connector.context}%m (%c:%L)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = out
-logger.clients.name = org.apache.kafka.clients
-logger.clients.level = WARN
-logger.config.name = org.apache.kafka.common.config.AbstractConfig
-logger.config.level = WARN
-"""
 
 
 def choose_jvm(name: str) -> None:
@@ -224,7 +211,7 @@ def start_mm2_as_launched(properties: Path, workdir: Path) -> MirrorMakerProcess
     dying with this process)."""
     ensure_dir(workdir)
     log4j2 = workdir / "mm2-log4j2.properties"
-    log4j2.write_text(_MM2_LOG4J2)
+    log4j2.write_text(MM2_LOG4J2)
     log_path = workdir / "mm2.log"
     command = [
         java(),

@@ -34,7 +34,7 @@ MM1_POM = Path(__file__).parent / "maven" / "mm1.pom.xml"
 MM2_MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 MM1_MAIN = "kafka.tools.MirrorMaker"
 
-_MM2_LOG4J2 = """\
+MM2_LOG4J2 = """\
 status = warn
 appender.out.type = Console
 appender.out.name = out
@@ -202,7 +202,7 @@ def start_mm2(
     libs = kafka_libs()
     ensure_dir(workdir)
     log4j2 = workdir / "mm2-log4j2.properties"
-    log4j2.write_text(_MM2_LOG4J2)
+    log4j2.write_text(MM2_LOG4J2)
     log_path = workdir / "mm2.log"
     process = spawn_jvm(
         [
