@@ -155,11 +155,14 @@ def _settle(future: asyncio.Future[V], key: K, answers: Answers[K, V]) -> None:
 
 
 def _copy(exc: BaseException) -> BaseException:
-    """A fresh instance of ``exc`` for one caller (same type, message and cause)."""
+    """A fresh instance of ``exc`` for one caller (same type, message and cause), its traceback
+    going on into where the round's request raised it (each raise adds its frames in front of
+    that shared tail without changing it), so a fault names its site
+    (:func:`replicator.kafka.translation.fault`)."""
     try:
         clone = copy.copy(exc)
     except Exception:  # an exception that cannot be copied is raised as it is
         return exc
     clone.__cause__ = exc.__cause__
-    clone.__traceback__ = None
+    clone.__traceback__ = exc.__traceback__
     return clone

@@ -103,7 +103,30 @@ def translate(exc: BaseException) -> ReplicatorError:
         return ClusterUnavailable(name)
     if isinstance(exc, kerr.KafkaError):
         return KafkaFailure(name, retriable=bool(getattr(exc, "retriable", False)))
-    return KafkaFailure(name, retriable=False)
+    return KafkaFailure(fault(exc), retriable=False)
+
+
+def fault(exc: BaseException) -> str:
+    """A fault that is no client's or network's error (a bug here or in a library: a bare
+    ``AssertionError`` says nothing alone) said with where it was raised:
+    ``AssertionError at aiokafka/consumer/subscription_state.py:492 in position``."""
+    name = type(exc).__name__
+    text = f"{name}: {exc}" if str(exc) else name
+    tb = exc.__traceback__
+    if tb is None:
+        return text
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    parts = code.co_filename.replace("\\", "/").split("/")
+    # From the package down: site-packages and checkout paths say nothing of the fault.
+    for root in ("aiokafka", "replicator", "kafka"):
+        if root in parts:
+            parts = parts[len(parts) - parts[::-1].index(root) - 1 :]
+            break
+    else:
+        parts = parts[-2:]
+    return f"{text} at {'/'.join(parts)}:{tb.tb_lineno} in {code.co_name}"
 
 
 def denial(

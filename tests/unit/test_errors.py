@@ -231,3 +231,19 @@ def test_a_denial_says_which_operation_on_which_resource_of_which_cluster() -> N
     cluster = denial(kerr.ClusterAuthorizationFailedError(), "dc1", topic=("Write", "orders"))
     assert isinstance(cluster, AuthorizationFailed) and not cluster.named
     assert "ClusterAuthorizationFailedError" in str(cluster)
+
+
+def test_a_fault_that_is_no_clients_error_says_where_it_was_raised() -> None:
+    def position() -> int:
+        raise AssertionError  # what aiokafka's bare asserts raise
+
+    try:
+        position()
+    except AssertionError as exc:
+        error = translate(exc)
+    assert isinstance(error, KafkaFailure) and not error.retriable
+    said = str(error)
+    assert said.startswith("AssertionError at ")
+    line = position.__code__.co_firstlineno + 1
+    assert said.endswith(f"/{Path(__file__).name}:{line} in position")
+    assert str(translate(ValueError("odd"))) == "ValueError: odd"
