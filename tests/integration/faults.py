@@ -22,6 +22,9 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from aiokafka import AIOKafkaClient
+from aiokafka.errors import KafkaError
+
 from replicator.devtools.apache_kafka import ApacheKafkaCluster
 from replicator.devtools.embedded import free_port
 from tests.integration.harness import Broker, Cluster, new_cluster
@@ -236,10 +239,34 @@ def freeze(broker: Cluster) -> None:
     os.kill(broker.process.pid, signal.SIGSTOP)
 
 
-def thaw(broker: Cluster) -> None:
-    """Undo :func:`freeze` (SIGCONT): the broker answers the requests it held, then new ones."""
-    if broker.process is not None and broker.process.poll() is None:
-        os.kill(broker.process.pid, signal.SIGCONT)
+def thaw(broker: Cluster, timeout: float = 60.0) -> None:
+    """Undo :func:`freeze` (SIGCONT): the broker answers the requests it held, then new ones.
+
+    Returns once its metadata lists a broker again: a KRaft broker frozen past its session is
+    fenced by its controller, and until it registers again it answers metadata requests with
+    no broker (a client then fails "Unable to get cluster metadata over all known brokers").
+    """
+    if broker.process is None or broker.process.poll() is not None:
+        return
+    os.kill(broker.process.pid, signal.SIGCONT)
+    deadline = time.monotonic() + timeout
+    while not asyncio.run(_lists_a_broker(broker.bootstrap_servers)):
+        assert time.monotonic() < deadline, (
+            f"{broker.alias} lists no broker {timeout} s after a thaw"
+        )
+        time.sleep(0.25)
+
+
+async def _lists_a_broker(bootstrap: str) -> bool:
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=5_000)
+    try:
+        await client.bootstrap()
+        metadata = await client.fetch_all_metadata()
+        return bool(metadata.brokers())
+    except KafkaError:
+        return False
+    finally:
+        await client.close()
 
 
 @contextlib.contextmanager
