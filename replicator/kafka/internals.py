@@ -44,11 +44,17 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.cluster import ClusterMetadata
+from aiokafka.conn import AIOKafkaConnection, CloseReason
 from aiokafka.consumer import fetcher
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import Assignment, SubscriptionState
 from aiokafka.coordinator.protocol import ConsumerProtocol
-from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodecError
+from aiokafka.errors import (
+    CorruptRecordException,
+    KafkaConnectionError,
+    KafkaError,
+    UnsupportedCodecError,
+)
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator, MessageBatch
 from aiokafka.producer.sender import InitPIDHandler, Sender, SendProduceReqHandler
 from aiokafka.producer.transaction_manager import (
@@ -60,6 +66,7 @@ from aiokafka.producer.transaction_manager import (
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
+from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0
 from aiokafka.protocol.types import (
     Array,
@@ -78,6 +85,7 @@ from aiokafka.record.default_records import (
     _DefaultRecordBatchPy,
 )
 from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.util import wait_for as aiokafka_wait_for
 
 from replicator import clock
 from replicator.model import native
@@ -134,6 +142,15 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(AIOKafkaAdminClient, "_client", "the admin's client: probes, raw requests"),
     Reliance(AIOKafkaProducer, "_sender", "the fencing sender"),
     Reliance(AIOKafkaProducer, "_message_accumulator", "batches that never expire, batch builder"),
+    Reliance(AIOKafkaConnection, "send", "produce requests written as pieces"),
+    Reliance(AIOKafkaConnection, "_writer", "produce requests written as pieces"),
+    Reliance(AIOKafkaConnection, "_versions", "produce requests written as pieces"),
+    Reliance(AIOKafkaConnection, "_next_correlation_id", "produce requests written as pieces"),
+    Reliance(AIOKafkaConnection, "_client_id", "produce requests written as pieces"),
+    Reliance(AIOKafkaConnection, "_requests", "produce requests written as pieces"),
+    Reliance(AIOKafkaConnection, "_request_timeout", "produce requests written as pieces"),
+    Reliance(AIOKafkaConnection, "_loop", "produce requests written as pieces"),
+    Reliance(SendProduceReqHandler, "create_request", "produce requests written as pieces"),
     Reliance(AIOKafkaClient, "_topics", "topics the client's metadata tracks"),
     Reliance(AIOKafkaClient, "_metadata_max_age_ms", "the metadata refresh interval"),
     Reliance(AIOKafkaClient, "_conns", "dropping a probe's connection that got no answer"),
@@ -1083,8 +1100,86 @@ class _InitPIDHandler(InitPIDHandler):  # type: ignore[misc]
         return InitProducerId(manager.transactional_id, manager.transaction_timeout_ms)
 
 
+class _PiecewiseProduce(ProduceRequest):  # type: ignore[misc]
+    """A produce request written to the socket as pieces, each batch's bytes as they are, in one
+    vectored write. aiokafka encodes a request by joining its fields level by level, and the
+    size and header in front of that: every byte of every batch copied about eight times
+    (measured: a tenth of the replicator's CPU with 1 KiB records)."""
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_PARTITION_DATA = struct.Struct(">ii")  # partition, the batch's length
+
+
+def produce_pieces(request_struct: Any) -> list[Any]:
+    """A ``ProduceRequest`` v3 to v8 body as aiokafka's ``encode()`` writes it, in pieces:
+    the batches' buffers themselves, and the fields between them."""
+    head = bytearray()
+    pieces: list[Any] = []
+    transactional_id = request_struct.transactional_id
+    if transactional_id is None:
+        head += _INT16.pack(-1)
+    else:
+        encoded = transactional_id.encode()
+        head += _INT16.pack(len(encoded)) + encoded
+    head += _ACKS_TIMEOUT.pack(request_struct.required_acks, request_struct.timeout)
+    head += _INT32.pack(len(request_struct.topics))
+    for topic, partitions in request_struct.topics:
+        name = topic.encode()
+        head += _INT16.pack(len(name)) + name + _INT32.pack(len(partitions))
+        for partition, data in partitions:
+            if data is None:
+                head += _PARTITION_DATA.pack(partition, -1)
+                continue
+            head += _PARTITION_DATA.pack(partition, len(data))
+            pieces += (bytes(head), data)
+            head = bytearray()
+    if head:
+        pieces.append(bytes(head))
+    return pieces
+
+
+_wrapped_send = AIOKafkaConnection.send
+
+
+def _send(self: Any, request: Any, expect_response: bool = True) -> Any:
+    """aiokafka's ``AIOKafkaConnection.send``; a :class:`_PiecewiseProduce` at v3 or later is
+    written as pieces (the same bytes on the wire)."""
+    if type(request) is not _PiecewiseProduce or self._writer is None:
+        return _wrapped_send(self, request, expect_response)
+    request_struct = request.prepare(self._versions)
+    if request_struct.API_VERSION < 3:
+        return _wrapped_send(self, request, expect_response)
+    correlation_id = self._next_correlation_id()
+    header = request_struct.build_request_header(
+        correlation_id=correlation_id, client_id=self._client_id
+    ).encode()
+    body = produce_pieces(request_struct)
+    size = len(header) + sum(len(piece) for piece in body)
+    try:
+        self._writer.writelines([_INT32.pack(size), header, *body])
+    except OSError as err:
+        self.close(reason=CloseReason.CONNECTION_BROKEN)
+        raise KafkaConnectionError(
+            f"Connection at {self._host}:{self._port} broken: {err}"
+        ) from err
+    if not expect_response:
+        return self._writer.drain()
+    future = self._loop.create_future()
+    self._requests.append((correlation_id, request_struct, future))
+    return aiokafka_wait_for(future, self._request_timeout)
+
+
 class _FencingHandler(SendProduceReqHandler):  # type: ignore[misc]
-    """Fails a batch its policy never retries, instead of retrying it."""
+    """Fails a batch its policy never retries, instead of retrying it; its request is written as
+    pieces (:class:`_PiecewiseProduce`)."""
+
+    def create_request(self) -> Any:
+        request = super().create_request()
+        request.__class__ = _PiecewiseProduce
+        return request
 
     def _can_retry(self, error: Exception, batch: Any) -> bool:
         sender = self._sender
@@ -1233,12 +1328,14 @@ def install_fencing(
     batch that timed out while a later one succeeded would reorder the partition when resent);
     with a ``lease``, a produce request goes out only while it runs, and ``answered_late`` is
     told of the records of one answered long after it ran out; several requests in flight to a
-    node, one per partition (:class:`NodeRequests`)."""
+    node, one per partition (:class:`NodeRequests`), each written as pieces
+    (:class:`_PiecewiseProduce`)."""
     accumulator = producer._message_accumulator
     sender = producer._sender
     if not hasattr(accumulator, "_batch_ttl") or type(sender) is not Sender:  # pragma: no cover
         raise RuntimeError("aiokafka changed: the producer can no longer be made safe to retry")
     accumulator._batch_ttl = float("inf")
+    AIOKafkaConnection.send = _send  # what only this sender's requests take (one class for all)
     sender._in_flight = NodeRequests(REQUESTS_PER_NODE)
     sender.__class__ = _FencingSender
     sender.fenced = set()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import aiokafka
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.consumer import consumer as consumer_module
@@ -166,3 +167,24 @@ async def test_the_fetch_planner_is_told_of_pauses_resumes_seeks_resets_and_reco
     assert owner._get_actions_per_node == planner.plan
     assert not subscription.subscription.assignment.state_value(tps[1]).has_valid_position
     waiting.cancel()
+
+
+@pytest.mark.parametrize("version", [3, 4, 5, 6, 7, 8])
+@pytest.mark.parametrize("transactional_id", [None, "tx-é"])
+def test_a_produce_request_in_pieces_is_the_bytes_aiokafka_encodes(
+    version: int, transactional_id: str | None
+) -> None:
+    from aiokafka.protocol import produce
+
+    struct_class = getattr(produce, f"ProduceRequest_v{version}")
+    topics = [
+        ("orders", [(0, b"\x00batch-zero"), (3, bytes(range(256)) * 40)]),
+        ("żółw", [(1, None), (2, b"")]),
+        ("empty", []),
+    ]
+    request = struct_class(transactional_id, -1, 30_000, topics)
+    pieces = internals.produce_pieces(request)
+    assert b"".join(pieces) == request.encode()
+    # Each non-empty batch goes out as the very object it was, never copied.
+    batches = [data for _, partitions in topics for _, data in partitions if data]
+    assert all(any(piece is batch for piece in pieces) for batch in batches)
