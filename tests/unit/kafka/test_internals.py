@@ -177,7 +177,7 @@ def test_a_produce_request_in_pieces_is_the_bytes_aiokafka_encodes(
     from aiokafka.protocol import produce
 
     struct_class = getattr(produce, f"ProduceRequest_v{version}")
-    topics = [
+    topics: list[tuple[str, list[tuple[int, bytes | None]]]] = [
         ("orders", [(0, b"\x00batch-zero"), (3, bytes(range(256)) * 40)]),
         ("żółw", [(1, None), (2, b"")]),
         ("empty", []),
