@@ -28,9 +28,10 @@ from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record._crc32c import crc as crc32c
 from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from replicator.errors import OutcomeUnknown
 from replicator.kafka.decoding import as_fetched, as_record_sets, use_decoded_records
 from replicator.kafka.internals import HeaderKey, _getall
 from replicator.kafka.producer import BatchFactory
@@ -359,3 +360,144 @@ def test_a_batch_that_cannot_be_decompressed_halts_both_paths_at_it() -> None:
     kept, kept_position = _fetch(raw, [], 0, as_record_sets)
     assert [r.offset for r in decoded] == [0, 1, 2] and decoded_position == 3
     assert _as_tuples(kept) == _as_tuples(decoded) and kept_position == 3
+
+
+# -- joining a queued batch ---------------------------------------------------------------------
+
+
+def _built(raw: bytes, position: int, limit: int = 1 << 20, codec: int = 0) -> list[OutboundBatch]:
+    """The native batches of the records of ``raw`` from ``position`` on, for one target."""
+    kept, _ = _fetch_all(raw, [], position, as_record_sets)
+    if not kept:
+        return []
+    made = [Target(position, BatchFactory(limit, codec))]
+    build(kept, kept.end, Tagger(*TAGGER_ARGS), made, FETCHED_MS)
+    return [b for b in made[0].batches if b.count]
+
+
+def _boundaries(raw: bytes) -> list[int]:
+    """Where each batch of ``raw`` begins (byte position)."""
+    found, at = [], 0
+    while at + 61 <= len(raw):
+        found.append(at)
+        at += 12 + struct.unpack_from(">i", raw, at + 8)[0]
+    return found
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(source_logs(), st.integers(0, 1_000))
+def test_a_joined_batch_is_the_batch_one_build_of_both_writes(
+    log: tuple[bytes, list[tuple[int, int]], int, int], cut: int
+) -> None:
+    raw, _, position, _ = log
+    starts = _boundaries(raw)[1:]  # a cut between two batches
+    if not starts:
+        event("not joined: a log of one batch")
+        return
+    at = starts[cut % len(starts)]
+    split = max(position, struct.unpack_from(">q", raw, at)[0])
+    whole = _built(raw, position)
+    earlier = _built(raw[:at], position)
+    later = _built(raw[at:], split)
+    if len(earlier) != 1 or len(later) != 1 or len(whole) != 1:
+        event("not joined: none on one side, or split where a header key is not UTF-8")
+        return
+    event("joined")
+    (first,), (second,), (one,) = earlier, later, whole
+    assert first.builder.join(second.builder)
+    assert first.builder.record_count() == one.count == first.count + second.count
+    assert _numbered(first)[-1] == _numbered(one)[-1]  # the same bytes, numbered or not
+
+
+_NOW = 1_700_000_000_000
+
+
+def _plain(base: int, count: int, value: bytes = b"v" * 40) -> bytes:
+    """A source batch of ``count`` records from offset ``base``."""
+    records = [
+        (_NOW + base + i, f"k{base + i}".encode(), value, [("h", b"x")]) for i in range(count)
+    ]
+    return _batch(base, records, 0, False, -1)
+
+
+def test_a_batch_joins_only_what_it_can_hold_plain_and_unstamped() -> None:
+    (one,) = _built(_plain(0, 3) + _plain(3, 3), 0)
+    # Over the limit the earlier batch was built to: refused, the batch unchanged.
+    (earlier,) = _built(_plain(0, 3), 0, limit=one.builder.size() - 1)
+    before = bytes(earlier.builder._build())
+    assert not earlier.builder.join(_built(_plain(3, 3), 3)[0].builder)
+    assert bytes(earlier.builder._build()) == before and earlier.builder.record_count() == 3
+    # Compressed on either side: refused.
+    (gzipped,) = _built(_plain(0, 3), 0, codec=1)
+    assert not gzipped.builder.join(_built(_plain(3, 3), 3)[0].builder)
+    (plain,) = _built(_plain(0, 3), 0)
+    assert not plain.builder.join(_built(_plain(3, 3), 3, codec=1)[0].builder)
+    # Stamped with the producer's state (drained once): refused.
+    plain.builder._set_producer_state(*PRODUCER)
+    assert not plain.builder.join(_built(_plain(3, 3), 3)[0].builder)
+
+
+class _Leaders:
+    """Cluster metadata as the accumulator asks it: every partition led by node 0."""
+
+    def leader_for_partition(self, tp: TopicPartition) -> int:
+        return 0
+
+
+def _joining_accumulator() -> Any:
+    from aiokafka.producer.message_accumulator import MessageAccumulator
+
+    from replicator.kafka.internals import FencingPolicy, _JoiningAccumulator
+
+    accumulator = MessageAccumulator(_Leaders(), 1 << 20, 0, float("inf"), loop=_LOOP)
+    accumulator.__class__ = _JoiningAccumulator
+    accumulator.policy = FencingPolicy(
+        never_retry=lambda error, idempotent: False,
+        state_lost=lambda error: False,
+        queued_error=lambda tp: OutcomeUnknown(f"queued behind a failed batch of {tp.topic}"),
+        not_owned=lambda: OutcomeUnknown("not owned"),
+    )
+    return accumulator
+
+
+@pytest.mark.parametrize("answer", ["written", "refused"])
+def test_batches_queued_for_a_partition_join_and_each_answers_for_itself(answer: str) -> None:
+    batches = [_built(_plain(i, 2), i)[0].builder for i in (0, 2, 4)]
+    (whole,) = _built(_plain(0, 2) + _plain(2, 2) + _plain(4, 2), 0)
+    accumulator = _joining_accumulator()
+
+    async def scenario() -> list[Any]:
+        answers = [await accumulator.add_batch(b, TP, 1.0) for b in batches]  # none waits
+        (queued,) = accumulator._batches[TP]
+        assert queued.record_count == 6
+        assert bytes(queued._builder._build()) == bytes(whole.builder._build())
+        drained, _ = accumulator.drain_by_nodes(ignore_nodes=set())
+        assert drained[0][TP] is queued
+        if answer == "written":
+            queued.done(base_offset=100)
+        else:
+            queued.failure(exception=CorruptRecordException("refused"))
+        return await asyncio.gather(*answers, return_exceptions=True)
+
+    outcomes = _LOOP.run_until_complete(scenario())
+    if answer == "written":
+        assert [o.offset for o in outcomes] == [100, 102, 104]
+    else:
+        assert isinstance(outcomes[0], CorruptRecordException)
+        assert all(isinstance(o, OutcomeUnknown) for o in outcomes[1:])
+
+
+def test_a_batch_the_sender_took_is_not_joined() -> None:
+    first, second, third = (_built(_plain(i, 1), i)[0].builder for i in (0, 1, 2))
+    accumulator = _joining_accumulator()
+
+    async def scenario() -> int:
+        await accumulator.add_batch(first, TP, 1.0)
+        drained, _ = accumulator.drain_by_nodes(ignore_nodes=set())
+        assert drained[0][TP]._builder is first  # in flight now
+        await accumulator.add_batch(second, TP, 1.0)  # queued behind it, alone
+        await accumulator.add_batch(third, TP, 1.0)  # joins the queued one
+        return len(accumulator._batches[TP])
+
+    assert _LOOP.run_until_complete(scenario()) == 1
+    assert first.record_count() == 1 and second.record_count() == 2
