@@ -62,8 +62,8 @@ def _throughput(workload: str, rows: dict[str, tuple[str, dict[str, Any]]]) -> l
         f"**{workload}**",
         "",
         "| contender | records | records/s | MB/s | CPU s / M records | peak RSS MB "
-        "| start to 1st s | output | run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| start to 1st s | rounds: records/s | output | run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for contender in sorted(rows, key=_rank):
         run, row = rows[contender]
@@ -75,11 +75,20 @@ def _throughput(workload: str, rows: dict[str, tuple[str, dict[str, Any]]]) -> l
             _number(row.get("cpu_seconds_per_million"), 2),
             _number(row.get("peak_rss_mb")),
             _number(row.get("start_to_first_s") or None, 1),  # 0: not measured (two-way)
+            _spread(row.get("rounds") or []),
             str(row.get("verified", "")),
             f"`{run}`",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def _spread(rounds: list[list[float]]) -> str:
+    """A median's rounds, as the lowest and highest records/s (the median is in its column)."""
+    if len(rounds) < 2:
+        return "1" if rounds else "-"
+    rates = [rate for rate, _ in rounds]
+    return f"{len(rounds)}: {_number(min(rates))} to {_number(max(rates))}"
 
 
 def _runs_table(used: list[Run]) -> list[str]:

@@ -121,6 +121,9 @@ class RunResult:
     verified: str = "counted"
     start_to_first_s: float = 0.0  # from the process's start to the first record copied
     own_seconds: float | None = None  # the franz-go loop's own clock: first fetch to last ack
+    # Every round's records/s and CPU seconds per million, in the order run (the median's
+    # figures are above; a target "in each run" is read from these).
+    rounds: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -998,6 +1001,7 @@ async def _throughput_runs(args: argparse.Namespace) -> list[RunResult]:
 def _median(results: list[RunResult]) -> RunResult:
     """The median run by records/s, with the peak RSS of them all and every verdict given."""
     median = sorted(results, key=lambda r: r.records_per_second)[len(results) // 2]
+    median.rounds = [(r.records_per_second, r.cpu_seconds_per_million) for r in results]
     median.peak_rss_mb = max(r.peak_rss_mb for r in results)
     if any(r.verified != median.verified for r in results):
         median.verified = "; ".join(sorted({r.verified for r in results}))

@@ -24,6 +24,7 @@ ROW = {
     "verified": "counted",
     "start_to_first_s": 0.4,
     "own_seconds": 5.9,
+    "rounds": [[480_000, 1.3], [500_000, 1.25], [520_000, 1.2]],
 }
 
 
@@ -50,7 +51,9 @@ def test_a_run_written_is_rendered_and_a_stale_page_found(tmp_path: Path) -> Non
     assert kept["git"]["commit"] and kept["versions"]["franz-go"] == "v1.22.3"
     assert kept["throughput"] == [ROW] and kept["settings"] == settings
     rendered = report.render(recording.load(tmp_path))
-    assert "| franz-go | 3,000,000 | 500,000 | 50.0 | 1.25 | 80 | 0.4 | counted |" in rendered
+    row = "| franz-go | 3,000,000 | 500,000 | 50.0 | 1.25 | 80 | 0.4 | 3: 480,000 to 520,000 "
+    row += "| counted |"
+    assert row in rendered
     assert "`flags.linger=5ms`" in rendered
     page = f"# Performance\n\n{report.BEGIN}\n{report.render([])}{report.END}\n\nAfter.\n"
     assert report.block(page) != rendered  # the page has not been regenerated: a difference
