@@ -17,7 +17,6 @@ use crate::wire::{self, Record, HAS_PROVENANCE_KEY, NON_UTF8_KEY};
 pub struct NativeBatch {
     buf: Vec<u8>,
     count: i32,
-    limit: usize, // the size it was built to stay within: a join never passes it
 }
 
 #[pymethods]
@@ -57,97 +56,6 @@ impl NativeBatch {
     fn producer_id(&self) -> i64 {
         wire::be_i64(&self.buf, wire::PRODUCER_ID_AT)
     }
-
-    /// Append the records of `later`, the next batch of the same destination partition, as
-    /// if they had been built into this one (the bytes a single build of both would write);
-    /// `False`, changing nothing, when that cannot be: either is compressed, transactional,
-    /// of LogAppendTime or stamped already, or the result would pass this batch's size limit.
-    fn join(&mut self, later: PyRef<'_, NativeBatch>) -> PyResult<bool> {
-        let other = &later.buf;
-        let plain = |b: &[u8]| {
-            wire::be_i16(b, wire::ATTRIBUTES_AT) == 0 && wire::be_i64(b, wire::PRODUCER_ID_AT) == -1
-        };
-        if self.count == 0 || later.count == 0 || !plain(&self.buf) || !plain(other) {
-            return Ok(false);
-        }
-        let grows_to = self.buf.len() + other.len() - wire::HEADER;
-        if grows_to > self.limit + 2 * later.count as usize {
-            return Ok(false); // deltas may each grow by a byte or two, no more
-        }
-        let first_ts = wire::be_i64(&self.buf, FIRST_TIMESTAMP_AT);
-        let later_first = wire::be_i64(other, FIRST_TIMESTAMP_AT);
-        let kept = self.buf.len();
-        let mut pos = wire::HEADER;
-        for _ in 0..later.count {
-            let record = read_record_prefix(other, &mut pos)?;
-            let delta = later_first + record.timestamp_delta - first_ts;
-            let offset_delta = i64::from(self.count) + record.offset_delta;
-            let body =
-                1 + wire::varint_size(delta) + wire::varint_size(offset_delta) + record.rest.len();
-            let buf = &mut self.buf;
-            wire::write_varint(buf, body as i64);
-            buf.push(record.attributes);
-            wire::write_varint(buf, delta);
-            wire::write_varint(buf, offset_delta);
-            buf.extend_from_slice(record.rest);
-        }
-        if self.buf.len() > self.limit {
-            self.buf.truncate(kept);
-            return Ok(false);
-        }
-        let count = self.count + later.count;
-        let max_ts =
-            wire::be_i64(&self.buf, MAX_TIMESTAMP_AT).max(wire::be_i64(other, MAX_TIMESTAMP_AT));
-        let length = (self.buf.len() - wire::FRAMING) as i32;
-        let buf = &mut self.buf;
-        buf[8..12].copy_from_slice(&length.to_be_bytes());
-        buf[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
-            .copy_from_slice(&(count - 1).to_be_bytes());
-        buf[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&max_ts.to_be_bytes());
-        buf[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&count.to_be_bytes());
-        let crc = crc32c::crc32c(&buf[wire::ATTRIBUTES_AT..]);
-        buf[wire::CRC_AT..wire::CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
-        self.count = count;
-        Ok(true)
-    }
-}
-
-const LAST_OFFSET_DELTA_AT: usize = 23;
-const FIRST_TIMESTAMP_AT: usize = 27;
-const MAX_TIMESTAMP_AT: usize = 35;
-const RECORD_COUNT_AT: usize = 57;
-
-/// A written record split where a join rewrites it: its attributes, deltas, and the rest.
-struct RecordPrefix<'a> {
-    attributes: u8,
-    timestamp_delta: i64,
-    offset_delta: i64,
-    rest: &'a [u8],
-}
-
-fn read_record_prefix<'a>(buf: &'a [u8], pos: &mut usize) -> PyResult<RecordPrefix<'a>> {
-    let corrupt = |e: wire::Corrupt| pyo3::exceptions::PyValueError::new_err(e.0);
-    let length = wire::read_varint(buf, pos).map_err(corrupt)?;
-    let end = *pos
-        + usize::try_from(length).map_err(|_| corrupt(wire::Corrupt("negative length".into())))?;
-    if end > buf.len() || *pos >= end {
-        return Err(corrupt(wire::Corrupt("a record past its batch".into())));
-    }
-    let attributes = buf[*pos];
-    *pos += 1;
-    let timestamp_delta = wire::read_varint(buf, pos).map_err(corrupt)?;
-    let offset_delta = wire::read_varint(buf, pos).map_err(corrupt)?;
-    if *pos > end {
-        return Err(corrupt(wire::Corrupt("a record past its batch".into())));
-    }
-    let rest = &buf[*pos..end];
-    *pos = end;
-    Ok(RecordPrefix {
-        attributes,
-        timestamp_delta,
-        offset_delta,
-        rest,
-    })
 }
 
 /// One header to write: key and value (`None`: null).
@@ -211,12 +119,7 @@ impl Open {
     /// The batch's final bytes, compressed with `codec`. aiokafka's C builder compresses
     /// always; its Python builder (which the batches taking raw header keys mimic) only when
     /// that makes the batch smaller.
-    fn finish(
-        mut self,
-        codec: i16,
-        limit: usize,
-        compress: &Bound<'_, PyAny>,
-    ) -> PyResult<NativeBatch> {
+    fn finish(mut self, codec: i16, compress: &Bound<'_, PyAny>) -> PyResult<NativeBatch> {
         let mut attributes = 0i16;
         if codec != 0 {
             let data = PyBytes::new(compress.py(), &self.buf[wire::HEADER..]);
@@ -251,7 +154,6 @@ impl Open {
         Ok(NativeBatch {
             buf: self.buf,
             count: self.count,
-            limit,
         })
     }
 }
@@ -376,10 +278,7 @@ impl TargetState {
     fn close(&mut self, at: i64, compress: &Bound<'_, PyAny>, raw_keys: bool) -> PyResult<()> {
         let open = std::mem::replace(&mut self.open, Open::new(raw_keys));
         let count = open.count;
-        let batch = Py::new(
-            compress.py(),
-            open.finish(self.codec, self.limit, compress)?,
-        )?;
+        let batch = Py::new(compress.py(), open.finish(self.codec, compress)?)?;
         self.closed.push((
             Some(batch),
             self.first,
@@ -557,10 +456,7 @@ impl Chunk<'_> {
         open.sort_by_key(|(d, _)| *d);
         for (d, (batch, size, oldest)) in open {
             let count = batch.count;
-            let batch = Py::new(
-                self.compress.py(),
-                batch.finish(self.codec, self.limit, self.compress)?,
-            )?;
+            let batch = Py::new(self.compress.py(), batch.finish(self.codec, self.compress)?)?;
             self.closed
                 .push((Some(batch), self.first, at, count, size, oldest, Some(d)));
         }

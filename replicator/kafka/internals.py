@@ -151,13 +151,6 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(AIOKafkaConnection, "_request_timeout", "produce requests written as pieces"),
     Reliance(AIOKafkaConnection, "_loop", "produce requests written as pieces"),
     Reliance(SendProduceReqHandler, "create_request", "produce requests written as pieces"),
-    Reliance(MessageAccumulator, "add_batch", "a native batch joining the one queued ahead"),
-    Reliance(MessageAccumulator, "_batches", "a native batch joining the one queued ahead"),
-    Reliance(MessageAccumulator, "_closed", "a native batch joining the one queued ahead"),
-    Reliance(MessageAccumulator, "_exception", "a native batch joining the one queued ahead"),
-    Reliance(MessageBatch, "_builder", "a native batch joining the one queued ahead"),
-    Reliance(MessageBatch, "retry_count", "a native batch joining the one queued ahead"),
-    Reliance(MessageBatch, "future", "a native batch joining the one queued ahead"),
     Reliance(AIOKafkaClient, "_topics", "topics the client's metadata tracks"),
     Reliance(AIOKafkaClient, "_metadata_max_age_ms", "the metadata refresh interval"),
     Reliance(AIOKafkaClient, "_conns", "dropping a probe's connection that got no answer"),
@@ -1319,57 +1312,6 @@ REQUESTS_PER_NODE = 5
 """Produce requests in flight to one node at most (Kafka's producer's default)."""
 
 
-class _JoiningAccumulator(MessageAccumulator):  # type: ignore[misc]
-    """aiokafka's accumulator, where a native batch for a partition whose last batch is still
-    queued joins that batch instead of waiting for it to be drained.
-
-    aiokafka keeps one batch queued per partition behind the one in flight, and a partition
-    sends one batch per round trip: with batches as large as one fetch of the partition (a
-    quarter of a fetch answer), a 50 ms round trip held the copy to 0.4x of the same run
-    without it. Joined, the queued batch grows while the one ahead is in flight, up to the
-    size limit it was built to (``NativeBatch.join``: the bytes one build of both would write),
-    so a partition sends as much per round trip as the destination takes in one batch; and
-    there are fewer, larger produce requests with no round trip at all. Each batch's own
-    future still answers with its own base offset; a joined batch that fails fails the first
-    one's sender with the destination's error and the others' as queued behind it
-    (``FencingPolicy.queued_error``), as when they waited.
-    """
-
-    policy: FencingPolicy
-
-    async def add_batch(self, builder: Any, tp: TopicPartition, timeout: float) -> Any:
-        queued = self._batches.get(tp)
-        if queued and not self._closed and self._exception is None:
-            last = queued[-1]
-            joinable = type(last._builder) is type(builder) and hasattr(builder, "join")
-            if joinable and last.retry_count == 0 and last._builder.join(builder):
-                before = last._builder.record_count() - builder.record_count()
-                return _joined(last.future, before, self.policy.queued_error(tp))
-        return await super().add_batch(builder, tp, timeout)
-
-
-def _joined(batch: asyncio.Future[Any], before: int, queued_error: BaseException) -> Any:
-    """The answer of records joined into ``batch`` after its first ``before``: its base offset
-    moved on by ``before`` (unless unknown: -1), or the error of a batch queued behind it."""
-    answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-    def relay(done: asyncio.Future[Any]) -> None:
-        if answer.done():
-            return
-        if done.cancelled():
-            answer.cancel()
-        elif done.exception() is not None:
-            answer.set_exception(queued_error)
-        else:
-            metadata = done.result()
-            if metadata is not None and metadata.offset >= 0:
-                metadata = metadata._replace(offset=metadata.offset + before)
-            answer.set_result(metadata)
-
-    batch.add_done_callback(relay)
-    return answer
-
-
 def _fail_queued(sender: Any, tp: TopicPartition) -> None:
     queued = sender._message_accumulator._batches.pop(tp, None) or ()
     for batch in queued:
@@ -1387,15 +1329,12 @@ def install_fencing(
     with a ``lease``, a produce request goes out only while it runs, and ``answered_late`` is
     told of the records of one answered long after it ran out; several requests in flight to a
     node, one per partition (:class:`NodeRequests`), each written as pieces
-    (:class:`_PiecewiseProduce`); a native batch joins the one queued ahead of it
-    (:class:`_JoiningAccumulator`)."""
+    (:class:`_PiecewiseProduce`)."""
     accumulator = producer._message_accumulator
     sender = producer._sender
     if not hasattr(accumulator, "_batch_ttl") or type(sender) is not Sender:  # pragma: no cover
         raise RuntimeError("aiokafka changed: the producer can no longer be made safe to retry")
     accumulator._batch_ttl = float("inf")
-    accumulator.__class__ = _JoiningAccumulator
-    accumulator.policy = policy
     AIOKafkaConnection.send = _send  # what only this sender's requests take (one class for all)
     sender._in_flight = NodeRequests(REQUESTS_PER_NODE)
     sender.__class__ = _FencingSender
