@@ -35,6 +35,7 @@ from typing import Any, Protocol, TypeVar
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 from replicator.devtools.apache_kafka import ApacheKafkaCluster, ScramUser, Security, start_all
 from replicator.devtools.embedded import EmbeddedBroker, free_port
@@ -431,13 +432,23 @@ def wait_until(
     what: str,
     context: Callable[[], str] | None = None,
 ) -> float:
-    """Poll ``predicate`` until true; return the seconds it took; fail with context if never."""
+    """Poll ``predicate`` until true; return the seconds it took; fail with context if never.
+
+    A client error the predicate raises (its read of a cluster that does not answer yet: a
+    broker thawed but fenced until it registers again lists no broker) is a "not yet", named
+    in the failure if the wait times out."""
     start = time.monotonic()
+    last_error: KafkaError | None = None
     while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
+        try:
+            if predicate():
+                return time.monotonic() - start
+        except KafkaError as exc:
+            last_error = exc
         time.sleep(0.25)
     detail = f"\n{context()}" if context else ""
+    if last_error is not None:
+        detail = f" (the last check failed: {last_error!r}){detail}"
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
