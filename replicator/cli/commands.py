@@ -12,7 +12,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import structlog
 import typer
@@ -90,16 +90,6 @@ def _choose_data_path(settings: Settings) -> None:
         native.choose(native.PYTHON)  # another aiokafka version: its own records, in Python
 
 
-def _tune_allocator(log: Any) -> None:
-    """Fix the C allocator's thresholds (:mod:`replicator.service.allocator`), saying so once."""
-    from replicator.service import allocator
-
-    if (tuning := allocator.tune()).applied:
-        log.debug("allocator thresholds fixed", mmap=allocator.MMAP_THRESHOLD)
-    else:
-        log.info("allocator thresholds left as the C library sets them", reason=tuning.reason)
-
-
 def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
     """Run the service with ``settings`` until it stops; ``notes`` are logged first, once each."""
     from replicator.service.app import ReplicatorService
@@ -122,7 +112,6 @@ def _serve(settings: Settings, notes: Sequence[str] = ()) -> None:
                 accepted_by=f"REPLICATOR_CLUSTERS__{alias.upper()}__ALLOW_INSECURE_PLAIN",
             )
     _choose_data_path(settings)
-    _tune_allocator(log)
     service = ReplicatorService(settings, notes=tuple(notes))
     try:
         uvloop.run(service.run())

@@ -1,8 +1,5 @@
 """The running service: one process, one root TaskGroup, its HTTP surface.
 
-``allocator``
-    glibc's mmap and trim thresholds, fixed at start-up so that fetch answers and batches reuse
-    heap memory.
 ``app``
     :class:`~replicator.service.app.ReplicatorService`: the root ``asyncio.TaskGroup`` owning
     every task (HTTP, probes, feeds, legs, heartbeats, group sync, dead letters), its start order
