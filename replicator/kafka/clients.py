@@ -608,5 +608,9 @@ class GroupOffsets:
         return cast(T, answer)
 
     async def _send(self, request: Any) -> Any:
+        if not self._client.cluster.brokers():
+            # Bootstrapped while the cluster listed no broker (a KRaft broker fenced after a
+            # freeze): aiokafka ignores that answer and, with no broker known, never asks again.
+            await self._client.bootstrap()
         coordinator = await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)
         return await self._client.send(coordinator, request, group=ConnectionGroup.COORDINATION)
