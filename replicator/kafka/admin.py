@@ -23,7 +23,7 @@ from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
 
 from replicator.errors import KafkaFailure
-from replicator.kafka.internals import kafka_client
+from replicator.kafka.internals import a_broker, kafka_client
 from replicator.kafka.translation import broker_error, error_name
 
 _T = TypeVar("_T")
@@ -288,7 +288,7 @@ async def alter_topic_configs(
     (one IncrementalAlterConfigs request); :class:`~replicator.errors.KafkaFailure` naming each
     config the broker refused."""
     client = kafka_client(admin)
-    response = await client.send(client.get_random_node(), _IncrementalAlterConfigs(configs))
+    response = await client.send(await a_broker(client), _IncrementalAlterConfigs(configs))
     refused = [
         f"{name}: {error_name(code)}{f' ({message})' if message else ''}"
         for code, message, _, name in response.responses

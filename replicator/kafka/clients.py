@@ -444,16 +444,17 @@ class ClusterClient:
         client: AIOKafkaClient | None = None
         node: int | None = None
         try:
-            admin = await asyncio.wait_for(self.admin(), timeout)
-            client = internals.kafka_client(admin)
-            node = client.get_random_node()
-            # A broker answers, and nothing to decode: describe_cluster() asks for every topic
-            # (thousands of partitions decoded at every probe), and some brokers answer a
-            # metadata request naming no topic with all of them too (the embedded one does:
-            # 40 ms of CPU per probe at 6,000 partitions). On a connection of its own, so that
-            # it never waits behind the admin requests in flight (a start's topic creation).
-            request = client.send(node, ApiVersionRequest(), group=ConnectionGroup.COORDINATION)
-            await asyncio.wait_for(request, timeout)
+            async with asyncio.timeout(timeout):  # one bound over connecting, finding, asking
+                admin = await self.admin()
+                client = internals.kafka_client(admin)
+                node = await internals.a_broker(client)
+                # A broker answers, and nothing to decode: describe_cluster() asks for every
+                # topic (thousands of partitions decoded at every probe), and some brokers answer
+                # a metadata request naming no topic with all of them too (the embedded one
+                # does: 40 ms of CPU per probe at 6,000 partitions). On a connection of its own,
+                # so that it never waits behind the admin requests in flight (a start's topic
+                # creation).
+                await client.send(node, ApiVersionRequest(), group=ConnectionGroup.COORDINATION)
         except TimeoutError:
             self.error = (
                 f"no answer within {timeout:g} s (REPLICATOR_PROBE_TIMEOUT_MS): "
@@ -608,9 +609,6 @@ class GroupOffsets:
         return cast(T, answer)
 
     async def _send(self, request: Any) -> Any:
-        if not self._client.cluster.brokers():
-            # Bootstrapped while the cluster listed no broker (a KRaft broker fenced after a
-            # freeze): aiokafka ignores that answer and, with no broker known, never asks again.
-            await self._client.bootstrap()
+        await internals.a_broker(self._client)  # the lookup asks one: bootstrapped, not fenced
         coordinator = await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)
         return await self._client.send(coordinator, request, group=ConnectionGroup.COORDINATION)

@@ -53,6 +53,7 @@ from aiokafka.errors import (
     CorruptRecordException,
     KafkaConnectionError,
     KafkaError,
+    NodeNotReadyError,
     UnsupportedCodecError,
 )
 from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator, MessageBatch
@@ -154,6 +155,7 @@ CONTRACT: tuple[Reliance, ...] = (
     Reliance(AIOKafkaClient, "_topics", "topics the client's metadata tracks"),
     Reliance(AIOKafkaClient, "_metadata_max_age_ms", "the metadata refresh interval"),
     Reliance(AIOKafkaClient, "_conns", "dropping a probe's connection that got no answer"),
+    Reliance(AIOKafkaClient, "bootstrap", "bootstrapping again when the metadata lists no broker"),
     Reliance(AIOKafkaClient, "fetch_all_metadata", "listing every topic in one request"),
     Reliance(ClusterMetadata, "_partitions", "how many partitions the metadata holds"),
     Reliance(ClusterMetadata, "_last_successful_refresh_ms", "how old the metadata is"),
@@ -535,12 +537,33 @@ def install_fetch_planner(parts: FetcherParts, planner: FetchPlannerHooks) -> No
     owner._get_actions_per_node = planner.plan
 
 
-def drop_connection(client: AIOKafkaClient, node: int, group: ConnectionGroup) -> None:
-    """Close ``client``'s connection to ``node`` in ``group``, so the next request opens a new one
-    (not behind a request that never got an answer)."""
+def drop_connection(client: AIOKafkaClient, node: int | str, group: ConnectionGroup) -> None:
+    """Close ``client``'s connection to ``node`` (a node id, or ``"bootstrap"``) in ``group``, so
+    the next request opens a new one (not behind a request that never got an answer)."""
     stale = client._conns.pop((node, group), None)
     if stale is not None:
         stale.close()
+
+
+async def a_broker(client: AIOKafkaClient) -> int:
+    """A broker of ``client``'s cluster to send a request to, bootstrapping again first when the
+    client's metadata lists none.
+
+    A KRaft broker that was fenced (frozen past its session, starting up) answers a metadata
+    request with no broker. aiokafka keeps that answer, holds the bootstrap connection for its
+    next refresh and asks again only at ``metadata_max_age_ms`` (minutes) or when a consumer or
+    producer forces it: an admin client or a coordinator lookup meanwhile finds no node (aiokafka
+    asserts "Did we not perform bootstrap?"). Bootstrapping again (a fresh connection per
+    server, the stale one closed) is what the public API offers; if the cluster still lists no
+    broker, a retriable :class:`~aiokafka.errors.NodeNotReadyError` says so."""
+    node: int | None = client.get_random_node()
+    if node is None:
+        drop_connection(client, "bootstrap", ConnectionGroup.DEFAULT)
+        await client.bootstrap()
+        node = client.get_random_node()
+    if node is None:
+        raise NodeNotReadyError("the cluster's metadata lists no broker (starting, or fenced)")
+    return node
 
 
 # -- the fetch path -------------------------------------------------------------------------------
