@@ -59,7 +59,7 @@ def test_remote_down_local_delivery_continues_and_remote_catches_up(replicators:
 
 # -- memory under a sustained load against a black-holed destination --------------------------
 
-_LOAD_S = 60  # seconds of offered load
+_LOAD_S = 30  # seconds of offered load: the queues fill to their bound in the first few
 _LOAD_MB_S = 20  # offered, MB/s of 1 KiB records
 _PARTITIONS = 4
 _LEGS = 2  # dc1 -> dc1 and dc1 -> dc2
@@ -162,7 +162,7 @@ def memory_under_load(replicators: Start, queue_max_bytes: int) -> dict[str, flo
 def test_memory_follows_the_queue_bound_under_load_against_a_black_holed_destination(
     replicators: Start,
 ) -> None:
-    """20 MB/s of 1 KiB records for 60 s while the remote is a black hole: the remote leg's
+    """20 MB/s of 1 KiB records for 30 s while the remote is a black hole: the remote leg's
     queues fill to their bound and its fetch pauses, the local leg keeps up, and the RSS sampled
     every second stays within the idle footprint plus the queues' bound. A second run with a
     bound 16 times larger shows RSS following the setting: an unbounded queue would pass
