@@ -609,6 +609,6 @@ class GroupOffsets:
         return cast(T, answer)
 
     async def _send(self, request: Any) -> Any:
-        await internals.a_broker(self._client)  # the lookup asks one: bootstrapped, not fenced
+        await internals.a_broker(self._client)  # the lookup asks a random broker: one listed
         coordinator = await self._client.coordinator_lookup(CoordinationType.GROUP, self.group)
         return await self._client.send(coordinator, request, group=ConnectionGroup.COORDINATION)

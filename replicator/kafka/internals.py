@@ -549,8 +549,9 @@ async def a_broker(client: AIOKafkaClient) -> int:
     """A broker of ``client``'s cluster to send a request to, bootstrapping again first when the
     client's metadata lists none.
 
-    A KRaft broker that was fenced (frozen past its session, starting up) answers a metadata
-    request with no broker. aiokafka keeps that answer, holds the bootstrap connection for its
+    A KRaft broker its controller holds fenced answers a metadata request with no broker (seen
+    once in the suite after a broker was frozen past its session; not reproduced on demand).
+    aiokafka keeps that answer, holds the bootstrap connection for its
     next refresh and asks again only at ``metadata_max_age_ms`` (minutes) or when a consumer or
     producer forces it: an admin client or a coordinator lookup meanwhile finds no node (aiokafka
     asserts "Did we not perform bootstrap?"). Bootstrapping again (a fresh connection per
