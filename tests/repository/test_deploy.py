@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -555,3 +556,20 @@ def test_dashboard_panels_have_unique_ids_and_do_not_overlap() -> None:
         }
         assert not area & cells, panel["title"]
         cells |= area
+
+
+def test_image_package_list_is_the_requirements_and_the_wheel() -> None:
+    """deploy/image-packages.txt (read from a built sidecar image) names exactly the pins of
+    deploy/requirements.txt plus the replicator wheel at pyproject.toml's version."""
+
+    def pins(path: Path) -> set[str]:
+        lines = (
+            line.split("#")[0].split()[0]
+            for line in path.read_text().splitlines()
+            if line.split("#")[0].strip()
+        )
+        return {line.lower().replace("_", "-") for line in lines}
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    listed = pins(ROOT / "deploy" / "image-packages.txt")
+    assert listed == pins(ROOT / "deploy" / "requirements.txt") | {f"replicator=={version}"}
