@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -142,12 +141,18 @@ def test_the_image_build_copies_the_license_files() -> None:
         assert name in copied, f"the Dockerfile does not copy {name}"
 
 
-def test_image_pins_satisfy_the_package_requirements() -> None:
+def pinned(path: Path) -> dict[str, str]:
+    """The ``name==version`` lines of a pin list (comments skipped), by canonical name."""
     pins: dict[str, str] = {}
-    for line in (DEPLOY / "requirements.txt").read_text().splitlines():
+    for line in path.read_text().splitlines():
         if line and not line.startswith("#"):
             name, _, version = line.partition("==")
             pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_image_pins_satisfy_the_package_requirements() -> None:
+    pins = pinned(DEPLOY / "requirements.txt")
     for requirement in map(Requirement, project()["dependencies"]):
         name = canonicalize_name(requirement.name)
         assert name in pins, f"{name} is not pinned in deploy/requirements.txt"
@@ -560,16 +565,9 @@ def test_dashboard_panels_have_unique_ids_and_do_not_overlap() -> None:
 
 def test_image_package_list_is_the_requirements_and_the_wheel() -> None:
     """deploy/image-packages.txt (read from a built sidecar image) names exactly the pins of
-    deploy/requirements.txt plus the replicator wheel at pyproject.toml's version."""
-
-    def pins(path: Path) -> set[str]:
-        lines = (
-            line.split("#")[0].split()[0]
-            for line in path.read_text().splitlines()
-            if line.split("#")[0].strip()
-        )
-        return {line.lower().replace("_", "-") for line in lines}
-
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    listed = pins(ROOT / "deploy" / "image-packages.txt")
-    assert listed == pins(ROOT / "deploy" / "requirements.txt") | {f"replicator=={version}"}
+    deploy/requirements.txt plus the replicator wheel at pyproject.toml's version, the version
+    the Dockerfile's labels default to."""
+    version = project()["version"]
+    expected = {**pinned(DEPLOY / "requirements.txt"), "replicator": version}
+    assert pinned(DEPLOY / "image-packages.txt") == expected
+    assert f"ARG VERSION={version}\n" in (DEPLOY / "Dockerfile").read_text()
