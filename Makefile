@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.demo-installed
 # The native extension's sources: a change rebuilds it (pip install -e . runs maturin again).
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 
-.PHONY: install kafka promtool demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve wheel clean
+.PHONY: install kafka promtool image-tools image demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve wheel clean
 
 # Everything: the tests, the Spark jobs and the documentation site.
 $(STAMP): pyproject.toml $(NATIVE_SOURCES)
@@ -36,6 +36,20 @@ kafka: $(STAMP)
 promtool: $(STAMP)
 	$(BIN)/python -m replicator.devtools.promtool
 
+## A container engine for the images where none is present: podman (with runc, buildah) and
+## mmdebstrap, which makes the local base image where the registry cannot be reached, from
+## Debian's packages (needs root and apt; once).
+image-tools:
+	@if command -v docker > /dev/null 2>&1 && docker info > /dev/null 2>&1; then exit 0; fi; \
+	if command -v podman > /dev/null && command -v runc > /dev/null && command -v mmdebstrap > /dev/null; then exit 0; fi; \
+	echo "installing podman, runc, buildah and mmdebstrap from Debian's packages"; \
+	apt-get update -q > /dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends podman runc buildah mmdebstrap uidmap slirp4netns fuse-overlayfs > /dev/null
+
+## Both images (the sidecar, the Spark jobs'), built from deploy/Dockerfile with docker or podman;
+## prints the bases used, sizes, labels, the packages inside and the time from run to /readyz.
+image: $(STAMP) image-tools
+	$(BIN)/python -m replicator.devtools.images
+
 ## The embedded two-datacenter demo: two local brokers, two replicators, live traffic.
 ## Afterwards the command is .venv/bin/replicator (or `source .venv/bin/activate`).
 demo: $(DEMO_STAMP)
@@ -44,7 +58,7 @@ demo: $(DEMO_STAMP)
 ## The whole test suite: static checks, unit tests, integration tests on Apache Kafka (on the
 ## native data path), then the smoke subset on the Python data path (the reference), then on the
 ## embedded broker (the demo's).
-test: lint $(STAMP) kafka promtool
+test: lint $(STAMP) kafka promtool image-tools
 	$(BIN)/pytest -q -n 2 --dist worksteal --durations=25
 	REPLICATOR_TEST_DATA_PATH=python $(BIN)/pytest -q -n 2 --dist worksteal -m smoke tests/integration
 	REPLICATOR_TEST_BROKER=embedded $(BIN)/pytest -q -n 2 --dist worksteal -m smoke tests/integration

@@ -52,6 +52,8 @@ attempt may succeed later without anyone changing anything::
                               node (tests, benchmarks) did not start; no
       PromtoolError           Prometheus's promtool could not be fetched at its pinned release
                               (the alert rules' tests); no
+      ImageError              a container image could not be built or run (make image, the
+                              container tests); no
     Stopped                   not an error: a stop came first and the work was abandoned
                               (:func:`replicator.lifecycle.unless_stopped`); never retried, never
                               reported
@@ -215,6 +217,12 @@ class LocalKafkaError(EmbeddedBrokerError):
 class PromtoolError(ReplicatorError, RuntimeError):
     """Prometheus's ``promtool`` could not be fetched at the pinned release (neither Debian's
     package nor a Go build)."""
+
+
+class ImageError(ReplicatorError, RuntimeError):
+    """A container image could not be built or run: no engine, no base image (neither the
+    registry's nor a local stand-in), or a build or run the engine refused (its output in the
+    message)."""
 
 
 class Stopped(Exception):

@@ -16,6 +16,9 @@
 ``promtool``
     Prometheus's ``promtool`` at a pinned release, fetched once, for the test suite's checks
     of the alerting rules.
+``images``
+    The product's container images built as shipped (``make image``, the container tests):
+    the engine, the base images or their local stand-ins, the facts about each image.
 ``wan``
     A relay adding a fixed latency to every connection across a simulated wide-area link,
     for the benchmarks across datacenters.
