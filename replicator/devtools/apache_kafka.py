@@ -5,15 +5,17 @@ Owns the pinned release and its jars (copied through :mod:`replicator.devtools.j
 configuration (KRaft combined mode: every node is broker and controller), and the JVM processes:
 one node per datacenter by default, three for leader failover. Listeners beyond PLAINTEXT (SSL,
 SASL_SSL, SASL_PLAINTEXT) with a test certificate authority, SCRAM users and the standard
-authorizer are switched on per cluster. Each node keeps its data on disk, so a restart keeps the
-log; its output goes to a file that :meth:`ApacheKafkaCluster.log` shows. A node's JVM dies with
-the process that started it, so no broker outlives a killed test run.
+authorizer are switched on per cluster; ACLs are granted with Kafka's own AclCommand, or many
+at once in one request (:func:`change_acls`). Each node keeps its data on disk, so a restart
+keeps the log; its output goes to a file that :meth:`ApacheKafkaCluster.log` shows. A node's
+JVM dies with the process that started it, so no broker outlives a killed test run.
 
 Nothing here is used by ``replicator run``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import os
@@ -23,9 +25,11 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from aiokafka.admin import AIOKafkaAdminClient
 
 from replicator.devtools.embedded import LocalBroker, embedded_clusters, free_port
 from replicator.devtools.jvm import (
@@ -38,6 +42,7 @@ from replicator.devtools.jvm import (
     spawn_jvm,
 )
 from replicator.errors import LocalKafkaError
+from replicator.kafka.admin import AclBinding, create_acls, delete_acls
 
 BROKERS = ("kafka", "embedded")
 """The local brokers a tool may start: Apache Kafka (the product's target) or the embedded one."""
@@ -619,6 +624,28 @@ def _acl_command(
         *resource,
         "--force",
     )
+
+
+def change_acls(
+    cluster: ApacheKafkaCluster,
+    *,
+    add: Sequence[AclBinding] = (),
+    remove: Sequence[AclBinding] = (),
+) -> None:
+    """Remove then add ACLs through the PLAINTEXT listener, each change one request
+    (DeleteAcls, CreateAcls) however many it carries: where a test changes many grants, a
+    JVM per :func:`grant` is seconds each."""
+
+    async def send() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+        await admin.start()
+        try:
+            await delete_acls(admin, remove)
+            await create_acls(admin, add)
+        finally:
+            await admin.close()
+
+    asyncio.run(send())
 
 
 # A cluster of several nodes whose partitions are spread over them, one copy each (the nodes'

@@ -1,12 +1,13 @@
-"""The admin adapter: the topic requests the product makes of a cluster, in product terms.
+"""The admin adapter: the topic and ACL requests the product makes of a cluster, in product terms.
 
 Metadata of every topic (never naming one: naming a missing topic may create it), the cluster's
 size, CreateTopics, CreatePartitions, DescribeConfigs and IncrementalAlterConfigs, each about many
-topics at once. A config entry comes back typed (:class:`ConfigEntry`: name, value, where the value
-comes from, read-only, sensitive), never as the protocol's tuple. aiokafka's admin client has no
-IncrementalAlterConfigs: its request is built here, in Kafka's protocol types, and sent through
-the admin client's connection (:func:`replicator.kafka.internals.kafka_client`). What to create,
-grow or change is decided by the callers (:mod:`replicator.topics.provisioning`).
+topics at once; CreateAcls and DeleteAcls, each about many ACLs at once (:class:`AclBinding`). A
+config entry comes back typed (:class:`ConfigEntry`: name, value, where the value comes from,
+read-only, sensitive), never as the protocol's tuple. aiokafka's admin client has no
+IncrementalAlterConfigs and no ACL requests: they are built here, in Kafka's protocol types, and
+sent through the admin client's connection (:func:`replicator.kafka.internals.kafka_client`).
+What to create, grow or change is decided by the callers (:mod:`replicator.topics.provisioning`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import aiokafka.errors as kerr
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import IncompatibleBrokerVersion
+from aiokafka.protocol.admin import CreateAclsRequest_v1, DeleteAclsRequest_v1
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
 
@@ -304,3 +306,108 @@ async def alter_topic_configs(
         raise KafkaFailure(
             f"topic configs refused: {'; '.join(refused)}", retriable=first.retriable
         )
+
+
+# Kafka's ACL codes (org.apache.kafka.common.resource.ResourceType, PatternType and
+# org.apache.kafka.common.acl.AclOperation, AclPermissionType), as CreateAcls and DeleteAcls
+# carry them; the names are kafka-acls' own.
+_RESOURCE_TYPES = {"topic": 2, "group": 3, "cluster": 4, "transactional-id": 5}
+_LITERAL, _PREFIXED = 3, 4
+_ACL_OPERATIONS = {
+    "All": 2,
+    "Read": 3,
+    "Write": 4,
+    "Create": 5,
+    "Delete": 6,
+    "Alter": 7,
+    "Describe": 8,
+    "ClusterAction": 9,
+    "DescribeConfigs": 10,
+    "AlterConfigs": 11,
+    "IdempotentWrite": 12,
+}
+_DENY, _ALLOW = 2, 3
+_ACL_VERSION = 1  # CreateAcls and DeleteAcls v1 (Kafka 2.0 and later; 4.0 dropped v0)
+
+
+@dataclass(frozen=True)
+class AclBinding:
+    """One ACL: ``principal`` (``User:alice``) allowed, or denied, one ``operation`` (``Read``,
+    ``DescribeConfigs``: kafka-acls' names) on one resource (``topic``, ``group``, ``cluster``,
+    ``transactional-id``) named literally or by prefix, from any host."""
+
+    principal: str
+    resource: str
+    name: str
+    operation: str
+    prefixed: bool = False
+    allow: bool = True
+
+    def wire(self) -> tuple[int, str, int, str, str, int, int]:
+        """The binding as CreateAcls carries it (and DeleteAcls, as an exact filter)."""
+        if self.resource not in _RESOURCE_TYPES or self.operation not in _ACL_OPERATIONS:
+            raise ValueError(f"not a Kafka ACL: {self}")
+        return (
+            _RESOURCE_TYPES[self.resource],
+            self.name,
+            _PREFIXED if self.prefixed else _LITERAL,
+            self.principal,
+            "*",
+            _ACL_OPERATIONS[self.operation],
+            _ALLOW if self.allow else _DENY,
+        )
+
+
+class _AclRequest:
+    """CreateAcls (API 30) or DeleteAcls (API 31) v1 of many bindings at once."""
+
+    def __init__(self, struct: type[RequestStruct], bindings: Sequence[AclBinding]) -> None:
+        self.API_KEY = struct.API_KEY
+        self._struct = struct
+        self._rows = [binding.wire() for binding in bindings]
+
+    def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
+        low, high = versions.get(self.API_KEY, (0, -1))
+        if not low <= _ACL_VERSION <= high:
+            raise IncompatibleBrokerVersion(
+                "the broker does not support ACL requests v1 (Kafka 2.0 and later do)"
+            )
+        return self._struct(self._rows)
+
+
+async def _send_acls(
+    admin: AIOKafkaAdminClient, struct: type[RequestStruct], bindings: Sequence[AclBinding]
+) -> list[tuple[int, str | None]]:
+    if not bindings:
+        return []
+    client = kafka_client(admin)
+    response = await client.send(await a_broker(client), _AclRequest(struct, bindings))
+    return [(row[0], row[1]) for row in getattr(response, _ACL_ANSWERS[struct.API_KEY])]
+
+
+_ACL_ANSWERS = {30: "creation_responses", 31: "filter_responses"}
+
+
+def _acl_refusals(
+    verb: str, bindings: Sequence[AclBinding], answers: list[tuple[int, str | None]]
+) -> None:
+    refused = [
+        f"{b.operation} on {b.resource} {b.name} for {b.principal}: {error_name(code)}"
+        f"{f' ({message})' if message else ''}"
+        for b, (code, message) in zip(bindings, answers, strict=True)
+        if code != 0
+    ]
+    if refused:
+        raise KafkaFailure(f"ACLs not {verb}: {'; '.join(refused)}", retriable=False)
+
+
+async def create_acls(admin: AIOKafkaAdminClient, bindings: Sequence[AclBinding]) -> None:
+    """Add every one of ``bindings`` (one CreateAcls request; an ACL already there stays);
+    :class:`~replicator.errors.KafkaFailure` naming each the cluster refused."""
+    _acl_refusals("created", bindings, await _send_acls(admin, CreateAclsRequest_v1, bindings))
+
+
+async def delete_acls(admin: AIOKafkaAdminClient, bindings: Sequence[AclBinding]) -> None:
+    """Remove exactly ``bindings`` (one DeleteAcls request, each an exact filter; one not
+    there matches nothing); :class:`~replicator.errors.KafkaFailure` naming each refused."""
+    _acl_refusals("deleted", bindings, await _send_acls(admin, DeleteAclsRequest_v1, bindings))

@@ -4,10 +4,11 @@ Two clusters with the StandardAuthorizer (SCRAM users, nothing allowed that no A
 grants are those ``replicator acls`` prints for the configuration (the ones
 ``docs/operations/security.md`` explains), applied with Kafka's own AclCommand and nothing more:
 every record reaches both clusters exactly, a source that grows grows its destinations, and the
-config sync runs without a failure. Then each grant is taken away in turn, with a replicator
-started without it: the product says which operation on which resource of which cluster was
-refused, readiness is false naming that leg only (the others keep copying), and once the grant
-is back everything is delivered exactly, nothing lost, nothing twice.
+config sync runs without a failure. Then each grant is taken away in turn (these changes made
+in one ACL request per cluster), with a replicator started without it: the product says which
+operation on which resource of which cluster was refused, readiness is false naming that leg
+only (the others keep copying), and once the grant is back everything is delivered exactly,
+nothing lost, nothing twice.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from replicator.devtools.apache_kafka import (
     ApacheKafkaCluster,
     ScramUser,
     Security,
+    change_acls,
     grant,
-    revoke,
     start_all,
 )
+from replicator.kafka.admin import AclBinding
 from tests.integration.harness import (
     BACKEND,
     ReplicatorProcess,
@@ -48,6 +50,8 @@ from tests.integration.harness import (
     wait_settled,
     wait_until,
 )
+
+Rows = list[dict[str, Any]]  # what ``replicator acls --json`` prints, one grant a row
 
 pytestmark = pytest.mark.skipif(
     BACKEND != "kafka", reason="SCRAM users and ACLs need Apache Kafka (the default backend)"
@@ -108,7 +112,8 @@ def resource_args(row: dict[str, Any]) -> tuple[str, ...]:
     return args
 
 
-def apply(clusters: dict[str, ApacheKafkaCluster], rows: list[dict[str, Any]]) -> None:
+def apply_with_acl_command(clusters: dict[str, ApacheKafkaCluster], rows: Rows) -> None:
+    """As an operator applies the printed grants: Kafka's own AclCommand, one row at a time."""
     for row in rows:
         grant(
             clusters[row["cluster"]],
@@ -118,13 +123,32 @@ def apply(clusters: dict[str, ApacheKafkaCluster], rows: list[dict[str, Any]]) -
         )
 
 
-def take_away(clusters: dict[str, ApacheKafkaCluster], row: dict[str, Any]) -> None:
-    revoke(
-        clusters[row["cluster"]],
-        row["principal"],
-        *resource_args(row),
-        operations=",".join(row["operations"]),
-    )
+def _by_cluster(rows: Rows) -> dict[str, list[AclBinding]]:
+    bindings: dict[str, list[AclBinding]] = {}
+    for row in rows:
+        bindings.setdefault(row["cluster"], []).extend(
+            AclBinding(
+                row["principal"],
+                row["resource"],
+                row["name"],
+                operation,
+                prefixed=row["pattern"] == "prefixed",
+            )
+            for operation in row["operations"]
+        )
+    return bindings
+
+
+def apply(clusters: dict[str, ApacheKafkaCluster], rows: Rows) -> None:
+    """The rows' grants added, one CreateAcls request per cluster."""
+    for alias, bindings in _by_cluster(rows).items():
+        change_acls(clusters[alias], add=bindings)
+
+
+def take_away(clusters: dict[str, ApacheKafkaCluster], rows: Rows) -> None:
+    """The rows' grants removed, one DeleteAcls request per cluster."""
+    for alias, bindings in _by_cluster(rows).items():
+        change_acls(clusters[alias], remove=bindings)
 
 
 def problems(node: ReplicatorProcess) -> tuple[int, list[str]]:
@@ -208,7 +232,7 @@ def test_exactly_the_printed_acls_replicate_grow_and_sync_configs(
         ("dc1", "group", "replicator.dc1.dc1.resume"),
         ("dc2", "group", "replicator.dc1.dc2.resume"),
     }
-    apply(clusters, rows)
+    apply_with_acl_command(clusters, rows)
     try:
         node = replicators("dc1", env)
         node.wait_ready(timeout=90)
@@ -227,8 +251,7 @@ def test_exactly_the_printed_acls_replicate_grow_and_sync_configs(
         assert node.stop() == 0
         delivered_exactly(clusters, sent, topic, "dc1", "dc2")
     finally:
-        for row in rows:
-            take_away(clusters, row)
+        take_away(clusters, rows)
 
 
 @dataclass(frozen=True)
@@ -327,7 +350,7 @@ def test_each_grant_missing_is_named_waits_on_that_leg_and_loses_nothing(
             for alias in ("dc1", "dc2"):
                 wait_until(holds(clusters[alias], topic, 40), 90, f"{alias} first", node.log)
             wait_settled(node)
-            take_away(clusters, taken)
+            take_away(clusters, [taken])
         if missing.after_first_records == "restart":  # the marks are read when it starts
             assert node.stop() == 0
             node = replicators("dc1", env)
@@ -352,5 +375,4 @@ def test_each_grant_missing_is_named_waits_on_that_leg_and_loses_nothing(
         assert node.stop() == 0
         delivered_exactly(clusters, sent, topic, "dc1", "dc2")
     finally:
-        for granted in rows:
-            take_away(clusters, granted)
+        take_away(clusters, rows)

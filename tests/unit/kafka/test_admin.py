@@ -1,4 +1,5 @@
-"""The admin adapter: DescribeConfigs answers come back as typed config entries."""
+"""The admin adapter: DescribeConfigs answers come back as typed config entries; ACL bindings
+go many to a request, in Kafka's codes."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from typing import Any
 import aiokafka.errors as kerr
 import pytest
 from aiokafka.admin import NewPartitions
+from aiokafka.protocol.admin import CreateAclsRequest_v1, DeleteAclsRequest_v1
 
 from replicator.kafka.admin import (
     MAX_PARTITIONS_PER_REQUEST,
+    AclBinding,
     ConfigEntry,
     TopicSpec,
+    _AclRequest,
     create_topics,
     describe_topic_configs,
     grow_topics,
@@ -144,3 +148,25 @@ def test_a_topic_larger_than_a_request_is_asked_alone() -> None:
         {"big": 7_000},
         {"b": 3},
     ]
+
+
+def test_acl_bindings_carry_kafkas_codes_and_many_go_in_one_request() -> None:
+    bindings = [
+        AclBinding("User:r", "topic", "orders", "Read"),
+        AclBinding("User:r", "group", "replicator.", "DescribeConfigs", prefixed=True),
+        AclBinding("User:r", "cluster", "kafka-cluster", "Alter", allow=False),
+    ]
+    request = _AclRequest(CreateAclsRequest_v1, bindings).prepare({30: (1, 3)})
+    assert request.API_VERSION == 1
+    assert list(request.creations) == [
+        (2, "orders", 3, "User:r", "*", 3, 3),
+        (3, "replicator.", 4, "User:r", "*", 10, 3),
+        (4, "kafka-cluster", 3, "User:r", "*", 7, 2),
+    ]
+
+
+def test_an_acl_request_a_broker_cannot_take_and_an_unknown_operation_are_refused() -> None:
+    with pytest.raises(kerr.IncompatibleBrokerVersion):
+        _AclRequest(DeleteAclsRequest_v1, []).prepare({31: (0, 0)})
+    with pytest.raises(ValueError, match="not a Kafka ACL"):
+        AclBinding("User:r", "topic", "orders", "Fly").wire()
