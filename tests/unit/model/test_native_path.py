@@ -170,6 +170,9 @@ def source_logs(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, int]], int, int
 def _fetch_path() -> Iterator[None]:
     assert use_decoded_records(record_sets=True)
     yield
+    # Process-wide: the tests after these in this worker (the integration tests' source
+    # consumers among them) get decoded records again, not record sets.
+    assert use_decoded_records(record_sets=False)
     _LOOP.close()
 
 
