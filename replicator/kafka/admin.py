@@ -328,6 +328,7 @@ _ACL_OPERATIONS = {
 }
 _DENY, _ALLOW = 2, 3
 _ACL_VERSION = 1  # CreateAcls and DeleteAcls v1 (Kafka 2.0 and later; 4.0 dropped v0)
+_ACL_ANSWERS = {30: "creation_responses", 31: "filter_responses"}  # each binding's answer
 
 
 @dataclass(frozen=True)
@@ -385,9 +386,6 @@ async def _send_acls(
     return [(row[0], row[1]) for row in getattr(response, _ACL_ANSWERS[struct.API_KEY])]
 
 
-_ACL_ANSWERS = {30: "creation_responses", 31: "filter_responses"}
-
-
 def _acl_refusals(
     verb: str, bindings: Sequence[AclBinding], answers: list[tuple[int, str | None]]
 ) -> None:
@@ -397,8 +395,9 @@ def _acl_refusals(
         for b, (code, message) in zip(bindings, answers, strict=True)
         if code != 0
     ]
-    if refused:
-        raise KafkaFailure(f"ACLs not {verb}: {'; '.join(refused)}", retriable=False)
+    if refused:  # retriable as the broker's first error is, as alter_topic_configs says it
+        first = broker_error(next(code for code, _ in answers if code != 0))
+        raise KafkaFailure(f"ACLs not {verb}: {'; '.join(refused)}", retriable=first.retriable)
 
 
 async def create_acls(admin: AIOKafkaAdminClient, bindings: Sequence[AclBinding]) -> None:

@@ -11,11 +11,13 @@ import pytest
 from aiokafka.admin import NewPartitions
 from aiokafka.protocol.admin import CreateAclsRequest_v1, DeleteAclsRequest_v1
 
+from replicator.errors import KafkaFailure
 from replicator.kafka.admin import (
     MAX_PARTITIONS_PER_REQUEST,
     AclBinding,
     ConfigEntry,
     TopicSpec,
+    _acl_refusals,
     _AclRequest,
     create_topics,
     describe_topic_configs,
@@ -170,3 +172,17 @@ def test_an_acl_request_a_broker_cannot_take_and_an_unknown_operation_are_refuse
         _AclRequest(DeleteAclsRequest_v1, []).prepare({31: (0, 0)})
     with pytest.raises(ValueError, match="not a Kafka ACL"):
         AclBinding("User:r", "topic", "orders", "Fly").wire()
+
+
+def test_refused_acls_are_named_and_retriable_as_the_brokers_error_is() -> None:
+    bindings = [
+        AclBinding("User:r", "topic", "a", "Read"),
+        AclBinding("User:r", "topic", "b", "Write"),
+    ]
+    _acl_refusals("created", bindings, [(0, None), (0, None)])  # nothing refused: no error
+    with pytest.raises(KafkaFailure, match="Write on topic b for User:r") as moved:
+        _acl_refusals("created", bindings, [(0, None), (41, "not the controller")])
+    assert moved.value.retriable
+    with pytest.raises(KafkaFailure, match="Read on topic a") as denied:
+        _acl_refusals("deleted", bindings, [(31, None), (0, None)])
+    assert not denied.value.retriable
