@@ -41,6 +41,7 @@ from replicator.devtools.apache_kafka import ApacheKafkaCluster, ScramUser, Secu
 from replicator.devtools.embedded import EmbeddedBroker, free_port
 from replicator.kafka.admin import describe_topic_configs
 from replicator.kafka.readers import StoredRecord, read_topic
+from replicator.model.provenance import Tagger
 from replicator.topics.configs import as_kafka_reports, overrides
 
 BACKENDS = ("kafka", "embedded", "container")
@@ -576,6 +577,17 @@ def produce(
         for i in range(count)
     ]
     return run(_produce(broker.bootstrap_servers, topic, records))
+
+
+def copies_of(source: list[Sent], topic: str, origin: str = "dc1") -> list[Sent]:
+    """What the replicator of ``origin`` writes into ``topic`` for ``source`` records (untagged
+    or derived): the same place, with provenance naming the replica topic they were read from."""
+    copies = []
+    for r in source:
+        _, tagged = Tagger(origin, r.topic, r.partition).retag(r.headers, r.offset)
+        assert tagged is not None, f"not replicated: {r}"
+        copies.append(Sent(topic, r.partition, -1, r.key, r.value, tuple(tagged), r.timestamp))
+    return copies
 
 
 def read(broker: Broker, topic: str) -> list[StoredRecord]:

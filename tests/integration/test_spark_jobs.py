@@ -25,6 +25,7 @@ from tests.integration.harness import (
     APACHE_KAFKA,
     Sent,
     Start,
+    copies_of,
     create_topics,
     holds,
     oracle,
@@ -148,17 +149,6 @@ def test_backfill_copies_exactly_then_hands_over_to_the_live_replicator(
         print(f"backfill: 3000 records in {result['seconds']:.1f} s ({rate:.0f} records/s)")
 
 
-def _copy(source: list[Sent], topic: str) -> list[Sent]:
-    """What the replicator writes into ``topic`` for ``source`` records (untagged or derived)
-    of dc1: same place, with provenance naming the replica topic they were read from."""
-    copies = []
-    for r in source:
-        _, headers = Tagger("dc1", r.topic, r.partition).retag(r.headers, r.offset)
-        assert headers is not None, f"not replicated: {r}"
-        copies.append(Sent(topic, r.partition, -1, r.key, r.value, tuple(headers), r.timestamp))
-    return copies
-
-
 def _audit(env: dict[str, str], topic: str, *more: str) -> tuple[int, dict[str, Any]]:
     status, out, err = replicator_cli(env, "audit", "--topic", topic, "--json", "-", *more)
     assert status in (0, 1), err
@@ -180,7 +170,7 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
         sent += produce_records(
             local, "orders_REPLICA", [_derived("orders_REPLICA", 0, sent[0].timestamp)]
         )
-        copies = _copy(sent, "orders")
+        copies = copies_of(sent, "orders")
         env = replicator_env("dc1", brokers)
 
         # Pointed at nothing, the jobs never pass: a topic no cluster holds, and one that holds
@@ -205,10 +195,10 @@ def test_audit_reports_nothing_on_clean_clusters_and_exactly_the_injected_faults
         for broker in (local, remote):
             create_topics(broker, payments_REPLICA=3, payments=3)
         paid = produce(local, "payments_REPLICA", 300, partitions=3)
-        faulty = _inject_faults(_copy(paid, "payments"), paid)
-        produce_records(local, "payments", [*_copy(paid, "payments")])
+        faulty = _inject_faults(copies_of(paid, "payments"), paid)
+        produce_records(local, "payments", [*copies_of(paid, "payments")])
         produce_records(remote, "payments", faulty)
-        looped = _copy(paid[:1], "payments_REPLICA")  # replicated data published again
+        looped = copies_of(paid[:1], "payments_REPLICA")  # replicated data published again
         broken = _malformed("payments_REPLICA", 2, paid[0].timestamp)
         produce_records(remote, "payments_REPLICA", [*looped, broken])
         status, both = _audit(env, "orders", "--topic", "payments", "--max-offsets-per-task", "7")
@@ -299,7 +289,7 @@ def test_backfill_of_real_topics_copies_every_origin_with_its_provenance(
         local, new = brokers["dc1"], brokers["dc3"]
         create_topics(local, orders_REPLICA=4, orders=4)
         source = produce(local, "orders_REPLICA", 300, partitions=4)
-        ours = _copy(source, "orders")
+        ours = copies_of(source, "orders")
         theirs = [  # as if replicated from dc2
             replace(
                 copy,
