@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.demo-installed
 # The native extension's sources: a change rebuilds it (pip install -e . runs maturin again).
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 
-.PHONY: install kafka promtool image-tools image demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve wheel clean
+.PHONY: install kafka promtool kustomize image-tools image demo jobs-demo test bench bench-quick bench-scale bench-spark lint unit integration smoke docs docs-serve wheel clean
 
 # Everything: the tests, the Spark jobs and the documentation site.
 $(STAMP): pyproject.toml $(NATIVE_SOURCES)
@@ -23,7 +23,7 @@ $(DEMO_STAMP): pyproject.toml $(NATIVE_SOURCES)
 	$(BIN)/pip install --quiet -e ".[embedded]"
 	touch $(DEMO_STAMP)
 
-install: $(STAMP) kafka promtool
+install: $(STAMP) kafka promtool kustomize
 
 ## Apache Kafka's jars (broker, tools, both MirrorMakers) from Maven Central into ~/.cache/replicator
 ## (once; later runs are offline). Needs Java 17+ and Maven 3.8+.
@@ -36,14 +36,19 @@ kafka: $(STAMP)
 promtool: $(STAMP)
 	$(BIN)/python -m replicator.devtools.promtool
 
-## A container engine for the images where none is present: podman (with runc, buildah) and
-## mmdebstrap, which makes the local base image where the registry cannot be reached, from
-## Debian's packages (needs root and apt; once).
+## kustomize, pinned (the Kubernetes overlays rendered as an operator renders them) into
+## ~/.cache/replicator (once): a Go build from the Go module proxy, else kubectl's own.
+kustomize: $(STAMP)
+	$(BIN)/python -m replicator.devtools.manifests
+
+## A container engine for the images where none is present: podman (with runc, buildah, and
+## catatonit for the pods of `podman kube play`) and mmdebstrap, which makes the local base
+## image where the registry cannot be reached, from Debian's packages (needs root and apt; once).
 image-tools:
 	@if command -v docker > /dev/null 2>&1 && docker info > /dev/null 2>&1; then exit 0; fi; \
-	if command -v podman > /dev/null && command -v runc > /dev/null && command -v mmdebstrap > /dev/null; then exit 0; fi; \
-	echo "installing podman, runc, buildah and mmdebstrap from Debian's packages"; \
-	apt-get update -q > /dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends podman runc buildah mmdebstrap uidmap slirp4netns fuse-overlayfs > /dev/null
+	if command -v podman > /dev/null && command -v runc > /dev/null && command -v mmdebstrap > /dev/null && command -v catatonit > /dev/null; then exit 0; fi; \
+	echo "installing podman, runc, buildah, catatonit and mmdebstrap from Debian's packages"; \
+	apt-get update -q > /dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends podman runc buildah catatonit mmdebstrap uidmap slirp4netns fuse-overlayfs > /dev/null
 
 ## Both images (the sidecar, the Spark jobs'), built from deploy/Dockerfile with docker or podman;
 ## prints the bases used, sizes, labels, the packages inside and the time from run to /readyz.
@@ -58,7 +63,7 @@ demo: $(DEMO_STAMP)
 ## The whole test suite: static checks, unit tests, integration tests on Apache Kafka (on the
 ## native data path), then the smoke subset on the Python data path (the reference), then on the
 ## embedded broker (the demo's).
-test: lint $(STAMP) kafka promtool image-tools
+test: lint $(STAMP) kafka promtool kustomize image-tools
 	$(BIN)/pytest -q -n 2 --dist worksteal --durations=25
 	REPLICATOR_TEST_DATA_PATH=python $(BIN)/pytest -q -n 2 --dist worksteal -m smoke tests/integration
 	REPLICATOR_TEST_BROKER=embedded $(BIN)/pytest -q -n 2 --dist worksteal -m smoke tests/integration
@@ -90,7 +95,7 @@ lint: $(STAMP)
 	cargo fmt --manifest-path native/Cargo.toml --check
 	cargo clippy --manifest-path native/Cargo.toml --release --quiet -- -D warnings
 
-unit: $(STAMP) promtool
+unit: $(STAMP) promtool kustomize
 	$(BIN)/pytest -q -m "not integration"
 
 integration: $(STAMP) kafka

@@ -222,7 +222,8 @@ class PromtoolError(ReplicatorError, RuntimeError):
 class ImageError(ReplicatorError, RuntimeError):
     """A container image could not be built or run: no engine, no base image (neither the
     registry's nor a local stand-in), or a build or run the engine refused (its output in the
-    message)."""
+    message); or the Kubernetes manifests could not be rendered (no kustomize to fetch, or
+    kustomize refusing them)."""
 
 
 class Stopped(Exception):

@@ -19,6 +19,9 @@
 ``images``
     The product's container images built as shipped (``make image``, the container tests):
     the engine, the base images or their local stand-ins, the facts about each image.
+``manifests``
+    The Kubernetes overlays rendered by kustomize at a pinned release (built once with Go),
+    split into what ``podman kube play`` runs and what only the API's schemas check.
 ``wan``
     A relay adding a fixed latency to every connection across a simulated wide-area link,
     for the benchmarks across datacenters.

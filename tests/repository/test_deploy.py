@@ -15,12 +15,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from replicator.config.loading import load_settings
 from replicator.config.settings import Settings
+from replicator.devtools.manifests import Rendered, render
 from replicator.telemetry.metrics import Metrics
 from tests.repository.deployment import (
     DEPLOY,
@@ -343,6 +345,48 @@ def kubernetes_resources() -> list[Path]:
 def test_kubernetes_manifest_validates_against_the_api_schema(path: Path) -> None:
     done = run_tool(tool("kubernetes-validate"), "--strict", "--quiet", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@cache
+def rendered(overlay: Path) -> tuple[dict[str, Any], ...]:
+    """An overlay as kustomize renders it (the pinned standalone build)."""
+    return tuple(render(overlay))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_rendered_overlay_validates_against_the_api_schema_where_podman_cannot_run_it(
+    overlay: Path,
+) -> None:
+    """What ``kubectl apply -k`` would send, each document strictly against the API's schema
+    (an unknown field fails); podman's ``kube play`` runs the pod, its ConfigMap and Secret
+    (tests/integration/test_images.py), but not the Service, the PodDisruptionBudget or the
+    topology spread, which only these schemas and the selectors below check."""
+    documents = rendered(overlay)
+    for doc in documents:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    split = Rendered.of(documents)
+    assert sorted(d["kind"] for d in split.played) == ["ConfigMap", "Deployment"]
+    assert [d["kind"] for d in split.secrets] == ["Secret"]
+    by_kind = {d["kind"]: d for d in split.not_played}
+    assert sorted(by_kind) == ["PodDisruptionBudget", "Service"]
+    (deployment,) = [d for d in split.played if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert {d["metadata"]["namespace"] for d in documents} == {"kafka-replication"}
+    assert by_kind["Service"]["spec"]["selector"].items() <= labels.items()
+    assert (
+        by_kind["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    )
+    (spread,) = pod["spec"]["topologySpreadConstraints"]
+    assert spread["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    # the generated names (content hashes) are the ones the pod refers to
+    (container,) = pod["spec"]["containers"]
+    names = {d["kind"]: d["metadata"]["name"] for d in documents}
+    assert container["envFrom"] == [
+        {"configMapRef": {"name": names["ConfigMap"]}},
+        {"secretRef": {"name": names["Secret"]}},
+    ]
 
 
 @cache
