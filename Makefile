@@ -51,8 +51,9 @@ image-tools:
 	apt-get update -q > /dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends podman runc buildah catatonit mmdebstrap uidmap slirp4netns fuse-overlayfs > /dev/null
 
 ## Both images (the sidecar, the Spark jobs'), built from deploy/Dockerfile with docker or podman;
-## prints the bases used, sizes, labels, the packages inside and the time from run to /readyz.
-image: $(STAMP) image-tools
+## prints the bases used, sizes, labels, the packages inside and the time from run to /readyz
+## beside two Apache Kafka clusters (local JVMs: the jars of `make kafka`).
+image: $(STAMP) kafka image-tools
 	$(BIN)/python -m replicator.devtools.images
 
 ## The embedded two-datacenter demo: two local brokers, two replicators, live traffic.

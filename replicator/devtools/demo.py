@@ -24,6 +24,7 @@ from rich.table import Table
 
 from replicator.devtools.embedded import (
     EmbeddedBroker,
+    LocalBroker,
     embedded_clusters,
     free_port,
     replicator_environment,
@@ -61,7 +62,7 @@ def start_sidecar(alias: str, brokers: dict[str, EmbeddedBroker]) -> Sidecar:
     return Sidecar(alias, port, process, log_path)
 
 
-async def create_replica_topic(broker: EmbeddedBroker) -> None:
+async def create_replica_topic(broker: LocalBroker) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
     await admin.start()
     try:

@@ -6,7 +6,7 @@ local stand-ins: a Debian bookworm root file system with Python made by ``mmdebs
 Debian's packages, and the host's Rust toolchain of the pinned release, each imported once and
 kept in the engine's store), the build of both targets (the sidecar and the Spark jobs' image),
 and the facts ``make image`` prints: base, size, labels, user, the Python packages inside and
-the time from ``run`` to ``/readyz`` 200 beside two embedded brokers. Podman runs with
+the time from ``run`` to ``/readyz`` 200 beside two Apache Kafka clusters. Podman runs with
 :data:`CONTAINERS_CONF` (runc, the host's ulimits), where a sandboxed kernel needs it. The
 container tests (``tests/integration/test_images.py``) build through :func:`build_images`.
 
@@ -29,7 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from replicator.devtools.embedded import embedded_clusters, free_port, replicator_environment
+from replicator.devtools.apache_kafka import local_clusters
+from replicator.devtools.demo import create_replica_topic
+from replicator.devtools.embedded import free_port, replicator_environment
 from replicator.devtools.jvm import cache_root, ensure_dir
 from replicator.errors import ImageError
 
@@ -309,8 +311,11 @@ def facts(engine: Engine, image: str) -> Facts:
 
 def seconds_to_ready(engine: Engine, image: str, timeout: float = 120) -> float:
     """The time from ``run`` to ``/readyz`` 200: a read-only sidecar on the host network beside
-    two embedded brokers (the demo's), configured by ``REPLICATOR_*`` variables only."""
-    with embedded_clusters("dc1", "dc2") as brokers:
+    two Apache Kafka clusters (local JVMs; dc1 holding ``orders_REPLICA``, so that ready means
+    its partitions assigned and resumed), configured by ``REPLICATOR_*`` variables only. Not
+    beside the embedded broker: its group coordinator takes 20-30 s to answer a first join."""
+    with local_clusters("dc1", "dc2", broker="kafka") as brokers:
+        asyncio.run(create_replica_topic(brokers["dc1"]))
         port = free_port()
         env = replicator_environment("dc1", brokers, port, shutdown_grace_ms="5000")
         name = f"replicator-ready-{port}"
