@@ -43,6 +43,12 @@ class ClusterSettings(BaseModel):
     sasl_password: SecretStr | None = Field(
         None, description="SASL password for this cluster (secret: never logged or shown)."
     )
+    sasl_password_file: ReadableFile = Field(
+        None,
+        description="A file holding the SASL password instead, e.g. a mounted secret "
+        "(/run/secrets/<name>, a Kubernetes Secret volume): read once at start, one trailing "
+        "newline dropped; not with SASL_PASSWORD.",
+    )
     ssl_cafile: ReadableFile = Field(None, description="CA bundle to verify the brokers.")
     ssl_certfile: ReadableFile = Field(None, description="Client certificate (mutual TLS).")
     ssl_keyfile: ReadableFile = Field(None, description="Client private key (mutual TLS).")

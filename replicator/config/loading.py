@@ -20,6 +20,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource
@@ -116,6 +117,36 @@ def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
     return sorted(unknown)
 
 
+_PASSWORD_FILE = re.compile(
+    rf"^{ENV_PREFIX}CLUSTERS{NESTED_DELIMITER}[^_].*{NESTED_DELIMITER}SASL_PASSWORD_FILE$",
+    re.IGNORECASE,
+)
+
+
+def _passwords_from_files(environ: Mapping[str, str]) -> dict[str, str]:
+    """``..._SASL_PASSWORD`` read from each ``..._SASL_PASSWORD_FILE`` (a mounted secret), one
+    trailing newline dropped; a file that cannot be read, is empty, or comes with the password
+    set as well is refused, naming the variable (never the content)."""
+    passwords = {}
+    given = {name.upper() for name in environ}
+    for name, path in environ.items():
+        if not _PASSWORD_FILE.match(name):
+            continue
+        password_name = name[: -len("_FILE")]
+        if password_name.upper() in given:
+            raise ConfigError(name, f"{password_name.upper()} is set as well: keep one of the two")
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError(name, f"cannot read the password file {path}: {why}") from None
+        password = text.removesuffix("\n").removesuffix("\r")
+        if not password:
+            raise ConfigError(name, f"the password file {path} is empty")
+        passwords[password_name] = password
+    return passwords
+
+
 # Values never quoted in an error: secrets, and bootstrap servers (their validator shows the bad
 # entries, credentials masked).
 _UNQUOTED_FIELDS = {"sasl_password", "bootstrap_servers"}
@@ -148,6 +179,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     unknown = _unknown_variables(env)
     if unknown:
         raise ConfigError(unknown[0], _unknown_setting(unknown[0]))
+    env.update(_passwords_from_files(env))
     values = _MappingEnvSource(Settings, env)()
     hostname = env.get("HOSTNAME", "").strip()
     # The platform's identity of this replica (a pod's or container's name): a container

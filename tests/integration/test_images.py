@@ -2,8 +2,8 @@
 
 Built from ``deploy/Dockerfile`` once per test run (``replicator.devtools.images``: docker, else
 podman; the registry's base images, else the local stand-ins). The sidecar image, run read-only
-on the host network, configured by ``REPLICATOR_*`` variables only, its SASL password handed in
-as a container secret: non-root, ``/livez`` and ``/readyz``, records both ways exact, the image's
+on the host network, configured by ``REPLICATOR_*`` variables only, its SASL password a container
+secret mounted as a file: non-root, ``/livez`` and ``/readyz``, records both ways exact, the image's
 own ``HEALTHCHECK`` healthy, a SIGKILL then a new container resuming exactly, ``stop`` draining
 within the grace with exit 0, no secret in the logs; a bad variable exits 2 naming it; the
 packages inside are the list kept beside the Dockerfile. The Spark image's ``replicator audit``:
@@ -114,13 +114,21 @@ class Container:
     image: Image
     name: str
     env: dict[str, str]
-    secrets: dict[str, str] = field(default_factory=dict)  # variable -> engine secret
+    # variable -> engine secret: its value, or (a ``_FILE`` variable) the path of the secret
+    # mounted as a file, as a Kubernetes Secret volume is
+    secrets: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
 
     def start(self, env_file: Path) -> Container:
         variables = {**self.env, "REPLICATOR_HTTP_PORT": str(self.port)}
+        secrets = []
+        for variable, secret in self.secrets.items():
+            if variable.endswith("_FILE"):
+                secrets.append(f"--secret={secret}")
+                variables[variable] = f"/run/secrets/{secret}"
+            else:
+                secrets.append(f"--secret={secret},type=env,target={variable}")
         env_file.write_text("".join(f"{key}={value}\n" for key, value in variables.items()))
-        secrets = [f"--secret={s},type=env,target={v}" for v, s in self.secrets.items()]
         self.image.engine.run(
             "run", "--detach", "--name", self.name, "--network", "host", "--read-only",
             "--tmpfs", "/tmp", "--env-file", str(env_file), *secrets, self.image.tag,
@@ -208,7 +216,7 @@ def test_the_sidecar_image_replicates_both_ways_heals_and_stops_as_shipped(
     containers: list[Container] = []
 
     def start(local: str, name: str) -> Container:
-        secrets = {"REPLICATOR_CLUSTERS__DC1__SASL_PASSWORD": dc1_password}
+        secrets = {"REPLICATOR_CLUSTERS__DC1__SASL_PASSWORD_FILE": dc1_password}
         box = Container(sidecar_image, name, sidecar_env(local, clusters), secrets)
         containers.append(box)
         return box.start(tmp_path / f"{name}.env")

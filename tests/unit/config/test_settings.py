@@ -121,6 +121,40 @@ def test_separate_credentials_per_cluster_and_secret_is_masked(tmp_path: Path) -
     assert CANARY not in str(settings.masked())
 
 
+def scram(**extra: str) -> dict[str, str]:
+    return {
+        **BASE,
+        "REPLICATOR_CLUSTERS__DC2__SECURITY_PROTOCOL": "SASL_SSL",
+        "REPLICATOR_CLUSTERS__DC2__SASL_MECHANISM": "SCRAM-SHA-512",
+        "REPLICATOR_CLUSTERS__DC2__SASL_USERNAME": "replicator-dc1",
+        **{f"REPLICATOR_CLUSTERS__DC2__{key.upper()}": value for key, value in extra.items()},
+    }
+
+
+@pytest.mark.parametrize("ending", ["", "\n", "\r\n"])
+def test_the_password_comes_from_a_mounted_secret_file(tmp_path: Path, ending: str) -> None:
+    secret = tmp_path / "dc2-password"
+    secret.write_bytes(f"{CANARY}{ending}".encode())
+    settings = load_settings(scram(sasl_password_file=str(secret)))
+    dc2 = settings.clusters["dc2"]
+    assert dc2.sasl_password is not None and dc2.sasl_password.get_secret_value() == CANARY
+    assert CANARY not in repr(settings) and CANARY not in str(settings.masked())
+
+
+def test_a_password_file_that_cannot_serve_is_refused_naming_its_variable(tmp_path: Path) -> None:
+    name = "REPLICATOR_CLUSTERS__DC2__SASL_PASSWORD_FILE"
+    missing = config_error(scram(sasl_password_file=str(tmp_path / "absent")))
+    assert missing.variable == name and "No such file" in missing.message, missing
+    (tmp_path / "empty").write_text("\n")
+    empty = config_error(scram(sasl_password_file=str(tmp_path / "empty")))
+    assert empty.variable == name and "empty" in empty.message, empty
+    (tmp_path / "secret").write_text(CANARY)
+    both = config_error(scram(sasl_password_file=str(tmp_path / "secret"), sasl_password="x"))
+    assert both.variable == name and "SASL_PASSWORD is set as well" in both.message, both
+    for error in (missing, empty, both):
+        assert CANARY not in str(error)
+
+
 def test_secret_never_appears_in_a_config_error() -> None:
     env = {
         **BASE,
