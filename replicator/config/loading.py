@@ -133,6 +133,8 @@ def _passwords_from_files(environ: Mapping[str, str]) -> dict[str, str]:
         if not _PASSWORD_FILE.match(name):
             continue
         password_name = name[: -len("_FILE")]
+        if not path.strip():
+            raise ConfigError(name, "empty: give the path of the file holding the password")
         if password_name.upper() in given:
             raise ConfigError(name, f"{password_name.upper()} is set as well: keep one of the two")
         try:

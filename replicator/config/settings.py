@@ -408,24 +408,32 @@ class Settings(BaseSettings):
             )
         for alias, cluster in self.clusters.items():
             var = f"{ENV_PREFIX}CLUSTERS__{alias.upper()}__"
-            given = [f for f in _SASL_FIELDS if getattr(cluster, f) is not None]
+            # The variables as the operator set them: the password may have come from its file.
+            named = {f: f.upper() for f in _SASL_FIELDS}
+            if cluster.sasl_password_file is not None:
+                named["sasl_password"] = "SASL_PASSWORD_FILE"
+            given = [named[f] for f in _SASL_FIELDS if getattr(cluster, f) is not None]
             if given and not cluster.uses_sasl:
                 # Credentials the protocol never sends: the operator meant SASL and would get an
                 # unauthenticated connection, refused by the broker in a way that says little.
                 protocol = var + "SECURITY_PROTOCOL"
                 how = "" if "security_protocol" in cluster.model_fields_set else " (the default)"
                 raise ConfigError(
-                    var + given[0].upper(),
+                    var + given[0],
                     f"given with {protocol}={cluster.security_protocol}{how}, which does not use "
                     f"SASL: set {protocol}=SASL_SSL (or SASL_PLAINTEXT), or remove "
-                    + " and ".join(var + f.upper() for f in given),
+                    + " and ".join(var + name for name in given),
                 )
             if cluster.uses_sasl:
                 for field in _SASL_FIELDS:
                     if getattr(cluster, field) is None:
+                        alternative = (
+                            f" (or {var}SASL_PASSWORD_FILE)" if field.endswith("password") else ""
+                        )
                         raise ConfigError(
                             var + field.upper(),
-                            f"required with security protocol {cluster.security_protocol}",
+                            f"required with security protocol {cluster.security_protocol}"
+                            + alternative,
                         )
             if (cluster.ssl_certfile is None) != (cluster.ssl_keyfile is None):
                 raise ConfigError(

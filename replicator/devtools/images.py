@@ -25,6 +25,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,25 +336,34 @@ def seconds_to_ready(engine: Engine, image: str, timeout: float = 120) -> float:
             image,
         )
         try:
-            asyncio.run(_ready(port, time.monotonic() + timeout))
+            _wait_ready(engine, name, port, time.monotonic() + timeout)
             return time.monotonic() - started
         finally:
             engine.run("rm", "--force", "--time", "10", name, check=False)
 
 
-async def _ready(port: int, deadline: float) -> None:
-    import aiohttp
-
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise ImageError(f"the sidecar's /readyz on port {port} did not answer 200 in time")
+def _wait_ready(engine: Engine, name: str, port: int, deadline: float) -> None:
+    """Poll ``/readyz`` until 200; an :class:`ImageError` with the container's last log lines
+    when it exits first or the deadline passes."""
+    url = f"http://127.0.0.1:{port}/readyz"
+    state = "unknown"
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:  # not listening yet, or 503 (an HTTPError)
+            pass
+        inspected = engine.run("container", "inspect", "--format", "{{.State.Status}}", name)
+        state = inspected.stdout.strip()
+        if state != "running":
+            break
+        time.sleep(0.1)
+    said = engine.run("logs", "--tail", "20", name, check=False)
+    raise ImageError(
+        f"the sidecar's {url} did not answer 200 (the container: {state}):"
+        f"\n{(said.stdout + said.stderr).strip()[-3000:]}"
+    )
 
 
 def kept_packages(path: Path = ROOT / "deploy" / "image-packages.txt") -> list[str]:

@@ -44,18 +44,21 @@ def kustomize(version: str = KUSTOMIZE_VERSION) -> list[str]:
     standalone build (made the first time, where Go is; a directory renamed into place when
     complete, so a concurrent build is harmless), else ``kubectl kustomize`` where kubectl
     carries kustomize (its own release, not the pin)."""
-    home = cache_root() / f"kustomize-{version}"
-    binary = home / "kustomize"
-    if binary.is_file() or shutil.which("go") is not None:
-        if not binary.is_file():
-            _build(home, version)
+    binary = cache_root() / f"kustomize-{version}" / "kustomize"
+    failure = "no go on the PATH to build it"
+    if not binary.is_file() and shutil.which("go") is not None:
+        try:
+            _build(binary.parent, version)
+        except ImageError as exc:
+            failure = str(exc)
+    if binary.is_file():
         return [str(binary), "build"]
     kubectl = shutil.which("kubectl")
     if kubectl is not None:
         said = _run([kubectl, "version", "--client"], timeout=60)
         if said.returncode == 0 and "Kustomize Version" in said.stdout:
             return [kubectl, "kustomize"]
-    raise ImageError(f"kustomize {version}: no go to build it, no kubectl carrying it")
+    raise ImageError(f"kustomize {version}: {failure}; and no kubectl carrying kustomize")
 
 
 def _build(home: Path, version: str) -> None:

@@ -92,19 +92,42 @@ def spark_image() -> Image:
     return _image("spark")
 
 
+@dataclass(frozen=True)
+class Secret:
+    """dc1's SCRAM password two ways: an engine secret handed in as a variable, and a
+    directory holding it as a file (readable by the image's user only) mounted at
+    ``/run/secrets``, as a Kubernetes Secret volume is. (podman 4.3 cannot mount an engine
+    secret as a file into a read-only root: it fails to make the mount point.)"""
+
+    name: str
+    directory: Path
+    file: str = "dc1-password"
+
+    def flags(self, variable: str) -> tuple[list[str], dict[str, str]]:
+        """The ``run`` flags and variables that hand the password to ``variable``."""
+        if variable.endswith("_FILE"):
+            mount = f"--volume={self.directory}:/run/secrets:ro"
+            return [mount], {variable: f"/run/secrets/{self.file}"}
+        return [f"--secret={self.name},type=env,target={variable}"], {}
+
+
 @pytest.fixture
-def dc1_password(sidecar_image: Image, tmp_path: Path) -> Iterator[str]:
-    """dc1's SCRAM password as an engine secret (what a mounted Kubernetes Secret is to a
-    pod): its name."""
-    engine_ = sidecar_image.engine
-    secret = f"replicator-dc1-password-{free_port()}"
-    engine_.run("secret", "rm", secret, check=False)
-    (tmp_path / "password").write_text(PASSWORD)
-    engine_.run("secret", "create", secret, str(tmp_path / "password"))
+def dc1_password(tmp_path: Path) -> Iterator[Secret]:
+    if not APACHE_KAFKA:
+        pytest.skip("the images run beside Apache Kafka (REPLICATOR_TEST_BROKER=kafka)")
+    engine_ = engine()
+    secret = Secret(f"replicator-dc1-password-{free_port()}", tmp_path / "secrets")
+    secret.directory.mkdir()
+    written = secret.directory / secret.file
+    written.write_text(PASSWORD)
+    os.chown(written, 10001, 10001)  # the image's user, as a pod's fsGroup would make it
+    written.chmod(0o400)
+    engine_.run("secret", "rm", secret.name, check=False)
+    engine_.run("secret", "create", secret.name, str(written))
     try:
         yield secret
     finally:
-        engine_.run("secret", "rm", secret, check=False)
+        engine_.run("secret", "rm", secret.name, check=False)
 
 
 @dataclass
@@ -114,24 +137,19 @@ class Container:
     image: Image
     name: str
     env: dict[str, str]
-    # variable -> engine secret: its value, or (a ``_FILE`` variable) the path of the secret
-    # mounted as a file, as a Kubernetes Secret volume is
-    secrets: dict[str, str] = field(default_factory=dict)
+    password: tuple[Secret, str] | None = None  # the secret and the variable it is handed to
     port: int = field(default_factory=free_port)
 
     def start(self, env_file: Path) -> Container:
         variables = {**self.env, "REPLICATOR_HTTP_PORT": str(self.port)}
-        secrets = []
-        for variable, secret in self.secrets.items():
-            if variable.endswith("_FILE"):
-                secrets.append(f"--secret={secret}")
-                variables[variable] = f"/run/secrets/{secret}"
-            else:
-                secrets.append(f"--secret={secret},type=env,target={variable}")
+        flags: list[str] = []
+        if self.password is not None:
+            flags, more = self.password[0].flags(self.password[1])
+            variables.update(more)
         env_file.write_text("".join(f"{key}={value}\n" for key, value in variables.items()))
         self.image.engine.run(
             "run", "--detach", "--name", self.name, "--network", "host", "--read-only",
-            "--tmpfs", "/tmp", "--env-file", str(env_file), *secrets, self.image.tag,
+            "--tmpfs", "/tmp", "--env-file", str(env_file), *flags, self.image.tag,
         )  # fmt: skip
         return self
 
@@ -209,15 +227,15 @@ def exact_both_ways(clusters: dict[str, ApacheKafkaCluster], sent: dict[str, lis
 def test_the_sidecar_image_replicates_both_ways_heals_and_stops_as_shipped(
     sidecar_image: Image,
     clusters: dict[str, ApacheKafkaCluster],
-    dc1_password: str,
+    dc1_password: Secret,
     tmp_path: Path,
 ) -> None:
     engine_ = sidecar_image.engine
     containers: list[Container] = []
 
-    def start(local: str, name: str) -> Container:
-        secrets = {"REPLICATOR_CLUSTERS__DC1__SASL_PASSWORD_FILE": dc1_password}
-        box = Container(sidecar_image, name, sidecar_env(local, clusters), secrets)
+    def start(local: str, name: str, variable: str = "SASL_PASSWORD_FILE") -> Container:
+        password = (dc1_password, f"REPLICATOR_CLUSTERS__DC1__{variable}")
+        box = Container(sidecar_image, name, sidecar_env(local, clusters), password)
         containers.append(box)
         return box.start(tmp_path / f"{name}.env")
 
@@ -249,7 +267,7 @@ def test_the_sidecar_image_replicates_both_ways_heals_and_stops_as_shipped(
         # SIGKILL mid-life, records published meanwhile, a new container resumes exactly.
         engine_.run("kill", "--signal", "KILL", dc1.name)
         sent["dc1"] += produce(clusters["dc1"], "orders_REPLICA", 200, partitions=3, tag="-b")
-        dc1b = start("dc1", f"dc1b-{tag}")
+        dc1b = start("dc1", f"dc1b-{tag}", variable="SASL_PASSWORD")  # the secret as a variable
         wait_until(dc1b.ready, 90, f"{dc1b.name} /readyz 200", dc1b.logs)
         exact_both_ways(clusters, sent)
 
@@ -298,12 +316,12 @@ def test_the_sidecar_image_holds_the_kept_packages_and_says_its_version_and_revi
 def test_the_spark_image_audits_the_clusters_and_its_exit_status_is_the_verdict(
     spark_image: Image,
     clusters: dict[str, ApacheKafkaCluster],
-    dc1_password: str,
+    dc1_password: Secret,
     tmp_path: Path,
 ) -> None:
     """``replicator audit`` in the Spark image, local mode, configured as the sidecar is (dc1
-    through SCRAM, the password from the secret): exit 0 on equal clusters, exit 1 once dc2
-    holds one record twice, that partition named."""
+    through SCRAM, the password from the secret mounted as a file): exit 0 on equal clusters,
+    exit 1 once dc2 holds one record twice, that partition named."""
     dc1, dc2 = clusters["dc1"], clusters["dc2"]
     for cluster in (dc1, dc2):
         create_topics(cluster, orders_REPLICA=3, orders=3)
@@ -312,12 +330,14 @@ def test_the_spark_image_audits_the_clusters_and_its_exit_status_is_the_verdict(
     for cluster in (dc1, dc2):
         produce_records(cluster, "orders", copies)
     env = {k: v for k, v in sidecar_env("dc1", clusters).items() if "SHUTDOWN" not in k}
+    mount, variables = dc1_password.flags("REPLICATOR_CLUSTERS__DC1__SASL_PASSWORD_FILE")
+    env.update(variables)
     (tmp_path / "audit.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
 
     def audit() -> tuple[int, dict[str, Any]]:
         done = spark_image.engine.run(
             "run", "--rm", "--network", "host", "--env-file", str(tmp_path / "audit.env"),
-            f"--secret={dc1_password},type=env,target=REPLICATOR_CLUSTERS__DC1__SASL_PASSWORD",
+            *mount,
             spark_image.tag, "audit", "--topic", "orders", "--master", "local[2]", "--json", "-",
             check=False, timeout=600,
         )  # fmt: skip
@@ -433,15 +453,18 @@ class PlayedPod:
         documents = [self.on_host_network(doc) for doc in self.rendered.played]
         played = self.directory / "played.yaml"
         played.write_text(yaml.safe_dump_all(documents))
-        self.engine.run("kube", "play", str(played), timeout=300)
         (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
-        self.pod = f"{deployment['metadata']['name']}-pod-0"
+        self.pod = f"{deployment['metadata']['name']}-pod-0"  # podman's name for it
+        self.engine.run("kube", "play", str(played), timeout=300)
         return self
 
     def on_host_network(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The pod on the host's network, where the test's brokers listen (on loopback), its
         named port resolved into the probes as the kubelet resolves it: podman 4.3 publishes
-        every containerPort, which a host network refuses."""
+        every containerPort, which a host network refuses. Podman runs the liveness probe as
+        its health check, restarting the container when it fails, but an ``httpGet`` as
+        ``curl`` inside the container, which the image has no need of (the kubelet asks from
+        outside): the same request is made by the image's Python instead."""
         if doc["kind"] != "Deployment":
             return doc
         spec = doc["spec"]["template"]["spec"]
@@ -452,6 +475,11 @@ class PlayedPod:
             action = container[probe]["httpGet"]
             action["port"] = ports.get(action["port"], action["port"])
             self.probes[probe] = f"http://127.0.0.1:{action['port']}{action['path']}"
+        live = container["livenessProbe"]
+        del live["httpGet"]
+        # podman 4.3 hands an exec probe to a shell as one line: the quotes are the shell's
+        request = f"import urllib.request as u; u.urlopen('{self.probes['livenessProbe']}')"
+        live["exec"] = {"command": ["python", "-c", f'"{request}"']}
         return doc
 
     @property
@@ -507,12 +535,13 @@ def test_the_kubernetes_overlays_rendered_by_kustomize_run_in_podman_kube_play(
         for pod in pods:
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 wait_until(partial(pod.answers, probe), 90, f"{pod.pod} {probe}", pod.logs)
-            # podman turns the liveness probe into a health check of the same URL (run with
-            # curl inside the container, which the image has no need of: the kubelet asks
-            # from outside, as this test does)
+            # the liveness probe as podman's health check: healthy (urlopen raises on a 503)
             inspected = json.loads(engine_.run("container", "inspect", pod.container).stdout)
-            check = " ".join(inspected[0]["Config"]["Healthcheck"]["Test"])
-            assert pod.probes["livenessProbe"].replace("127.0.0.1", "localhost") in check
+            assert pod.probes["livenessProbe"] in " ".join(
+                inspected[0]["Config"]["Healthcheck"]["Test"]
+            )
+            health = engine_.run("healthcheck", "run", pod.container, check=False)
+            assert health.returncode == 0, health
             assert engine_.run("exec", pod.container, "id", "-u").stdout.strip() == "10001"
             refused = engine_.run("exec", pod.container, "touch", "/opt/written", check=False)
             assert "Read-only file system" in refused.stderr, refused
@@ -527,6 +556,10 @@ def test_the_kubernetes_overlays_rendered_by_kustomize_run_in_podman_kube_play(
         (deployment,) = [d for d in pods[0].rendered.played if d["kind"] == "Deployment"]
         grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         for pod in pods:
+            restarts = engine_.run(
+                "container", "inspect", "--format", "{{.RestartCount}}", pod.container
+            )
+            assert restarts.stdout.strip() == "0", (pod.pod, restarts)
             stopping = time.monotonic()
             engine_.run("pod", "stop", "--time", str(grace), pod.pod, timeout=120)
             took = time.monotonic() - stopping

@@ -151,8 +151,21 @@ def test_a_password_file_that_cannot_serve_is_refused_naming_its_variable(tmp_pa
     (tmp_path / "secret").write_text(CANARY)
     both = config_error(scram(sasl_password_file=str(tmp_path / "secret"), sasl_password="x"))
     assert both.variable == name and "SASL_PASSWORD is set as well" in both.message, both
+    unset = config_error(scram(sasl_password_file=""))
+    assert unset.variable == name and "give the path" in unset.message, unset
     for error in (missing, empty, both):
         assert CANARY not in str(error)
+
+
+def test_a_password_file_is_named_as_given_by_the_sasl_protocol_checks(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text(CANARY)
+    plain = {**BASE, DC2 + "SASL_PASSWORD_FILE": str(tmp_path / "secret")}
+    error = config_error(plain)
+    assert error.variable == DC2 + "SASL_PASSWORD_FILE", error
+    assert f"remove {DC2}SASL_PASSWORD_FILE" in error.message and CANARY not in str(error)
+    missing = config_error(scram())
+    assert missing.variable == DC2 + "SASL_PASSWORD"
+    assert f"(or {DC2}SASL_PASSWORD_FILE)" in missing.message
 
 
 def test_secret_never_appears_in_a_config_error() -> None:
