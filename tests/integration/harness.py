@@ -79,6 +79,17 @@ def kafka_cluster(alias: str, **options: Any) -> ApacheKafkaCluster:
     return cluster
 
 
+@contextmanager
+def running(clusters: dict[str, ApacheKafkaCluster]) -> Iterator[dict[str, ApacheKafkaCluster]]:
+    """``clusters`` (made by :func:`kafka_cluster`) started together, removed on exit."""
+    try:
+        start_all(list(clusters.values()))
+        yield clusters
+    finally:
+        for cluster in clusters.values():
+            cluster.remove()
+
+
 APACHE_KAFKA = BACKEND in ("kafka", "container")
 """Whether the brokers are Apache Kafka (the product's target), not the embedded broker."""
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from replicator.devtools.apache_kafka import ApacheKafkaCluster, ScramUser, Security, start_all
+from replicator.devtools.apache_kafka import ApacheKafkaCluster, ScramUser, Security
 from replicator.devtools.embedded import free_port
 from replicator.devtools.images import (
     Engine,
@@ -53,6 +53,7 @@ from tests.integration.harness import (
     produce,
     produce_records,
     read,
+    running,
     wait_until,
 )
 
@@ -189,12 +190,8 @@ def clusters() -> Iterator[dict[str, ApacheKafkaCluster]]:
         "dc1": kafka_cluster("dc1", security=Security(users=(user,), sasl_plaintext=True)),
         "dc2": kafka_cluster("dc2"),
     }
-    try:
-        start_all(list(found.values()))
+    with running(found):
         yield found
-    finally:
-        for cluster in found.values():
-            cluster.remove()
 
 
 def sidecar_env(local: str, clusters: dict[str, ApacheKafkaCluster]) -> dict[str, str]:
@@ -379,12 +376,8 @@ def overlay_clusters() -> Iterator[dict[str, ApacheKafkaCluster]]:
         "dc1": kafka_cluster("dc1", security=users("dc1", "dc2")),
         "dc2": kafka_cluster("dc2", security=users("dc2", "dc1")),
     }
-    try:
-        start_all(list(found.values()))
+    with running(found):
         yield found
-    finally:
-        for cluster in found.values():
-            cluster.remove()
 
 
 def operator_overlay(
