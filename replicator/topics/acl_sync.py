@@ -9,15 +9,16 @@ same, binding by binding, and gives each left-out or changed binding its reason,
 sync can count and say it once. Two choices differ from MirrorMaker 2 and say so: a literal
 binding on the wildcard topic ``*`` is left out (renamed it would be a topic no one has; kept
 by an identity policy it would grant every topic of the target), and a prefixed binding is
-said when it covers a replicated topic. Pure logic, no I/O: the sync's loop reads and writes
-through :mod:`replicator.kafka.admin`.
+said when it covers a replicated topic. :class:`AclSync` applies the decisions to a target,
+round by round, through an :class:`AclAdmin` (no I/O of its own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Protocol
 
 from replicator.kafka.admin import AclBinding
 
@@ -101,3 +102,76 @@ def _decide(binding: AclBinding, target_topic: str) -> AclDecision:
             "ALLOW All becomes ALLOW Read: only the replicator writes a remote topic",
         )
     return AclDecision(binding, Verdict.COPIED, renamed)
+
+
+class AclAdmin(Protocol):
+    """What an ACL sync needs of one cluster (on Kafka: :mod:`replicator.kafka.admin`'s ACL
+    requests; an in-memory fake in the unit tests)."""
+
+    alias: str
+
+    async def describe(self) -> list[AclBinding]:
+        """Every topic binding of the cluster."""
+        ...
+
+    async def create(self, bindings: Sequence[AclBinding]) -> None: ...
+
+    async def delete(self, bindings: Sequence[AclBinding]) -> None: ...
+
+
+@dataclass
+class AclRound:
+    """What one round of a sync did: bindings created and removed on the target, and the
+    decisions that left a binding out or changed it, first seen in this round."""
+
+    created: list[AclBinding] = field(default_factory=list)
+    removed: list[AclBinding] = field(default_factory=list)
+    newly_said: list[AclDecision] = field(default_factory=list)
+
+
+class AclSync:
+    """One flow's topic ACLs kept on its target: each round reads the source's bindings,
+    decides what the target must hold (``decide``), creates what it lacks and removes what
+    this sync created that is no longer wanted. A binding the sync did not create is never
+    removed, even one it would have created. Each left-out or changed binding is reported
+    once (:attr:`said`), while it stays so."""
+
+    def __init__(
+        self,
+        source: AclAdmin,
+        target: AclAdmin,
+        decide: Callable[[list[AclBinding]], list[AclDecision]],
+    ) -> None:
+        self._source, self._target, self._decide = source, target, decide
+        self.created: set[AclBinding] = set()  # on the target, by this sync, still wanted
+        self.said: dict[AclBinding, AclDecision] = {}  # source binding -> its decision
+        self.rounds = 0
+
+    async def round(self) -> AclRound:
+        decisions = self._decide(await self._source.describe())
+        wanted = {d.target for d in decisions if d.target is not None}
+        present = set(await self._target.describe())
+        done = AclRound()
+        done.created = sorted(wanted - present, key=_order)
+        done.removed = sorted((self.created - wanted) & present, key=_order)
+        await self._target.create(done.created)
+        await self._target.delete(done.removed)
+        # removed by someone else meanwhile: no longer this sync's to remove
+        self.created = ((self.created & present) | set(done.created)) - set(done.removed)
+        changed = {d.source: d for d in decisions if d.verdict is not Verdict.COPIED}
+        done.newly_said = [d for b, d in changed.items() if self.said.get(b) != d]
+        self.said = changed
+        self.rounds += 1
+        return done
+
+    def counts(self) -> dict[str, int]:
+        """Source bindings left out and changed, as the last round decided (for ``/status``
+        and the metrics)."""
+        found = {verdict.value: 0 for verdict in (Verdict.DOWNGRADED, Verdict.SKIPPED)}
+        for decision in self.said.values():
+            found[decision.verdict.value] += 1
+        return found
+
+
+def _order(binding: AclBinding) -> tuple[str, ...]:
+    return (binding.name, binding.principal, binding.operation, binding.host, str(binding.allow))
