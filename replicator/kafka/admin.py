@@ -20,7 +20,11 @@ import aiokafka.errors as kerr
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import IncompatibleBrokerVersion
-from aiokafka.protocol.admin import CreateAclsRequest_v1, DeleteAclsRequest_v1
+from aiokafka.protocol.admin import (
+    CreateAclsRequest_v1,
+    DeleteAclsRequest_v1,
+    DescribeAclsRequest_v1,
+)
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
 
@@ -327,15 +331,18 @@ _ACL_OPERATIONS = {
     "IdempotentWrite": 12,
 }
 _DENY, _ALLOW = 2, 3
-_ACL_VERSION = 1  # CreateAcls and DeleteAcls v1 (Kafka 2.0 and later; 4.0 dropped v0)
+_ANY = 1  # a filter's "any" (pattern type, operation, permission)
+_ACL_VERSION = 1  # the ACL requests v1 (Kafka 2.0 and later; 4.0 dropped v0)
 _ACL_ANSWERS = {30: "creation_responses", 31: "filter_responses"}  # each binding's answer
+_RESOURCE_NAMES = {code: name for name, code in _RESOURCE_TYPES.items()}
+_OPERATION_NAMES = {code: name for name, code in _ACL_OPERATIONS.items()}
 
 
 @dataclass(frozen=True)
 class AclBinding:
     """One ACL: ``principal`` (``User:alice``) allowed, or denied, one ``operation`` (``Read``,
     ``DescribeConfigs``: kafka-acls' names) on one resource (``topic``, ``group``, ``cluster``,
-    ``transactional-id``) named literally or by prefix, from any host."""
+    ``transactional-id``) named literally or by prefix, from ``host`` (``*``: any)."""
 
     principal: str
     resource: str
@@ -343,6 +350,7 @@ class AclBinding:
     operation: str
     prefixed: bool = False
     allow: bool = True
+    host: str = "*"
 
     def wire(self) -> tuple[int, str, int, str, str, int, int]:
         """The binding as CreateAcls carries it (and DeleteAcls, as an exact filter)."""
@@ -353,19 +361,20 @@ class AclBinding:
             self.name,
             _PREFIXED if self.prefixed else _LITERAL,
             self.principal,
-            "*",
+            self.host,
             _ACL_OPERATIONS[self.operation],
             _ALLOW if self.allow else _DENY,
         )
 
 
 class _AclRequest:
-    """CreateAcls (API 30) or DeleteAcls (API 31) v1 of many bindings at once."""
+    """An ACL request v1: CreateAcls (API 30) or DeleteAcls (API 31) of many bindings at once
+    (``fields``: their rows), or DescribeAcls (API 29) of one filter (its fields)."""
 
-    def __init__(self, struct: type[RequestStruct], bindings: Sequence[AclBinding]) -> None:
+    def __init__(self, struct: type[RequestStruct], *fields: Any) -> None:
         self.API_KEY = struct.API_KEY
         self._struct = struct
-        self._rows = [binding.wire() for binding in bindings]
+        self._fields = fields
 
     def prepare(self, versions: dict[int, tuple[int, int]]) -> Any:
         low, high = versions.get(self.API_KEY, (0, -1))
@@ -373,7 +382,7 @@ class _AclRequest:
             raise IncompatibleBrokerVersion(
                 "the broker does not support ACL requests v1 (Kafka 2.0 and later do)"
             )
-        return self._struct(self._rows)
+        return self._struct(*self._fields)
 
 
 async def _send_acls(
@@ -382,7 +391,8 @@ async def _send_acls(
     if not bindings:
         return []
     client = kafka_client(admin)
-    response = await client.send(await a_broker(client), _AclRequest(struct, bindings))
+    request = _AclRequest(struct, [binding.wire() for binding in bindings])
+    response = await client.send(await a_broker(client), request)
     return [(row[0], row[1]) for row in getattr(response, _ACL_ANSWERS[struct.API_KEY])]
 
 
@@ -410,3 +420,37 @@ async def delete_acls(admin: AIOKafkaAdminClient, bindings: Sequence[AclBinding]
     """Remove exactly ``bindings`` (one DeleteAcls request, each an exact filter; one not
     there matches nothing); :class:`~replicator.errors.KafkaFailure` naming each refused."""
     _acl_refusals("deleted", bindings, await _send_acls(admin, DeleteAclsRequest_v1, bindings))
+
+
+async def describe_acls(admin: AIOKafkaAdminClient, resource: str = "topic") -> list[AclBinding]:
+    """Every ACL on ``resource``s of a cluster, of any name, pattern (literal or prefixed),
+    principal, host, operation and permission (one DescribeAcls request). Operations this
+    module has no name for are left out; a cluster without an authorizer refuses
+    (``SECURITY_DISABLED``, a :class:`~replicator.errors.KafkaFailure`)."""
+    client = kafka_client(admin)
+    request = _AclRequest(
+        DescribeAclsRequest_v1, _RESOURCE_TYPES[resource], None, _ANY, None, None, _ANY, _ANY
+    )
+    response = await client.send(await a_broker(client), request)
+    if response.error_code != 0:
+        failure = broker_error(response.error_code)
+        said = f" ({response.error_message})" if response.error_message else ""
+        raise KafkaFailure(
+            f"ACLs not described: {error_name(response.error_code)}{said}",
+            retriable=failure.retriable,
+        )
+    return [
+        AclBinding(
+            principal,
+            _RESOURCE_NAMES[kind],
+            name,
+            _OPERATION_NAMES[operation],
+            prefixed=pattern == _PREFIXED,
+            allow=permission == _ALLOW,
+            host=host,
+        )
+        for kind, name, pattern, acls in response.resources
+        if kind in _RESOURCE_NAMES and pattern in (_LITERAL, _PREFIXED)
+        for principal, host, operation, permission in acls
+        if operation in _OPERATION_NAMES and permission in (_ALLOW, _DENY)
+    ]

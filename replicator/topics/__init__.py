@@ -14,4 +14,7 @@
 ``snapshot``
     The exact ``[start, end)`` offset range of every partition of some topics, for the bulk jobs
     and the operator commands.
+``acl_sync``
+    Which topic ACLs of a source a sync copies to its target, renamed, downgraded or left out
+    (MirrorMaker 2's rules), each decision with its reason. Pure logic, no I/O.
 """

@@ -30,7 +30,7 @@ from replicator.devtools.apache_kafka import (
     grant,
     start_all,
 )
-from replicator.kafka.admin import AclBinding
+from replicator.kafka.admin import AclBinding, describe_acls
 from tests.integration.harness import (
     BACKEND,
     ReplicatorProcess,
@@ -376,3 +376,33 @@ def test_each_grant_missing_is_named_waits_on_that_leg_and_loses_nothing(
         delivered_exactly(clusters, sent, topic, "dc1", "dc2")
     finally:
         take_away(clusters, rows)
+
+
+def test_describe_acls_reads_literal_and_prefixed_bindings_back_with_their_hosts(
+    guarded: dict[str, ApacheKafkaCluster],
+) -> None:
+    """What the ACL sync reads of a source: every topic binding, its pattern, host and
+    permission as granted (one DescribeAcls request), the others' bindings beside them."""
+    cluster = guarded["dc2"]
+    granted = {
+        AclBinding("User:reader-x", "topic", "described-orders", "Read", host="10.1.2.3"),
+        AclBinding("User:reader-x", "topic", "described-", "Describe", prefixed=True),
+        AclBinding("User:reader-x", "topic", "described-orders", "Write", allow=False),
+        AclBinding("User:reader-x", "topic", "described-orders", "All"),
+    }
+    change_acls(cluster, add=sorted(granted, key=repr))
+
+    async def described() -> list[AclBinding]:
+        admin = await admin_client(cluster.bootstrap_servers)
+        try:
+            return await describe_acls(admin)
+        finally:
+            await admin.close()
+
+    try:
+        found = run(described())
+        assert {b for b in found if b.principal == "User:reader-x"} == granted
+        assert all(b.resource == "topic" for b in found)
+    finally:
+        change_acls(cluster, remove=sorted(granted, key=repr))
+    assert not [b for b in run(described()) if b.principal == "User:reader-x"]

@@ -156,14 +156,15 @@ def test_acl_bindings_carry_kafkas_codes_and_many_go_in_one_request() -> None:
     bindings = [
         AclBinding("User:r", "topic", "orders", "Read"),
         AclBinding("User:r", "group", "replicator.", "DescribeConfigs", prefixed=True),
-        AclBinding("User:r", "cluster", "kafka-cluster", "Alter", allow=False),
+        AclBinding("User:r", "cluster", "kafka-cluster", "Alter", allow=False, host="10.0.0.7"),
     ]
-    request = _AclRequest(CreateAclsRequest_v1, bindings).prepare({30: (1, 3)})
+    rows = [binding.wire() for binding in bindings]
+    request = _AclRequest(CreateAclsRequest_v1, rows).prepare({30: (1, 3)})
     assert request.API_VERSION == 1
     assert list(request.creations) == [
         (2, "orders", 3, "User:r", "*", 3, 3),
         (3, "replicator.", 4, "User:r", "*", 10, 3),
-        (4, "kafka-cluster", 3, "User:r", "*", 7, 2),
+        (4, "kafka-cluster", 3, "User:r", "10.0.0.7", 7, 2),
     ]
 
 

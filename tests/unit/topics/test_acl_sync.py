@@ -1,0 +1,151 @@
+"""MirrorMaker 2's topic ACL decisions, binding by binding, each left-out or changed one said."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from replicator.kafka.admin import AclBinding
+from replicator.topics.acl_sync import AclSync, Verdict, mm2_decisions
+
+
+def primary(topic: str) -> str | None:
+    """MirrorMaker 2's default policy from ``primary``, replicating ``orders*`` only."""
+    return f"primary.{topic}" if topic.startswith("orders") else None
+
+
+def on_orders(operation: str, allow: bool = True, host: str = "*") -> AclBinding:
+    return AclBinding("User:app", "topic", "orders", operation, allow=allow, host=host)
+
+
+def test_the_five_bindings_mirror_maker_2_was_measured_with() -> None:
+    """ALLOW Read copied, ALLOW All turned into Read, DENY Read copied, ALLOW Write and a
+    prefixed binding left out: what MirrorMaker 2 created on primary.orders, with reasons."""
+    prefixed = AclBinding("User:app", "topic", "ord", "Read", prefixed=True)
+    bindings = [
+        on_orders("Read"),
+        on_orders("All"),
+        on_orders("Read", allow=False),
+        on_orders("Write"),
+        prefixed,
+    ]
+    decisions = mm2_decisions(bindings, primary, replicated=["orders"])
+    targets = [d.target for d in decisions if d.target is not None]
+    assert targets == [
+        AclBinding("User:app", "topic", "primary.orders", "Read"),
+        AclBinding("User:app", "topic", "primary.orders", "Read"),
+        AclBinding("User:app", "topic", "primary.orders", "Read", allow=False),
+    ]
+    verdicts = {(d.source.operation, d.source.allow, d.source.prefixed): d for d in decisions}
+    assert verdicts[("All", True, False)].verdict is Verdict.DOWNGRADED
+    assert "becomes ALLOW Read" in verdicts[("All", True, False)].reason
+    skipped = [d for d in decisions if d.verdict is Verdict.SKIPPED]
+    assert [d.source for d in skipped] == [on_orders("Write"), prefixed]
+    assert all(d.reason and d.target is None for d in skipped)
+    assert "covers orders" in skipped[1].reason
+
+
+def test_hosts_principals_and_other_operations_are_kept_as_they_are() -> None:
+    source = on_orders("DescribeConfigs", host="10.0.0.7")
+    (decision,) = mm2_decisions([source], primary, replicated=["orders"])
+    assert decision.verdict is Verdict.COPIED
+    assert decision.target == AclBinding(
+        "User:app", "topic", "primary.orders", "DescribeConfigs", host="10.0.0.7"
+    )
+    denied = on_orders("Write", allow=False)
+    (kept,) = mm2_decisions([denied], primary, replicated=["orders"])
+    assert kept.verdict is Verdict.COPIED and kept.target is not None and not kept.target.allow
+
+
+def test_what_concerns_no_replicated_topic_is_not_decided() -> None:
+    bindings = [
+        AclBinding("User:app", "topic", "payments", "Read"),  # not replicated
+        AclBinding("User:app", "topic", "pay", "Read", prefixed=True),  # covers nothing
+        AclBinding("User:app", "group", "orders", "Read"),  # not a topic
+    ]
+    assert mm2_decisions(bindings, primary, replicated=["orders"]) == []
+
+
+def test_the_wildcard_topic_is_left_out_with_its_reason() -> None:
+    wildcard = AclBinding("User:app", "topic", "*", "Read")
+    (decision,) = mm2_decisions([wildcard], lambda topic: f"primary.{topic}", ["orders"])
+    assert decision.verdict is Verdict.SKIPPED and decision.target is None
+    assert "wildcard" in decision.reason
+
+
+@dataclass
+class FakeAcls:
+    """A cluster's topic ACLs in memory, with every request counted."""
+
+    alias: str
+    bindings: set[AclBinding] = field(default_factory=set)
+    requests: list[str] = field(default_factory=list)
+
+    async def describe(self) -> list[AclBinding]:
+        self.requests.append("describe")
+        return list(self.bindings)
+
+    async def create(self, bindings: Sequence[AclBinding]) -> None:
+        self.requests.append(f"create {len(bindings)}")
+        self.bindings |= set(bindings)
+
+    async def delete(self, bindings: Sequence[AclBinding]) -> None:
+        self.requests.append(f"delete {len(bindings)}")
+        self.bindings -= set(bindings)
+
+
+def sync_of(source: FakeAcls, target: FakeAcls) -> AclSync:
+    return AclSync(source, target, lambda found: mm2_decisions(found, primary, ["orders"]))
+
+
+def on_primary(operation: str, allow: bool = True) -> AclBinding:
+    return AclBinding("User:app", "topic", "primary.orders", operation, allow=allow)
+
+
+async def test_a_round_creates_what_the_target_lacks_and_says_each_change_once() -> None:
+    source = FakeAcls("dc1", {on_orders("Read"), on_orders("All"), on_orders("Write")})
+    operator_made = AclBinding("User:ops", "topic", "primary.orders", "Describe")
+    target = FakeAcls("dc2", {operator_made})
+    sync = sync_of(source, target)
+    first = await sync.round()
+    assert first.created == [on_primary("Read")]  # All became Read: one binding
+    assert target.bindings == {operator_made, on_primary("Read")}
+    assert sorted(d.verdict for d in first.newly_said) == [Verdict.DOWNGRADED, Verdict.SKIPPED]
+    assert sync.counts() == {"downgraded": 1, "skipped": 1}
+    again = await sync.round()
+    assert again.created == [] and again.removed == [] and again.newly_said == []
+    # at most one request of each kind per round, whatever the number of bindings (an empty
+    # create or delete sends nothing: replicator.kafka.admin)
+    assert target.requests == [
+        "describe",
+        "create 1",
+        "delete 0",
+        "describe",
+        "create 0",
+        "delete 0",
+    ]
+
+
+async def test_removed_at_the_source_is_removed_but_never_what_the_sync_did_not_create() -> None:
+    source = FakeAcls("dc1", {on_orders("Read"), on_orders("Describe")})
+    # already on the target before the sync: wanted, so not created by it
+    target = FakeAcls("dc2", {on_primary("Describe")})
+    sync = sync_of(source, target)
+    await sync.round()
+    source.bindings = set()
+    gone = await sync.round()
+    assert gone.removed == [on_primary("Read")]
+    assert target.bindings == {on_primary("Describe")}, "not the sync's to remove"
+
+
+async def test_a_binding_removed_by_an_operator_is_made_again_only_while_wanted() -> None:
+    source = FakeAcls("dc1", {on_orders("Read")})
+    target = FakeAcls("dc2")
+    sync = sync_of(source, target)
+    await sync.round()
+    target.bindings.clear()  # an operator removed it
+    back = await sync.round()
+    assert back.created == [on_primary("Read")]
+    target.bindings.clear()
+    source.bindings.clear()
+    assert (await sync.round()).removed == [] and sync.created == set()
