@@ -28,7 +28,6 @@ from replicator.devtools.apache_kafka import (
     Security,
     change_acls,
     grant,
-    start_all,
 )
 from replicator.kafka.admin import AclBinding, describe_acls
 from tests.integration.harness import (
@@ -47,6 +46,7 @@ from tests.integration.harness import (
     replicator_cli,
     replicator_env,
     run,
+    running,
     wait_settled,
     wait_until,
 )
@@ -73,12 +73,8 @@ def guarded() -> Iterator[dict[str, ApacheKafkaCluster]]:
         )
         for alias, (user, password) in USERS.items()
     }
-    try:
-        start_all(list(clusters.values()))
+    with running(clusters):
         yield clusters
-    finally:
-        for cluster in clusters.values():
-            cluster.remove()
 
 
 def guarded_env(clusters: dict[str, ApacheKafkaCluster], **extra: str) -> dict[str, str]:
