@@ -35,6 +35,9 @@ attempt may succeed later without anyone changing anything::
       InstanceFenced          another process joined the source group under this instance's
                               id (REPLICATOR_INSTANCE_ID): this one stops writing; no
       KafkaFailure            any other client error; per instance, the client's own flag
+        NoAuthorizer          a cluster keeps no ACLs (no authorizer, or ACL requests not
+                              supported): an ACL sync has nothing to read there, or cannot
+                              write there; no
       Unanswered              a coalesced request's answer left out a key it was asked (a bug in
                               the batch function); no
       ProvenanceError         a provenance header present but unreadable or repeated (also a
@@ -178,6 +181,14 @@ class KafkaFailure(ReplicatorError):
     def __init__(self, message: str, *, retriable: bool) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class NoAuthorizer(KafkaFailure):
+    """``cluster`` keeps no ACLs: no authorizer (SECURITY_DISABLED), or no ACL requests."""
+
+    def __init__(self, cluster: str, message: str) -> None:
+        super().__init__(message, retriable=False)
+        self.cluster = cluster
 
 
 class Unanswered(ReplicatorError, LookupError):

@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from replicator.config.acls import AclGrant, Pattern, required_acls
+from replicator.config.acls import AclGrant, Pattern, Resource, required_acls
 from replicator.config.settings import Settings
 from replicator.config.topology import (
     FeedPlan,
@@ -606,7 +606,10 @@ def kafka_acls_command(grant: AclGrant, principal: str, bootstrap: str) -> str:
     parts += ["--allow-principal", principal]
     for operation in grant.operations:
         parts += ["--operation", operation]
-    parts += [f"--{grant.resource}", grant.name]
+    if grant.resource is Resource.CLUSTER:
+        parts += ["--cluster"]
+    else:
+        parts += [f"--{grant.resource}", grant.name]
     if grant.pattern is Pattern.PREFIXED:
         parts += ["--resource-pattern-type", "prefixed"]
     return " ".join(parts)

@@ -104,6 +104,8 @@ CONFIGURATION_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "topic_config_sync_interval_ms",
             "topic_config_defaults_from",
             "topic_configs_exclude",
+            "acl_sync",
+            "acl_sync_interval_ms",
         ),
     ),
     (

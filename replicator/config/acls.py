@@ -23,7 +23,7 @@ from enum import StrEnum
 
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, TopicSelection, feeds_for
-from replicator.config.values import HeartbeatPlacement, OversizePolicy, TakeOver
+from replicator.config.values import AclPolicy, HeartbeatPlacement, OversizePolicy, TakeOver
 
 _ANY = ".*"
 
@@ -33,6 +33,10 @@ class Resource(StrEnum):
 
     TOPIC = "topic"
     GROUP = "group"
+    CLUSTER = "cluster"  # the one resource named kafka-cluster (--cluster)
+
+
+CLUSTER_RESOURCE = "kafka-cluster"
 
 
 class Pattern(StrEnum):
@@ -61,6 +65,8 @@ class AclGrant:
     def describe(self) -> str:
         """``Read, Describe on topic orders_REPLICA`` (the pattern said when prefixed)."""
         kind = f"{self.resource} prefix" if self.pattern is Pattern.PREFIXED else self.resource
+        if self.resource is Resource.CLUSTER:
+            return f"{', '.join(self.operations)} on the cluster"
         return f"{', '.join(self.operations)} on {kind} {self.name}"
 
 
@@ -159,6 +165,8 @@ def _feed(needs: _Needs, settings: Settings, plan: FeedPlan, topics: list[str]) 
                 destination_ops,
                 "destination: written, created, its tail read; grown and its configs synced",
             )
+        if plan.acl_sync is not AclPolicy.OFF and leg.destination != leg.source:
+            _acl_sync(needs, settings, leg.source, leg.destination)
         if plan.take_over is not TakeOver.NONE:
             needs.add(
                 leg.destination,
@@ -167,6 +175,29 @@ def _feed(needs: _Needs, settings: Settings, plan: FeedPlan, topics: list[str]) 
                 ("Write", "Read", "Create", "Describe"),
                 "the takeover's handovers (TAKE_OVER)",
             )
+
+
+def _acl_sync(needs: _Needs, settings: Settings, source: str, target: str) -> None:
+    """A leg's topic ACL sync: the source's ACLs read, the target's read, created and removed,
+    and the ledger of what it created (each cluster's checkpoints topic) read on both."""
+    why = "the ACL sync (ACL_SYNC): "
+    needs.add(source, Resource.CLUSTER, CLUSTER_RESOURCE, ("Describe",), why + "ACLs read")
+    needs.add(
+        target,
+        Resource.CLUSTER,
+        CLUSTER_RESOURCE,
+        ("Describe", "Alter"),
+        why + "ACLs read, created and removed",
+    )
+    ledger = ("Read", "Describe")
+    needs.add(source, Resource.TOPIC, settings.checkpoints_topic, ledger, why + "its ledger read")
+    needs.add(
+        target,
+        Resource.TOPIC,
+        settings.checkpoints_topic,
+        ("Write", "Read", "Create", "Describe"),
+        why + "its ledger of the bindings it created",
+    )
 
 
 def _own_topics(needs: _Needs, settings: Settings, plans: list[FeedPlan]) -> None:

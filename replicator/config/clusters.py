@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from replicator.config.values import (
     DEFAULT_TOPICS_EXCLUDE,
+    AclPolicy,
     Naming,
     ReadableFile,
     Regex,
@@ -159,6 +160,15 @@ class FlowSettings(BaseModel):
         "(REPLICATOR_HEARTBEAT_INTERVAL_MS); with REPLICATOR_HEARTBEAT_PLACEMENT=mirrormaker2, "
         "into the target's, and the source's heartbeat topics are copied even when false (as "
         "MirrorMaker 2 does).",
+    )
+    acl_sync: AclPolicy = Field(
+        AclPolicy.OFF,
+        description="The source's topic ACLs kept on the target every "
+        "REPLICATOR_ACL_SYNC_INTERVAL_MS: mm2 (MirrorMaker 2's sync.topic.acls: literal "
+        "bindings renamed, ALLOW Write left out, ALLOW All becomes Read, the default of "
+        "`replicator mm2`), movable (identity naming only: every binding on a replicated "
+        "topic, literal or prefixed, the same on the target), off. A binding the sync did not "
+        "create is never removed.",
     )
     reverse_heartbeats: bool = Field(
         False,

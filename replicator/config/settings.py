@@ -41,6 +41,7 @@ from replicator.config.values import (
     ENV_PREFIX,
     INTERNAL_TOPIC_FIELDS,
     NESTED_DELIMITER,
+    AclPolicy,
     Compression,
     ConfigSync,
     DataPath,
@@ -305,6 +306,19 @@ class Settings(BaseSettings):
         description="Regex over topic config names never copied or synced (whole name; comma "
         "means |); MM2's config.properties.exclude.",
     )
+    acl_sync: AclPolicy = Field(
+        AclPolicy.OFF,
+        description="The _REPLICA mode's ACL sync: movable (the bindings of the local cluster "
+        "on each replicated <topic>_REPLICA and its <topic>, literal or prefixed, hosts kept, "
+        "the same on every remote cluster, so an application can move between datacenters) "
+        "or off. A binding the sync did not create is never removed.",
+    )
+    acl_sync_interval_ms: int = Field(
+        60_000,
+        ge=1_000,
+        description="How often every ACL sync (this setting and each flow's ACL_SYNC) reads "
+        "its source's topic ACLs and brings its target's to match.",
+    )
     destination_replication_factor: int | None = Field(
         None, ge=1, description="Replication factor of created topics (default: the source's)."
     )
@@ -463,16 +477,12 @@ class Settings(BaseSettings):
                     raise ConfigError(
                         var + end.upper(), f"no cluster named {alias!r} (known: {known})"
                     )
-            if flow.naming is Naming.PREFIX and not flow.prefix:
-                raise ConfigError(var + "PREFIX", "required by the prefix naming policy")
-            if flow.naming is Naming.SOURCE_ALIAS and not flow.separator:
-                raise ConfigError(var + "SEPARATOR", "must not be empty")
-            if flow.source == flow.target and flow.naming is Naming.IDENTITY:
-                raise ConfigError(
-                    var + "TARGET",
-                    "an identity flow into its own source cluster would copy every topic onto "
-                    "itself; give another target or a renaming policy",
-                )
+            _check_naming(var, flow)
+        if self.acl_sync is AclPolicy.MM2:
+            raise ConfigError(
+                f"{ENV_PREFIX}ACL_SYNC",
+                "the _REPLICA mode keeps names: movable or off (mm2 is a flow's policy)",
+            )
         if not self.replica_mode and not self.flows:
             raise ConfigError(
                 f"{ENV_PREFIX}REPLICA_MODE",
@@ -544,4 +554,24 @@ class Settings(BaseSettings):
             self.clusters[self.local_cluster],
             self.destination_replication_factor,
             self.producer_tuning(),
+        )
+
+
+def _check_naming(var: str, flow: FlowSettings) -> None:
+    """A flow's naming policy has what it needs, and suits its target and its ACL sync."""
+    if flow.naming is Naming.PREFIX and not flow.prefix:
+        raise ConfigError(var + "PREFIX", "required by the prefix naming policy")
+    if flow.naming is Naming.SOURCE_ALIAS and not flow.separator:
+        raise ConfigError(var + "SEPARATOR", "must not be empty")
+    if flow.acl_sync is AclPolicy.MOVABLE and flow.naming is not Naming.IDENTITY:
+        raise ConfigError(
+            var + "ACL_SYNC",
+            "movable keeps each topic's name, so it needs NAMING=identity; a renamed copy is "
+            "read, not written, by the applications: use mm2",
+        )
+    if flow.source == flow.target and flow.naming is Naming.IDENTITY:
+        raise ConfigError(
+            var + "TARGET",
+            "an identity flow into its own source cluster would copy every topic onto itself; "
+            "give another target or a renaming policy",
         )

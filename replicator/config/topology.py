@@ -28,6 +28,7 @@ from replicator.config.settings import Settings
 from replicator.config.values import (
     ENV_PREFIX,
     INTERNAL_TOPIC_FIELDS,
+    AclPolicy,
     HeartbeatPlacement,
     Naming,
     OversizePolicy,
@@ -314,6 +315,8 @@ class FeedPlan:
     preserve_partitions: bool = True
     # What names the target cluster in a renamed copy of its data (provenance.py), lower-case.
     home_marks: tuple[str, ...] = ()
+    # Which of the source's topic ACLs each leg into another cluster keeps on it (acl_sync.py).
+    acl_sync: AclPolicy = AclPolicy.OFF
 
     @property
     def is_flow(self) -> bool:
@@ -329,11 +332,19 @@ def internal_topics_in_use(settings: Settings) -> frozenset[str]:
     used = set()
     if settings.heartbeat_interval_ms and any(flow.heartbeats for flow in settings.flows.values()):
         used.add(settings.heartbeat_topic)
-    if settings.sync_groups is not None:
+    if settings.sync_groups is not None or syncs_acls(settings):
         used.add(settings.checkpoints_topic)
     if settings.record_too_large_policy is OversizePolicy.DEAD_LETTER:
         used.add(settings.dead_letter_topic)
     return frozenset(used)
+
+
+def syncs_acls(settings: Settings) -> bool:
+    """Whether any feed keeps topic ACLs on other clusters (its ledger is the checkpoints
+    topic of each target: :mod:`replicator.topics.acl_sync`)."""
+    flows = any(flow.acl_sync is not AclPolicy.OFF for flow in settings.flows.values())
+    replica = settings.replica_mode and settings.acl_sync is not AclPolicy.OFF
+    return flows or (replica and bool(settings.remote_clusters))
 
 
 def internal_topic_problem(settings: Settings) -> tuple[str, str] | None:
@@ -418,6 +429,7 @@ def feeds_for(settings: Settings) -> list[FeedPlan]:
                 rules=TopicRules.from_settings(settings),
                 legs=tuple(legs_for(settings)),
                 replication_factor=settings.destination_replication_factor,
+                acl_sync=settings.acl_sync,
             )
         )
     for name, flow in sorted(settings.flows.items()):
@@ -438,6 +450,7 @@ def feeds_for(settings: Settings) -> list[FeedPlan]:
                 loop_home=True,
                 preserve_partitions=flow.preserve_partitions,
                 home_marks=home_marks(settings, flow),
+                acl_sync=flow.acl_sync,
             )
         )
     return feeds

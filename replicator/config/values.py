@@ -95,6 +95,19 @@ class OversizePolicy(StrEnum):
     DEAD_LETTER = "dead-letter"  # park it in the local dead-letter topic and continue
 
 
+class AclPolicy(StrEnum):
+    """Which topic ACLs of a source a flow (or the ``_REPLICA`` mode) keeps on its target
+    (:mod:`replicator.topics.acl_sync`)."""
+
+    OFF = "off"  # none: grant them on each cluster
+    # As MirrorMaker 2's sync.topic.acls: literal bindings renamed as the topics are, ALLOW Write
+    # left out, ALLOW All turned into Read; what is left out or changed said once.
+    MM2 = "mm2"
+    # An application movable between datacenters: every binding on a replicated topic (and on
+    # its real topic, in the _REPLICA mode), literal or prefixed, the same on every cluster.
+    MOVABLE = "movable"
+
+
 class ConfigSync(StrEnum):
     """How destination topic configs follow their source's after creation."""
 

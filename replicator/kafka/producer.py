@@ -187,10 +187,11 @@ async def send_batch(
 
 
 async def append(
-    producer: AIOKafkaProducer, topic: str, records: Iterable[tuple[bytes, bytes]]
+    producer: AIOKafkaProducer, topic: str, records: Iterable[tuple[bytes, bytes | None]]
 ) -> int:
     """Send ``(key, value)`` records to ``topic``'s one partition (the replicator's internal
-    topics: checkpoints, handovers), then wait for every acknowledgement; how many."""
+    topics: checkpoints, handovers; a value ``None`` is a tombstone), then wait for every
+    acknowledgement; how many."""
     sent = [await producer.send(topic, key=k, value=v, partition=0) for k, v in records]
     for future in sent:
         await future

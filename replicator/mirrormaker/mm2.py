@@ -52,6 +52,7 @@ _FLOW_KEYS = frozenset(
         "consumer.auto.offset.reset",
         "source.consumer.auto.offset.reset",
         "topic.filter.class",
+        "sync.topic.acls.enabled",
     }
     | mm2_heartbeats.KEYS
 )
@@ -95,8 +96,8 @@ _NOTES: dict[str, str] = {
     "sync.topic.configs.interval.seconds": _CONFIGS_GLOBAL,
     "config.properties.exclude": _CONFIGS_GLOBAL,
     "config.properties.blacklist": _CONFIGS_GLOBAL,
-    "sync.topic.acls.enabled": "ACLs are not synced by this version: grant them on the target",
-    "sync.topic.acls.interval.seconds": "ACLs are not synced by this version",
+    "sync.topic.acls.interval.seconds": "ignored for one flow: one interval for every ACL sync "
+    "(REPLICATOR_ACL_SYNC_INTERVAL_MS): give it without the flow",
     "heartbeats.topic.replication.factor": mm2_heartbeats.TOPIC_NOTE,
     "checkpoints.topic.replication.factor": _CHECKPOINTS_TOPIC,
     "refresh.groups.enabled": _ALWAYS_LISTED,
@@ -273,9 +274,6 @@ def _group_sync(b: Builder, given: dict[str, tuple[str, str]], where: str) -> No
 
 def _note(b: Builder, key: str, value: str, origin: str) -> bool:
     """The note of an MM2 property accepted without a translation (False: not one)."""
-    if key == "sync.topic.acls.enabled" and parse_bool(value) is False:
-        b.note(origin, "ACLs are never synced here")
-        return True
     note = _NOTES.get(key) or next(
         (text for prefix, text in _PREFIX_NOTES.items() if key.startswith(prefix)), None
     )
@@ -400,6 +398,9 @@ def _top_property(
         found.top[key] = (value, where)
     elif key == "refresh.topics.interval.seconds":
         _refresh_topics(b, value, where)
+    elif key == "sync.topic.acls.interval.seconds":
+        seconds = parse_int(value, where)
+        b.set("ACL_SYNC_INTERVAL_MS", str(max(seconds, 1) * 1000), where)
     elif key in _CONFIG_SYNC_KEYS:
         found.config_sync[key] = (value, where)
     elif key in _GROUP_SYNC_KEYS:
@@ -523,12 +524,31 @@ def _flow(
             "their source topic's replication factor",
         )
     _start(b, flow, source, flow_scoped, scoped)
+    _acl_sync(b, flow, scoped)
     # Where MirrorMaker 2 stopped (its Connect offsets on the target) comes before START_FROM:
     # the switch then copies nothing twice and skips nothing (takeover.py).
     b.set(flow_var(flow, "TAKE_OVER"), "mirrormaker2", f"MirrorMaker 2's own position ({label})")
     storage = scoped.get("offset.storage.topic")
     if storage is not None:
         b.set(flow_var(flow, "TAKE_OVER_TOPIC"), storage[0].strip(), storage[1])
+
+
+def _acl_sync(b: Builder, flow: str, scoped: Given) -> None:
+    """``sync.topic.acls.enabled`` (MirrorMaker 2's default: true): the flow's ACL sync."""
+    given = scoped.get("sync.topic.acls.enabled")
+    where = given[1] if given is not None else "sync.topic.acls.enabled (default)"
+    if not _flag(scoped, "sync.topic.acls.enabled", True):
+        b.note(where, "topic ACLs are not synced: grant them on the target")
+        return
+    b.set(flow_var(flow, "ACL_SYNC"), "mm2", where)
+    b.note(
+        where,
+        "the source's literal topic ACLs are kept on the target as MirrorMaker 2 keeps them "
+        "(renamed as the topics are, ALLOW Write left out, ALLOW All becomes Read, DENY kept), "
+        "every REPLICATOR_ACL_SYNC_INTERVAL_MS (sync.topic.acls.interval.seconds; 60 s when "
+        "absent, where MirrorMaker 2 waits 600 s); each binding left out or changed is said "
+        "once, and a binding the sync created is removed when its source is",
+    )
 
 
 def _naming(b: Builder, flow: str, scoped: Given, label: str) -> None:

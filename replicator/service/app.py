@@ -8,7 +8,8 @@ Start order (enforced in :meth:`ReplicatorService.run` and :meth:`_replicate`):
      consumer, then, in the leg's own TaskGroup, its destination producer, catch-up fetch,
      committer and senders;
   4. one :class:`SourceFeed` per feed, which joins its group and fans records out to its legs;
-  5. with ``REPLICATOR_SYNC_GROUPS``, the consumer groups' checkpoints (:class:`GroupSync`).
+  5. with ``REPLICATOR_SYNC_GROUPS``, the consumer groups' checkpoints (:class:`GroupSync`);
+  6. with an ACL sync policy, each leg's topic ACLs kept on its target (:class:`AclSyncs`).
 Stop is the reverse, and wins over a rebalance at any moment: the first SIGTERM/SIGINT sets the
 stop event; the feed stops fetching, every leg drains in-flight sends within the grace period and
 commits what was acknowledged, the feed leaves its group (an assignment completing meanwhile
@@ -26,7 +27,7 @@ import structlog
 
 from replicator import clock
 from replicator.config.settings import Settings
-from replicator.config.topology import colliding_flow_names, feeds_for
+from replicator.config.topology import FeedPlan, TopicSelection, colliding_flow_names, feeds_for
 from replicator.config.values import OversizePolicy, TakeOver
 from replicator.errors import Stopped
 from replicator.failover.group_sync import GroupSync
@@ -44,6 +45,7 @@ from replicator.replication.kafka_connections import KafkaLegConnections
 from replicator.replication.leg import LegRunner
 from replicator.service.http import HttpServer
 from replicator.telemetry.metrics import Metrics
+from replicator.topics.acl_syncs import AclSyncs
 
 log = structlog.get_logger(__name__)
 
@@ -99,6 +101,9 @@ class ReplicatorService:
         self.group_sync = (
             GroupSync(settings, self.metrics, self.clusters, self) if settings.sync_groups else None
         )
+        self.acl_syncs = AclSyncs(
+            settings, self.plans, self.metrics, self.clusters, self._selection
+        )
         self.http = HttpServer(self, settings.http_host, settings.http_port)
         # Set at the first stop request; every wait of the stop takes what is left of it.
         self.stopping = StopDeadline(settings.shutdown_grace_ms / 1000)
@@ -141,6 +146,8 @@ class ReplicatorService:
                 group.create_task(self._replicate(), name="replicate")
                 if self.group_sync is not None:
                     group.create_task(self.group_sync.run(self.stop_event), name="group-sync")
+                if self.acl_syncs.legs:
+                    group.create_task(self.acl_syncs.run(self.stop_event), name="acl-sync")
         finally:
             await asyncio.gather(*(c.close() for c in self.clusters.values()))
             await self.http.stop()
@@ -335,7 +342,13 @@ class ReplicatorService:
             ],
             "partition_detail": detail.shown() if detail is not None else None,
             "checkpoints": self.group_sync.status() if self.group_sync is not None else None,
+            "acl_sync": self.acl_syncs.status() if self.acl_syncs.legs else None,
         }
+
+    def _selection(self, plan: FeedPlan) -> TopicSelection | None:
+        """The latest topic selection of ``plan``'s feed (``None``: not listed yet)."""
+        feed = next((feed for feed in self.feeds if feed.plan is plan), None)
+        return feed.topics.selection if feed is not None else None
 
     def _path_reason(self) -> str:
         """Why this process runs its data path (for the log and ``/status``)."""
@@ -377,6 +390,7 @@ class ReplicatorService:
             heartbeat.refresh()
         if self.group_sync is not None:
             self.group_sync.refresh()
+        self.acl_syncs.refresh()
         for feed in self.feeds:
             for leg in feed.legs:
                 leg.health.refresh(feed.log_end)

@@ -266,6 +266,27 @@ class Metrics:
             "configs they have; the round is retried less and less often).",
             ["leg"],
         )
+        self.acl_sync_bindings = self._declare(
+            Gauge,
+            "replicator_acl_sync_bindings",
+            "Source topic ACL bindings an ACL sync (source->target) decided in its last round, "
+            "by state: copied (the target holds them), downgraded, skipped (left out, each said "
+            "once in the log and in /status), owned (bindings on the target the sync created).",
+            ["sync", "state"],
+        )
+        self.acl_sync_changes = self._declare(
+            Counter,
+            "replicator_acl_sync_changes_total",
+            "ACL bindings an ACL sync created on, or removed from, its target.",
+            ["sync", "change"],
+        )
+        self.acl_sync_failures = self._declare(
+            Counter,
+            "replicator_acl_sync_failures_total",
+            "Rounds of an ACL sync that failed (a grant missing, no authorizer, a cluster down): "
+            "the target keeps the ACLs it has; the round is retried less and less often.",
+            ["sync"],
+        )
         self.heartbeats_emitted = self._declare(
             Counter,
             "replicator_heartbeats_emitted_total",

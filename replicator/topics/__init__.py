@@ -16,5 +16,12 @@
     and the operator commands.
 ``acl_sync``
     Which topic ACLs of a source a sync copies to its target, renamed, downgraded or left out
-    (MirrorMaker 2's rules), each decision with its reason. Pure logic, no I/O.
+    (MirrorMaker 2's rules, or ``movable``: the same everywhere), each decision with its
+    reason, and a sync's round against a ledger of what it created. Pure logic, no I/O.
+``acl_ledger``
+    Each cluster's ACLs and the ledger of what the syncs created there (its checkpoints topic),
+    on Kafka, errors naming the grant they lack.
+``acl_syncs``
+    The service's ACL syncs, one per leg into another cluster whose feed has a policy, run every
+    interval by one task; what ``/status`` and the metrics show of them.
 """

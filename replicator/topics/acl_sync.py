@@ -9,13 +9,24 @@ same, binding by binding, and gives each left-out or changed binding its reason,
 sync can count and say it once. Two choices differ from MirrorMaker 2 and say so: a literal
 binding on the wildcard topic ``*`` is left out (renamed it would be a topic no one has; kept
 by an identity policy it would grant every topic of the target), and a prefixed binding is
-said when it covers a replicated topic. :class:`AclSync` applies the decisions to a target,
-round by round, through an :class:`AclAdmin` (no I/O of its own).
+said when it covers a replicated topic.
+
+:func:`movable_decisions` is the policy that makes an application movable between datacenters
+(``movable``): every binding on a topic whose records move (the _REPLICA mode: each replicated
+``<topic>_REPLICA`` and its ``<topic>``; an identity flow: each replicated topic), literal or
+prefixed, copied as it is, hosts kept; never one on, or covering, the replicator's own topics.
+
+:class:`AclSync` applies the decisions to a target, round by round, through an
+:class:`AclAdmin` per cluster and an :class:`AclLedger` (no I/O of its own). The ledger says
+which bindings each sync created on each cluster: a sync removes only its own, and never copies
+a binding another sync created on its source, so two syncs facing each other (identity names
+both ways) never bring back what an operator removed. Kafka's ledger is each target's
+checkpoints topic (:mod:`replicator.topics.acl_ledger`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
@@ -75,7 +86,7 @@ def mm2_decisions(
                     AclDecision(
                         binding,
                         Verdict.SKIPPED,
-                        reason="the wildcard topic '*': every topic, not a replicated one",
+                        reason=_WILDCARD,
                     )
                 )
             continue
@@ -104,6 +115,39 @@ def _decide(binding: AclBinding, target_topic: str) -> AclDecision:
     return AclDecision(binding, Verdict.COPIED, renamed)
 
 
+def movable_decisions(
+    bindings: Iterable[AclBinding], moving: Collection[str], internal: Collection[str]
+) -> list[AclDecision]:
+    """The ``movable`` policy's decision for every topic binding of the source that concerns a
+    topic of ``moving`` (the names whose bindings move, kept as they are): a literal binding on
+    one of them copied, a prefixed binding covering one copied; a prefixed binding that also
+    covers one of the replicator's ``internal`` topics, and the wildcard topic ``*``, left out
+    with their reason. Bindings that concern no moving topic are left out of the answer."""
+    names = sorted(set(moving) - set(internal))
+    decisions = []
+    for binding in bindings:
+        if binding.resource != "topic":
+            continue
+        if not binding.prefixed:
+            if binding.name == "*" and names:
+                decisions.append(AclDecision(binding, Verdict.SKIPPED, reason=_WILDCARD))
+            elif binding.name in names:
+                decisions.append(AclDecision(binding, Verdict.COPIED, binding))
+            continue
+        if not any(name.startswith(binding.name) for name in names):
+            continue
+        own = sorted(t for t in internal if t.startswith(binding.name))
+        if own:
+            reason = f"a prefixed binding that also covers the replicator's own topic {own[0]}"
+            decisions.append(AclDecision(binding, Verdict.SKIPPED, reason=reason))
+        else:
+            decisions.append(AclDecision(binding, Verdict.COPIED, binding))
+    return decisions
+
+
+_WILDCARD = "the wildcard topic '*': every topic, not a replicated one"
+
+
 class AclAdmin(Protocol):
     """What an ACL sync needs of one cluster (on Kafka: :mod:`replicator.kafka.admin`'s ACL
     requests; an in-memory fake in the unit tests)."""
@@ -119,6 +163,30 @@ class AclAdmin(Protocol):
     async def delete(self, bindings: Sequence[AclBinding]) -> None: ...
 
 
+Owned = frozenset[tuple[str, AclBinding]]
+"""Bindings of one cluster that a sync created there, each with that sync's source cluster."""
+
+
+class AclLedger(Protocol):
+    """Which bindings the syncs created on each cluster, shared by every replicator (on Kafka:
+    each cluster's checkpoints topic; in memory in the unit tests)."""
+
+    async def owned(self, cluster: str) -> Owned:
+        """What the syncs into ``cluster`` created there, as the ledger holds it now."""
+        ...
+
+    async def record(
+        self,
+        cluster: str,
+        source: str,
+        created: Sequence[AclBinding],
+        forgotten: Sequence[AclBinding],
+    ) -> None:
+        """The sync from ``source`` into ``cluster`` owns ``created`` from now on, and no
+        longer ``forgotten``."""
+        ...
+
+
 @dataclass
 class AclRound:
     """What one round of a sync did: bindings created and removed on the target, and the
@@ -130,37 +198,53 @@ class AclRound:
 
 
 class AclSync:
-    """One flow's topic ACLs kept on its target: each round reads the source's bindings,
-    decides what the target must hold (``decide``), creates what it lacks and removes what
-    this sync created that is no longer wanted. A binding the sync did not create is never
-    removed, even one it would have created. Each left-out or changed binding is reported
-    once (:attr:`said`), while it stays so."""
+    """One leg's topic ACLs kept on its target: each round reads the source's bindings (but
+    those a sync created there), decides what the target must hold (``decide``), creates what
+    it lacks and removes what this sync created that is no longer wanted. A binding the sync
+    did not create is never removed, even one it would have created; what it creates is in the
+    ledger before it is created, and leaves the ledger once it is removed. Each left-out or
+    changed binding is reported once (:attr:`said`), while it stays so."""
 
     def __init__(
         self,
         source: AclAdmin,
         target: AclAdmin,
+        ledger: AclLedger,
         decide: Callable[[list[AclBinding]], list[AclDecision]],
     ) -> None:
-        self._source, self._target, self._decide = source, target, decide
-        self.created: set[AclBinding] = set()  # on the target, by this sync, still wanted
+        self._source, self._target, self._ledger, self._decide = source, target, ledger, decide
         self.said: dict[AclBinding, AclDecision] = {}  # source binding -> its decision
+        self.copied = 0  # bindings the target holds for the source, as the last round decided
+        self.owned = 0  # of which this sync created, as the last round left them
         self.rounds = 0
 
+    @property
+    def name(self) -> str:
+        return f"{self._source.alias}->{self._target.alias}"
+
     async def round(self) -> AclRound:
-        decisions = self._decide(await self._source.describe())
+        source, target = self._source.alias, self._target.alias
+        copies = {binding for _, binding in await self._ledger.owned(source)}
+        mine = {b for into, b in await self._ledger.owned(target) if into == source}
+        decisions = self._decide([b for b in await self._source.describe() if b not in copies])
         wanted = {d.target for d in decisions if d.target is not None}
-        present = set(await self._target.describe())
         done = AclRound()
+        # Nothing to hold and nothing held: the target is not asked (it may keep no ACLs).
+        present = set(await self._target.describe()) if wanted or mine else set()
         done.created = sorted(wanted - present, key=_order)
-        done.removed = sorted((self.created - wanted) & present, key=_order)
+        done.removed = sorted((mine - wanted) & present, key=_order)
+        # Owned first: a round that fails after this finds it absent and creates it again.
+        await self._ledger.record(target, source, done.created, [])
         await self._target.create(done.created)
         await self._target.delete(done.removed)
-        # removed by someone else meanwhile: no longer this sync's to remove
-        self.created = ((self.created & present) | set(done.created)) - set(done.removed)
+        # Removed by someone else meanwhile (and no longer wanted): no longer this sync's.
+        gone = sorted((mine - present - wanted) | set(done.removed), key=_order)
+        await self._ledger.record(target, source, [], gone)
         changed = {d.source: d for d in decisions if d.verdict is not Verdict.COPIED}
         done.newly_said = [d for b, d in changed.items() if self.said.get(b) != d]
         self.said = changed
+        self.copied = len(wanted)
+        self.owned = len((mine | set(done.created)) - set(gone))
         self.rounds += 1
         return done
 

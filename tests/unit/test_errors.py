@@ -128,7 +128,7 @@ def test_every_class_is_drawn_in_the_module_docstring() -> None:
         for value in vars(errors_module).values()
         if isinstance(value, type) and issubclass(value, BaseException)
     ]
-    assert len(classes) == 28
+    assert len(classes) == 29
     for cls in classes:
         assert f" {cls.__name__} " in doc, cls.__name__
     assert not issubclass(errors_module.Stopped, ReplicatorError)  # no failure handler takes it

@@ -1,12 +1,21 @@
-"""MirrorMaker 2's topic ACL decisions, binding by binding, each left-out or changed one said."""
+"""Topic ACL syncs: MirrorMaker 2's decisions and the movable policy, binding by binding, each
+left-out or changed one said; rounds against in-memory clusters and ledger (what a sync owns)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import pytest
+
 from replicator.kafka.admin import AclBinding
-from replicator.topics.acl_sync import AclSync, Verdict, mm2_decisions
+from replicator.topics.acl_sync import (
+    AclSync,
+    Owned,
+    Verdict,
+    mm2_decisions,
+    movable_decisions,
+)
 
 
 def primary(topic: str) -> str | None:
@@ -94,8 +103,34 @@ class FakeAcls:
         self.bindings -= set(bindings)
 
 
-def sync_of(source: FakeAcls, target: FakeAcls) -> AclSync:
-    return AclSync(source, target, lambda found: mm2_decisions(found, primary, ["orders"]))
+@dataclass
+class FakeLedger:
+    """Which bindings each sync created on each cluster, as the checkpoints topics keep it."""
+
+    kept: dict[str, set[tuple[str, AclBinding]]] = field(default_factory=dict)
+
+    async def owned(self, cluster: str) -> Owned:
+        return frozenset(self.kept.get(cluster, set()))
+
+    async def record(
+        self,
+        cluster: str,
+        source: str,
+        created: Sequence[AclBinding],
+        forgotten: Sequence[AclBinding],
+    ) -> None:
+        held = self.kept.setdefault(cluster, set())
+        held |= {(source, b) for b in created}
+        held -= {(source, b) for b in forgotten}
+
+
+def sync_of(source: FakeAcls, target: FakeAcls, ledger: FakeLedger | None = None) -> AclSync:
+    return AclSync(
+        source,
+        target,
+        ledger or FakeLedger(),
+        lambda found: mm2_decisions(found, primary, ["orders"]),
+    )
 
 
 def on_primary(operation: str, allow: bool = True) -> AclBinding:
@@ -148,4 +183,92 @@ async def test_a_binding_removed_by_an_operator_is_made_again_only_while_wanted(
     assert back.created == [on_primary("Read")]
     target.bindings.clear()
     source.bindings.clear()
-    assert (await sync.round()).removed == [] and sync.created == set()
+    assert (await sync.round()).removed == [] and sync.owned == 0
+
+
+def movable(
+    source: FakeAcls, target: FakeAcls, ledger: FakeLedger, moving: tuple[str, ...]
+) -> AclSync:
+    return AclSync(
+        source, target, ledger, lambda found: movable_decisions(found, moving, ["heartbeats"])
+    )
+
+
+def test_movable_copies_literal_and_prefixed_bindings_as_they_are_never_onto_own_topics() -> None:
+    app_read = AclBinding("User:app", "topic", "orders", "Read", host="10.0.0.7")
+    app_write = AclBinding("User:app", "topic", "orders_REPLICA", "Write")
+    denied = AclBinding("User:intern", "topic", "orders", "Read", allow=False)
+    prefixed = AclBinding("User:app", "topic", "ord", "Describe", prefixed=True)
+    too_wide = AclBinding("User:app", "topic", "", "Read", prefixed=True)  # every topic
+    wildcard = AclBinding("User:app", "topic", "*", "Read")
+    elsewhere = AclBinding("User:app", "topic", "payments", "Read")  # moves with no topic
+    own = AclBinding("User:replicator", "topic", "heartbeats", "Write")
+    decisions = movable_decisions(
+        [app_read, app_write, denied, prefixed, too_wide, wildcard, elsewhere, own],
+        ["orders", "orders_REPLICA", "heartbeats"],
+        ["heartbeats"],
+    )
+    copied = [d.target for d in decisions if d.verdict is Verdict.COPIED]
+    assert copied == [app_read, app_write, denied, prefixed]  # the same, hosts kept
+    skipped = {d.source: d.reason for d in decisions if d.verdict is Verdict.SKIPPED}
+    assert set(skipped) == {too_wide, wildcard}
+    assert "own topic heartbeats" in skipped[too_wide]
+    assert "wildcard" in skipped[wildcard]
+
+
+async def test_two_syncs_facing_each_other_never_bring_back_what_an_operator_removed() -> None:
+    """Identity names both ways: each side's copies are in the ledger, so neither copies the
+    other's copies back, and a removal on either side is followed on the other."""
+    ledger = FakeLedger()
+    mine = AclBinding("User:app", "topic", "orders", "Read")
+    theirs = AclBinding("User:bi", "topic", "orders", "Read")
+    dc1, dc2 = FakeAcls("dc1", {mine}), FakeAcls("dc2", {theirs})
+    there = movable(dc1, dc2, ledger, ("orders",))
+    back = movable(dc2, dc1, ledger, ("orders",))
+    for _ in range(2):
+        await there.round()
+        await back.round()
+    assert dc1.bindings == dc2.bindings == {mine, theirs}
+    assert (there.owned, back.owned) == (1, 1)
+    dc1.bindings.discard(mine)  # the operator removes the original in dc1
+    for _ in range(2):
+        await back.round()  # dc2's copy of it is not dc2's own: never copied back
+        await there.round()
+    assert dc1.bindings == dc2.bindings == {theirs}
+    assert ledger.kept == {"dc1": {("dc2", theirs)}, "dc2": set()}
+
+
+async def test_replicas_of_one_datacenter_share_what_their_sync_created() -> None:
+    """Two replicas run the same sync: what one created, the other removes when it is no longer
+    wanted; neither takes the other's creations for an operator's."""
+    ledger = FakeLedger()
+    dc1, dc2 = FakeAcls("dc1", {on_orders("Read")}), FakeAcls("dc2")
+    first, second = sync_of(dc1, dc2, ledger), sync_of(dc1, dc2, ledger)
+    assert (await first.round()).created == [on_primary("Read")]
+    assert (await second.round()).created == []
+    assert second.owned == 1
+    dc1.bindings.clear()
+    assert (await second.round()).removed == [on_primary("Read")]
+    assert dc2.bindings == set() and ledger.kept["dc2"] == set()
+
+
+async def test_a_round_that_fails_to_create_is_made_good_by_the_next() -> None:
+    ledger = FakeLedger()
+    dc1, dc2 = FakeAcls("dc1", {on_orders("Read")}), RefusingAcls("dc2")
+    sync = sync_of(dc1, dc2, ledger)
+    with pytest.raises(PermissionError):
+        await sync.round()
+    assert ledger.kept["dc2"] == {("dc1", on_primary("Read"))}  # owned before it was asked
+    dc2.refusing = False
+    assert (await sync.round()).created == [on_primary("Read")]
+    assert dc2.bindings == {on_primary("Read")} and sync.owned == 1
+
+
+@dataclass
+class RefusingAcls(FakeAcls):
+    refusing: bool = True
+
+    async def create(self, bindings: Sequence[AclBinding]) -> None:
+        if self.refusing and bindings:
+            raise PermissionError("Alter on cluster denied")
+        await super().create(bindings)
