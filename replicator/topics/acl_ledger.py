@@ -76,7 +76,7 @@ def ledger_entry(key: bytes) -> tuple[str, str, AclBinding] | None:
 def _refused(exc: BaseException, alias: str, grant: str, doing: str) -> ReplicatorError:
     """``exc`` as the sync says it: what it was doing where, and the grant a denial asks for."""
     error = translate(exc)
-    text = str(error) or type(exc).__name__
+    text = (str(error) or type(exc).__name__).removeprefix(f"ACLs not {doing}: ")
     if "SecurityDisabled" in text:
         return KafkaFailure(
             f"{alias} has no authorizer (authorizer.class.name unset): its ACLs cannot be {doing}",
