@@ -124,3 +124,27 @@ def test_each_grant_says_what_and_why() -> None:
     assert grant.describe() == "Describe on group prefix billing"
     rules = TopicRules.from_settings(load_settings(BASE))
     assert rules.target("orders_REPLICA") == "orders"
+
+
+def test_an_acl_sync_reads_acls_on_its_source_and_alters_them_on_its_target() -> None:
+    found = grants(["orders_REPLICA"], acl_sync="movable")
+    sync = {g for g in found if g[1] == "cluster" or g[2] == "replicator-checkpoints"}
+    assert sync == {
+        ("dc1", "cluster", "kafka-cluster", "literal", "Describe"),
+        ("dc2", "cluster", "kafka-cluster", "literal", "Describe,Alter"),
+        ("dc1", "topic", "replicator-checkpoints", "literal", "Read,Describe"),
+        ("dc2", "topic", "replicator-checkpoints", "literal", "Read,Write,Create,Describe"),
+    }
+    assert found - sync == grants(["orders_REPLICA"]), "nothing else changes"
+    assert not any(g[1] == "cluster" for g in grants(["orders_REPLICA"]))
+
+
+def test_the_cluster_grant_is_printed_as_kafka_acls_takes_it() -> None:
+    from replicator.cli.operations import kafka_acls_command
+
+    grant = AclGrant(
+        "dc2", Resource.CLUSTER, "kafka-cluster", Pattern.LITERAL, ("Describe", "Alter"), ()
+    )
+    assert grant.describe() == "Describe, Alter on the cluster"
+    line = kafka_acls_command(grant, "User:r", "b:1")
+    assert line.endswith("--operation Describe --operation Alter --cluster")

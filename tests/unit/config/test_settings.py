@@ -698,3 +698,22 @@ def test_an_unknown_setting_names_the_one_it_most_likely_meant(variable: str, me
 @pytest.mark.parametrize("variable", ["REPLICATOR_XYZ", "REPLICATOR_CLUSTERS__DC2"])
 def test_an_unknown_setting_like_none_suggests_nothing(variable: str) -> None:
     assert config_error({**BASE, variable: "1"}).message == "unknown setting (check the spelling)"
+
+
+def test_acl_sync_policies_are_checked_where_they_are_set() -> None:
+    flow = {
+        "REPLICATOR_FLOWS__EU__SOURCE": "dc2",
+        "REPLICATOR_FLOWS__EU__TARGET": "dc1",
+        "REPLICATOR_FLOWS__EU__NAMING": "source-alias",
+    }
+    settings = load_settings({**BASE, **flow, "REPLICATOR_FLOWS__EU__ACL_SYNC": "mm2"})
+    assert settings.flows["eu"].acl_sync.value == "mm2" and settings.acl_sync.value == "off"
+    renamed = config_error({**BASE, **flow, "REPLICATOR_FLOWS__EU__ACL_SYNC": "movable"})
+    assert renamed.variable == "REPLICATOR_FLOWS__EU__ACL_SYNC"
+    assert "NAMING=identity" in renamed.message
+    assert config_error({**BASE, "REPLICATOR_ACL_SYNC": "mm2"}).variable == "REPLICATOR_ACL_SYNC"
+    assert config_error({**BASE, "REPLICATOR_ACL_SYNC": "all"}).variable == "REPLICATOR_ACL_SYNC"
+    short = config_error({**BASE, "REPLICATOR_ACL_SYNC_INTERVAL_MS": "10"})
+    assert short.variable == "REPLICATOR_ACL_SYNC_INTERVAL_MS"
+    moving = load_settings({**BASE, "REPLICATOR_ACL_SYNC": "movable"})
+    assert moving.acl_sync.value == "movable" and moving.acl_sync_interval_ms == 60_000

@@ -379,3 +379,33 @@ def test_mm2_reverse_heartbeats_follow_the_reverse_directions_properties(tmp_pat
     settings = mm2(tmp_path, one_way).settings()
     assert settings.flows["a_to_b"].reverse_heartbeats
     assert settings.heartbeat_placement.value == "mirrormaker2"
+
+
+def test_mm2_topic_acl_sync_is_on_by_default_as_in_mirror_maker_2(tmp_path: Path) -> None:
+    base = (
+        "clusters=a,b\na.bootstrap.servers=x:1\nb.bootstrap.servers=y:1\n"
+        "a->b.enabled=true\nb->a.enabled=true\n"
+    )
+    config = tmp_path / "mm2.properties"
+    config.write_text(base)
+    translated = mm2_translation(config)
+    settings = translated.settings()
+    assert {name: flow.acl_sync.value for name, flow in settings.flows.items()} == {
+        "a_to_b": "mm2",
+        "b_to_a": "mm2",
+    }
+    assert settings.acl_sync_interval_ms == 60_000
+    assert any("ALLOW Write left out" in note for note in translated.notes)
+    config.write_text(
+        base + "b->a.sync.topic.acls.enabled=false\nsync.topic.acls.interval.seconds=5\n"
+    )
+    settings = mm2_translation(config).settings()
+    assert settings.flows["a_to_b"].acl_sync.value == "mm2"
+    assert settings.flows["b_to_a"].acl_sync.value == "off"
+    assert settings.acl_sync_interval_ms == 5_000
+    config.write_text(base + "sync.topic.acls.enabled=false\n")
+    assert {f.acl_sync.value for f in mm2_translation(config).settings().flows.values()} == {"off"}
+    config.write_text(base + "sync.topic.acls.enabled=sometimes\n")
+    with pytest.raises(ConfigError) as refused:
+        mm2_translation(config)
+    assert "sync.topic.acls.enabled" in refused.value.variable

@@ -272,3 +272,15 @@ class RefusingAcls(FakeAcls):
         if self.refusing and bindings:
             raise PermissionError("Alter on cluster denied")
         await super().create(bindings)
+
+
+def test_a_ledger_key_names_its_sync_and_binding_and_no_other_record_is_taken_for_one() -> None:
+    from replicator.failover.checkpoints import key_of
+    from replicator.model.handover import handover_key
+    from replicator.topics.acl_ledger import ledger_entry, ledger_key
+
+    binding = AclBinding("User:a b", "topic", "ord", "Read", prefixed=True, allow=False, host="h")
+    assert ledger_entry(ledger_key("dc1", "dc2", binding)) == ("dc1", "dc2", binding)
+    assert ledger_entry(key_of("g", "dc1", "dc2", "orders", 0)) is None
+    assert ledger_entry(handover_key("dc1", "dc2", "orders", 0)) is None
+    assert ledger_entry(b"not json") is None
