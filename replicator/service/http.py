@@ -23,7 +23,9 @@
   ``limit`` (default 1000 per leg) add to each leg ``partitions`` (state, offsets, log end, lag,
   last error; in topic and partition order), ``partitions_matched`` and ``partitions_truncated``
   (matched but not listed); ``partition_detail`` echoes the query. An unknown parameter or value is
-  answered 400. No secrets.
+  answered 400. ``acl_sync`` (with an ACL sync policy): per sync ``source->target``, its
+  rounds, failures and last error, the bindings copied, owned, created and removed, and those
+  left out or changed with their reasons. No secrets.
 - ``/metrics``: Prometheus exposition (labels per leg, topic or state, never per partition).
 
 An address the server cannot listen on (port taken, host not on this machine) is configuration
