@@ -28,7 +28,7 @@ from aiokafka.protocol.admin import (
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int8, Int16, Int32, Schema, String
 
-from replicator.errors import KafkaFailure
+from replicator.errors import KafkaFailure, NoAuthorizer
 from replicator.kafka.internals import a_broker, kafka_client
 from replicator.kafka.translation import broker_error, error_name
 
@@ -392,8 +392,20 @@ async def _send_acls(
         return []
     client = kafka_client(admin)
     request = _AclRequest(struct, [binding.wire() for binding in bindings])
-    response = await client.send(await a_broker(client), request)
+    response = await _ask_acls(client, request)
     return [(row[0], row[1]) for row in getattr(response, _ACL_ANSWERS[struct.API_KEY])]
+
+
+_SECURITY_DISABLED = 54
+
+
+async def _ask_acls(client: Any, request: _AclRequest) -> Any:
+    """An ACL request's answer; :class:`~replicator.errors.NoAuthorizer` from a broker that
+    has no ACL requests (its ``cluster`` left for the caller to name)."""
+    try:
+        return await client.send(await a_broker(client), request)
+    except IncompatibleBrokerVersion as exc:
+        raise NoAuthorizer("", f"the broker answers no ACL requests ({exc})") from exc
 
 
 def _acl_refusals(
@@ -405,6 +417,8 @@ def _acl_refusals(
         for b, (code, message) in zip(bindings, answers, strict=True)
         if code != 0
     ]
+    if any(code == _SECURITY_DISABLED for code, _ in answers):
+        raise NoAuthorizer("", "no authorizer (authorizer.class.name unset): no ACLs kept")
     if refused:  # retriable as the broker's first error is, as alter_topic_configs says it
         first = broker_error(next(code for code, _ in answers if code != 0))
         raise KafkaFailure(f"ACLs not {verb}: {'; '.join(refused)}", retriable=first.retriable)
@@ -425,13 +439,15 @@ async def delete_acls(admin: AIOKafkaAdminClient, bindings: Sequence[AclBinding]
 async def describe_acls(admin: AIOKafkaAdminClient, resource: str = "topic") -> list[AclBinding]:
     """Every ACL on ``resource``s of a cluster, of any name, pattern (literal or prefixed),
     principal, host, operation and permission (one DescribeAcls request). Operations this
-    module has no name for are left out; a cluster without an authorizer refuses
-    (``SECURITY_DISABLED``, a :class:`~replicator.errors.KafkaFailure`)."""
+    module has no name for are left out; a cluster without an authorizer (``SECURITY_DISABLED``)
+    or without ACL requests is :class:`~replicator.errors.NoAuthorizer`."""
     client = kafka_client(admin)
     request = _AclRequest(
         DescribeAclsRequest_v1, _RESOURCE_TYPES[resource], None, _ANY, None, None, _ANY, _ANY
     )
-    response = await client.send(await a_broker(client), request)
+    response = await _ask_acls(client, request)
+    if response.error_code == _SECURITY_DISABLED:
+        raise NoAuthorizer("", "no authorizer (authorizer.class.name unset): no ACLs kept")
     if response.error_code != 0:
         failure = broker_error(response.error_code)
         said = f" ({response.error_message})" if response.error_message else ""

@@ -305,3 +305,39 @@ async def start_producer(
         raise translate(exc) from exc
     started: RecordProducer = producer
     return started
+
+
+class InternalTopicWriter:
+    """Appends keyed records to partition 0 of one of the replicator's internal topics of one
+    cluster (the ACL ledger), each acknowledged, through one producer made on first use. No
+    idempotence needed: a record written twice is the same key, the newest wins. Errors come
+    out in the product's terms."""
+
+    def __init__(
+        self, cluster: ClusterSettings, settings: ProducerSettings, topic: str, client_id: str
+    ) -> None:
+        self._cluster, self._settings = cluster, settings
+        self._topic, self._client_id = topic, client_id
+        self._producer: AIOKafkaProducer | None = None
+
+    async def write(self, records: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Append ``records`` (a value ``None``: a tombstone); how many, all acknowledged."""
+        try:
+            if self._producer is None:
+                producer = make_producer(
+                    self._cluster, self._settings, self._client_id, enable_idempotence=False
+                )
+                try:
+                    await producer.start()
+                except BaseException:
+                    await close_quietly(producer.stop())
+                    raise
+                self._producer = producer
+            return await append(self._producer, self._topic, records)
+        except Exception as exc:
+            raise translate(exc) from exc
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await close_quietly(self._producer.stop())
+            self._producer = None

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from replicator import clock
 from replicator.kafka.internals import all_metadata
+from replicator.kafka.translation import translate
+from replicator.lifecycle import close_quietly
 from replicator.model.provenance import Provenance, parse
 
 
@@ -187,3 +190,59 @@ async def _in_ranges(
             if reached >= wanted[tp][1] or (last is not None and reached >= last):
                 pending.discard(tp)
                 consumer.pause(tp)
+
+
+class TopicTail:
+    """What was appended to partition 0 of one topic since the last :meth:`read_new`: from its
+    log start the first time, then only what came after, through one consumer of no group kept
+    between reads (the replicator's single-partition internal topics: the ACL ledger). The
+    end is the high watermark the fetch answers give, never ListOffsets. Errors come out in
+    the product's terms."""
+
+    def __init__(self, client_options: dict[str, Any], topic: str, client_id: str) -> None:
+        self._options = client_options
+        self._topic = topic
+        self._client_id = client_id
+        self._consumer: AIOKafkaConsumer | None = None
+        self._position: int | None = None  # the next offset to read, once the topic exists
+
+    async def read_new(self, timeout: float = 30.0) -> list[StoredRecord]:
+        """The records appended since the last read (none while the topic does not exist); a
+        read that fails leaves the position where it was, for the next one to read again."""
+        try:
+            return await self._read(timeout)
+        except Exception as exc:
+            raise translate(exc) from exc
+
+    async def _read(self, timeout: float) -> list[StoredRecord]:
+        if self._consumer is None:
+            consumer = AIOKafkaConsumer(
+                **self._options,
+                client_id=self._client_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+            )
+            try:
+                await consumer.start()
+            except BaseException:
+                await close_quietly(consumer.stop())
+                raise
+            self._consumer = consumer
+        consumer = self._consumer
+        tp = TopicPartition(self._topic, 0)
+        if self._position is None:
+            if not await partitions_of(consumer, self._topic):
+                return []
+            self._position = (await consumer.beginning_offsets([tp]))[tp]
+        found = await read_ranges(consumer, {tp: (self._position, _NO_END)}, timeout)
+        records = found[tp]
+        self._position = max([self._position, *(r.offset + 1 for r in records)])
+        return records
+
+    async def close(self) -> None:
+        if self._consumer is not None:
+            await close_quietly(self._consumer.stop())
+            self._consumer = None
+
+
+_NO_END = 2**63 - 1  # a range to the high watermark, whatever it is

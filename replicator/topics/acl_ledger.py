@@ -21,17 +21,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
 from replicator import clock
 from replicator.config.settings import Settings
-from replicator.errors import KafkaFailure, ReplicatorError, TopicRefused
+from replicator.errors import KafkaFailure, NoAuthorizer, ReplicatorError, TopicRefused
 from replicator.kafka.admin import AclBinding, create_acls, delete_acls, describe_acls
 from replicator.kafka.clients import ClusterClient, client_options
-from replicator.kafka.producer import append, make_producer
-from replicator.kafka.readers import partitions_of, read_ranges
+from replicator.kafka.producer import InternalTopicWriter
+from replicator.kafka.readers import TopicTail
 from replicator.kafka.translation import translate
-from replicator.lifecycle import close_quietly
 from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS
 from replicator.topics.acl_sync import Owned
 from replicator.topics.provisioning import ensure_single_partition
@@ -77,11 +74,8 @@ def _refused(exc: BaseException, alias: str, grant: str, doing: str) -> Replicat
     """``exc`` as the sync says it: what it was doing where, and the grant a denial asks for."""
     error = translate(exc)
     text = (str(error) or type(exc).__name__).removeprefix(f"ACLs not {doing}: ")
-    if "SecurityDisabled" in text:
-        return KafkaFailure(
-            f"{alias} has no authorizer (authorizer.class.name unset): its ACLs cannot be {doing}",
-            retriable=False,
-        )
+    if isinstance(error, NoAuthorizer):
+        return NoAuthorizer(alias, f"{alias}: {error}")
     if "AuthorizationFailed" in text or "Authorization" in type(error).__name__:
         return KafkaFailure(
             f"ACLs of {alias} not {doing}: {text}; grant the replicator's principal {grant} on "
@@ -119,13 +113,11 @@ class ClusterAcls:
 
 
 class _ClusterLedger:
-    """One cluster's ledger: its reader's position in the checkpoints topic, what it read."""
+    """One cluster's ledger: its checkpoints topic's tail, read so far, and its writer."""
 
-    def __init__(self) -> None:
-        self.reader: AIOKafkaConsumer | None = None
-        self.position: int | None = None
+    def __init__(self, tail: TopicTail, writer: InternalTopicWriter) -> None:
+        self.tail, self.writer = tail, writer
         self.owned: set[tuple[str, str, AclBinding]] = set()  # (source, target, binding)
-        self.producer: AIOKafkaProducer | None = None
         self.topic_checked = False
 
 
@@ -137,11 +129,30 @@ class KafkaAclLedger:
         self._settings = settings
         self._clients = clusters
         self._topic = settings.checkpoints_topic
-        self._ledgers = {alias: _ClusterLedger() for alias in clusters}
+        self._ledgers = {
+            alias: _ClusterLedger(
+                TopicTail(
+                    client_options(client.cluster, settings),
+                    self._topic,
+                    f"replicator-acl-ledger-reader-{alias}",
+                ),
+                InternalTopicWriter(
+                    client.cluster, settings, self._topic, f"replicator-acl-ledger-{alias}"
+                ),
+            )
+            for alias, client in clusters.items()
+        }
 
     async def owned(self, cluster: str) -> Owned:
         ledger = self._ledgers[cluster]
-        await self._read_new(cluster, ledger)
+        for record in await ledger.tail.read_new(_READ_TIMEOUT_S):
+            entry = ledger_entry(record.key) if record.key is not None else None
+            if entry is None:
+                continue
+            if record.value is None:
+                ledger.owned.discard(entry)
+            else:
+                ledger.owned.add(entry)
         return frozenset((source, b) for source, into, b in ledger.owned if into == cluster)
 
     async def record(
@@ -155,31 +166,12 @@ class KafkaAclLedger:
             return
         ledger = self._ledgers[cluster]
         await self._ensure_topic(cluster, ledger)
-        if ledger.producer is None:
-            # No idempotence needed: a record written twice is the same key, the newest wins.
-            producer = make_producer(
-                self._clients[cluster].cluster,
-                self._settings,
-                f"replicator-acl-ledger-{cluster}",
-                enable_idempotence=False,
-            )
-            try:
-                await producer.start()
-            except Exception as exc:
-                await close_quietly(producer.stop())
-                raise translate(exc) from exc
-            ledger.producer = producer
         at = json.dumps({"at_ms": int(clock.wall() * 1000)}).encode()
         records: list[tuple[bytes, bytes | None]] = [
             (ledger_key(source, cluster, b), at) for b in created
         ]
-        tombstones: list[tuple[bytes, bytes | None]] = [
-            (ledger_key(source, cluster, b), None) for b in forgotten
-        ]
-        try:
-            await append(ledger.producer, self._topic, [*records, *tombstones])
-        except Exception as exc:
-            raise translate(exc) from exc
+        records += [(ledger_key(source, cluster, b), None) for b in forgotten]
+        await ledger.writer.write(records)
         ledger.owned |= {(source, cluster, b) for b in created}
         ledger.owned -= {(source, cluster, b) for b in forgotten}
 
@@ -188,55 +180,19 @@ class KafkaAclLedger:
             return
         admin = await self._clients[cluster].admin()
         factor = self._settings.destination_replication_factor
-        errors = await ensure_single_partition(
-            admin, self._topic, factor, CHECKPOINTS_TOPIC_CONFIGS
-        )
+        try:
+            errors = await ensure_single_partition(
+                admin, self._topic, factor, CHECKPOINTS_TOPIC_CONFIGS
+            )
+        except Exception as exc:
+            raise translate(exc) from exc
         if errors:
             raise TopicRefused(
                 f"checkpoints topic {self._topic} not created in {cluster}: {errors}"
             )
         ledger.topic_checked = True
 
-    async def _read_new(self, cluster: str, ledger: _ClusterLedger) -> None:
-        """What was appended to the cluster's ledger since the last read (all, the first time;
-        nothing while the topic does not exist)."""
-        try:
-            if ledger.reader is None:
-                reader = AIOKafkaConsumer(
-                    **client_options(self._clients[cluster].cluster, self._settings),
-                    client_id=f"replicator-acl-ledger-reader-{cluster}",
-                    enable_auto_commit=False,
-                    auto_offset_reset="earliest",
-                )
-                await reader.start()
-                ledger.reader = reader
-            reader = ledger.reader
-            partitions = await partitions_of(reader, self._topic)
-            if not partitions:
-                return
-            tp = TopicPartition(self._topic, 0)
-            end = (await reader.end_offsets([tp]))[tp]
-            if ledger.position is None:
-                ledger.position = (await reader.beginning_offsets([tp]))[tp]
-            if ledger.position >= end:
-                return
-            found = await read_ranges(reader, {tp: (ledger.position, end)}, _READ_TIMEOUT_S)
-        except Exception as exc:
-            raise translate(exc) from exc
-        for record in found[tp]:
-            entry = ledger_entry(record.key) if record.key is not None else None
-            if entry is None:
-                continue
-            if record.value is None:
-                ledger.owned.discard(entry)
-            else:
-                ledger.owned.add(entry)
-        ledger.position = end
-
     async def close(self) -> None:
         for ledger in self._ledgers.values():
-            if ledger.reader is not None:
-                await close_quietly(ledger.reader.stop())
-            if ledger.producer is not None:
-                await close_quietly(ledger.producer.stop())
-            ledger.reader = ledger.producer = None
+            await ledger.tail.close()
+            await ledger.writer.close()

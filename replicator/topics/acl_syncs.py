@@ -34,7 +34,6 @@ from replicator.telemetry.metrics import Metrics
 from replicator.topics.acl_ledger import ClusterAcls, KafkaAclLedger
 from replicator.topics.acl_sync import (
     AclDecision,
-    AclLedger,
     AclRound,
     AclSync,
     mm2_decisions,
@@ -44,6 +43,7 @@ from replicator.topics.acl_sync import (
 log = structlog.get_logger(__name__)
 
 _FAILING_CEILING_S = 600.0
+_LISTING_WAIT_S = 1.0  # until the feed's first listing, asked again this often
 _SHOWN = 20  # left-out or changed bindings listed in /status per sync (all are counted)
 
 Selection = Callable[[FeedPlan], TopicSelection | None]
@@ -88,14 +88,11 @@ class AclSyncs:
         metrics: Metrics,
         clusters: dict[str, ClusterClient],
         selection: Selection,
-        ledger: AclLedger | None = None,
     ) -> None:
         self._settings = settings
         self._metrics = metrics
         self._selection = selection
-        self._kafka_ledger = KafkaAclLedger(settings, clusters) if ledger is None else None
-        shared = ledger or self._kafka_ledger
-        assert shared is not None
+        self._ledger: KafkaAclLedger | None = None  # made with the first sync
         self._every = settings.acl_sync_interval_ms / 1000
         internal = {getattr(settings, name) for name in INTERNAL_TOPIC_FIELDS}
         self.legs: list[_Leg] = []
@@ -105,12 +102,13 @@ class AclSyncs:
             for leg in plan.legs:
                 if leg.destination == leg.source:
                     continue
-                decide = self._decider(plan, internal)
+                if self._ledger is None:
+                    self._ledger = KafkaAclLedger(settings, clusters)
                 sync = AclSync(
                     ClusterAcls(clusters[leg.source]),
                     ClusterAcls(clusters[leg.destination]),
-                    shared,
-                    decide,
+                    self._ledger,
+                    self._decider(plan, internal),
                 )
                 backoff = Backoff(base=self._every, ceiling=max(self._every, _FAILING_CEILING_S))
                 self.legs.append(_Leg(plan, leg, sync, backoff))
@@ -157,14 +155,14 @@ class AclSyncs:
         except Stopped:
             return
         finally:
-            if self._kafka_ledger is not None:
-                await self._kafka_ledger.close()
+            if self._ledger is not None:
+                await self._ledger.close()
 
     async def _round(self, entry: _Leg) -> None:
         name = entry.sync.name
         if self._selection(entry.plan) is None:
             entry.waiting = "waiting for the feed's first topic listing"
-            entry.due = clock.monotonic() + min(self._every, 5.0)
+            entry.due = clock.monotonic() + min(self._every, _LISTING_WAIT_S)
             return
         entry.waiting = None
         try:

@@ -231,6 +231,22 @@ def test_mirror_maker_2_file_runs_its_flow_with_mm2_names(
         wait_until(lambda: heartbeat_status()["age_seconds"] is not None, 30, "heartbeat age")
         assert heartbeat_status()["target_topic"] == "source.heartbeats"
         wait_settled(process)
+
+        # The file leaves sync.topic.acls.enabled at MirrorMaker 2's default: the flow's ACL
+        # sync runs, and a source that keeps no ACLs (no authorizer) is no failure.
+        def acl_sync_status() -> dict[str, Any]:
+            found: dict[str, Any] = process.get("/status")[1]["acl_sync"]["source->destination"]
+            return found
+
+        def acl_sync_ran() -> bool:
+            found = acl_sync_status()
+            return bool(found["rounds"]) or "no authorizer" in (found["waiting"] or "")
+
+        wait_until(acl_sync_ran, 30, "the ACL sync's first round", process.log)
+        acl_sync = acl_sync_status()
+        assert acl_sync["policy"] == "mm2", acl_sync
+        assert (acl_sync["failures"], acl_sync["last_error"]) == (0, None), acl_sync
+        assert process.metric("replicator_acl_sync_failures_total") == 0
         stored = read(destination, renamed)
         assert len(stored) == len(sent) + len(later)
         assert_copied(stored, sent + later, "source")
