@@ -478,6 +478,12 @@ class Settings(BaseSettings):
                         var + end.upper(), f"no cluster named {alias!r} (known: {known})"
                     )
             _check_naming(var, flow)
+        if self.acl_sync is not AclPolicy.OFF and not self.replica_mode:
+            raise ConfigError(
+                f"{ENV_PREFIX}ACL_SYNC",
+                f"is the _REPLICA mode's ACL sync, and {ENV_PREFIX}REPLICA_MODE is false: give "
+                f"each flow its own ({ENV_PREFIX}FLOWS__<NAME>__ACL_SYNC)",
+            )
         if self.acl_sync is AclPolicy.MM2:
             raise ConfigError(
                 f"{ENV_PREFIX}ACL_SYNC",

@@ -420,8 +420,19 @@ def _acl_refusals(
     if any(code == _SECURITY_DISABLED for code, _ in answers):
         raise NoAuthorizer("", "no authorizer (authorizer.class.name unset): no ACLs kept")
     if refused:  # retriable as the broker's first error is, as alter_topic_configs says it
+        codes = {code for code, _ in answers if code != 0}
         first = broker_error(next(code for code, _ in answers if code != 0))
+        if len(codes) == 1 and len(refused) > _SHOWN_REFUSALS:  # one cause: said once
+            raise KafkaFailure(
+                f"ACLs not {verb}: {len(refused)} of {len(bindings)} refused with "
+                f"{error_name(next(iter(codes)))}: {'; '.join(refused[:_SHOWN_REFUSALS])} "
+                f"and {len(refused) - _SHOWN_REFUSALS} more",
+                retriable=first.retriable,
+            )
         raise KafkaFailure(f"ACLs not {verb}: {'; '.join(refused)}", retriable=first.retriable)
+
+
+_SHOWN_REFUSALS = 3
 
 
 async def create_acls(admin: AIOKafkaAdminClient, bindings: Sequence[AclBinding]) -> None:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import TopicAuthorizationFailedError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from replicator import clock
-from replicator.kafka.internals import all_metadata
+from replicator.kafka.internals import a_broker, all_metadata, kafka_client
 from replicator.kafka.translation import translate
 from replicator.lifecycle import close_quietly
 from replicator.model.provenance import Provenance, parse
@@ -232,6 +234,9 @@ class TopicTail:
         tp = TopicPartition(self._topic, 0)
         if self._position is None:
             if not await partitions_of(consumer, self._topic):
+                # A listing leaves out a topic the principal may not describe: asked by name
+                # (never created by the asking), a denial is told from an absence.
+                await _refuse_if_denied(consumer, self._topic)
                 return []
             self._position = (await consumer.beginning_offsets([tp]))[tp]
         found = await read_ranges(consumer, {tp: (self._position, _NO_END)}, timeout)
@@ -246,3 +251,15 @@ class TopicTail:
 
 
 _NO_END = 2**63 - 1  # a range to the high watermark, whatever it is
+_TOPIC_AUTHORIZATION_FAILED = 29
+
+
+async def _refuse_if_denied(consumer: AIOKafkaConsumer, topic: str) -> None:
+    """Raise the broker's denial when it refuses the principal ``topic`` (one metadata request
+    naming it, auto-creation off); return when the topic is only absent."""
+    client = kafka_client(consumer)
+    request = MetadataRequest([topic], allow_auto_topic_creation=False)
+    response = await client.send(await a_broker(client), request)
+    for code, name, *_ in response.topics:
+        if name == topic and code == _TOPIC_AUTHORIZATION_FAILED:
+            raise TopicAuthorizationFailedError(topic)

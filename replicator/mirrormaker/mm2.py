@@ -399,8 +399,7 @@ def _top_property(
     elif key == "refresh.topics.interval.seconds":
         _refresh_topics(b, value, where)
     elif key == "sync.topic.acls.interval.seconds":
-        seconds = parse_int(value, where)
-        b.set("ACL_SYNC_INTERVAL_MS", str(max(seconds, 1) * 1000), where)
+        found.top[key] = (value, where)  # one setting for every flow: read with each flow
     elif key in _CONFIG_SYNC_KEYS:
         found.config_sync[key] = (value, where)
     elif key in _GROUP_SYNC_KEYS:
@@ -540,6 +539,17 @@ def _acl_sync(b: Builder, flow: str, scoped: Given) -> None:
     if not _flag(scoped, "sync.topic.acls.enabled", True):
         b.note(where, "topic ACLs are not synced: grant them on the target")
         return
+    interval = scoped.get("sync.topic.acls.interval.seconds")
+    if interval is not None:
+        seconds = parse_int(interval[0], interval[1])
+        if seconds == 0:
+            raise ConfigError(
+                interval[1], "must not be 0 (MirrorMaker 2 refuses it); a negative one turns off"
+            )
+        if seconds < 0:  # MirrorMaker 2's scheduler never runs a negative interval
+            b.note(interval[1], "negative: topic ACLs are not synced, as in MirrorMaker 2")
+            return
+        b.set("ACL_SYNC_INTERVAL_MS", str(seconds * 1000), interval[1])
     b.set(flow_var(flow, "ACL_SYNC"), "mm2", where)
     b.note(
         where,

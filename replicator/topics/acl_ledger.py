@@ -18,6 +18,7 @@ no ACLs at all is :class:`~replicator.errors.NoAuthorizer`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 
@@ -28,7 +29,7 @@ from replicator.kafka.admin import AclBinding, create_acls, delete_acls, describ
 from replicator.kafka.clients import ClusterClient, client_options
 from replicator.kafka.producer import InternalTopicWriter
 from replicator.kafka.readers import TopicTail
-from replicator.kafka.translation import translate
+from replicator.kafka.translation import denial, translate
 from replicator.model.handover import CHECKPOINTS_TOPIC_CONFIGS
 from replicator.topics.acl_sync import Owned
 from replicator.topics.provisioning import ensure_single_partition
@@ -83,6 +84,12 @@ def _refused(exc: BaseException, alias: str, grant: str, doing: str) -> Replicat
             retriable=False,
         )
     return KafkaFailure(f"ACLs of {alias} not {doing}: {text}", retriable=error.retriable)
+
+
+def _ledger_error(exc: BaseException, cluster: str, operation: str, topic: str) -> ReplicatorError:
+    """A failure of the ledger in the product's terms; a denial named as the grant it lacks
+    (``Read on topic replicator-checkpoints denied by the ACLs of dc1``)."""
+    return denial(exc, cluster, topic=(operation, topic))
 
 
 class ClusterAcls:
@@ -145,7 +152,11 @@ class KafkaAclLedger:
 
     async def owned(self, cluster: str) -> Owned:
         ledger = self._ledgers[cluster]
-        for record in await ledger.tail.read_new(_READ_TIMEOUT_S):
+        try:
+            found = await ledger.tail.read_new(_READ_TIMEOUT_S)
+        except Exception as exc:
+            raise _ledger_error(exc, cluster, "Read, Describe", self._topic) from exc
+        for record in found:
             entry = ledger_entry(record.key) if record.key is not None else None
             if entry is None:
                 continue
@@ -171,7 +182,10 @@ class KafkaAclLedger:
             (ledger_key(source, cluster, b), at) for b in created
         ]
         records += [(ledger_key(source, cluster, b), None) for b in forgotten]
-        await ledger.writer.write(records)
+        try:
+            await ledger.writer.write(records)
+        except Exception as exc:
+            raise _ledger_error(exc, cluster, "Write", self._topic) from exc
         ledger.owned |= {(source, cluster, b) for b in created}
         ledger.owned -= {(source, cluster, b) for b in forgotten}
 
@@ -185,7 +199,7 @@ class KafkaAclLedger:
                 admin, self._topic, factor, CHECKPOINTS_TOPIC_CONFIGS
             )
         except Exception as exc:
-            raise translate(exc) from exc
+            raise _ledger_error(exc, cluster, "Create", self._topic) from exc
         if errors:
             raise TopicRefused(
                 f"checkpoints topic {self._topic} not created in {cluster}: {errors}"
@@ -193,6 +207,8 @@ class KafkaAclLedger:
         ledger.topic_checked = True
 
     async def close(self) -> None:
-        for ledger in self._ledgers.values():
-            await ledger.tail.close()
-            await ledger.writer.close()
+        """Every cluster's reader and writer, together (each closed within a few seconds)."""
+        await asyncio.gather(
+            *(ledger.tail.close() for ledger in self._ledgers.values()),
+            *(ledger.writer.close() for ledger in self._ledgers.values()),
+        )

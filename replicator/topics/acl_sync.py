@@ -225,28 +225,51 @@ class AclSync:
     async def round(self) -> AclRound:
         source, target = self._source.alias, self._target.alias
         copies = {binding for _, binding in await self._ledger.owned(source)}
-        mine = {b for into, b in await self._ledger.owned(target) if into == source}
+        held = await self._ledger.owned(target)
+        mine = {b for into, b in held if into == source}
+        others = {b for into, b in held if into != source}  # another source's sync owns them
         decisions = self._decide([b for b in await self._source.describe() if b not in copies])
         wanted = {d.target for d in decisions if d.target is not None}
         done = AclRound()
         # Nothing to hold and nothing held: the target is not asked (it may keep no ACLs).
         present = set(await self._target.describe()) if wanted or mine else set()
-        done.created = sorted(wanted - present, key=_order)
-        done.removed = sorted((mine - wanted) & present, key=_order)
-        # Owned first: a round that fails after this finds it absent and creates it again.
+        create = wanted - present
+        # Wanted too by another source's sync that made it: owned by both, so that neither
+        # removes what the other still wants.
+        shared = (wanted & present & others) - mine
+        dropped = mine - wanted  # no longer wanted (or removed by someone else meanwhile)
+        done.created = sorted(create, key=_order)
+        done.removed = sorted((dropped & present) - others, key=_order)
+        # Owned before it is asked for: a round that fails after this finds it absent and
+        # creates it again. Owned again once created: a replica of this sync that forgot it
+        # meanwhile (it saw it absent and no longer wanted) does not leave it unowned.
+        await self._ledger.record(target, source, sorted(create | shared, key=_order), [])
+        try:
+            await self._target.create(done.created)
+        except Exception:
+            await self._forget_uncreated(create)
+            raise
         await self._ledger.record(target, source, done.created, [])
-        await self._target.create(done.created)
         await self._target.delete(done.removed)
-        # Removed by someone else meanwhile (and no longer wanted): no longer this sync's.
-        gone = sorted((mine - present - wanted) | set(done.removed), key=_order)
-        await self._ledger.record(target, source, [], gone)
+        await self._ledger.record(target, source, [], sorted(dropped, key=_order))
         changed = {d.source: d for d in decisions if d.verdict is not Verdict.COPIED}
         done.newly_said = [d for b, d in changed.items() if self.said.get(b) != d]
         self.said = changed
         self.copied = len(wanted)
-        self.owned = len((mine | set(done.created)) - set(gone))
+        self.owned = len((mine | create | shared) - dropped)
         self.rounds += 1
         return done
+
+    async def _forget_uncreated(self, asked: set[AclBinding]) -> None:
+        """After a refused creation: what the target does not hold is not this sync's (so that
+        a binding an operator grants by hand meanwhile is never taken for one it made). Best
+        effort: the round's own failure is what is reported."""
+        try:
+            present = set(await self._target.describe())
+            absent = sorted(asked - present, key=_order)
+            await self._ledger.record(self._target.alias, self._source.alias, [], absent)
+        except Exception:  # the next round finds them absent and asks again
+            return
 
     def counts(self) -> dict[str, int]:
         """Source bindings left out and changed, as the last round decided (for ``/status``

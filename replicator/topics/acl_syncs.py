@@ -24,7 +24,7 @@ from replicator import clock
 from replicator.config.settings import Settings
 from replicator.config.topology import FeedPlan, Leg, TopicSelection
 from replicator.config.values import INTERNAL_TOPIC_FIELDS, AclPolicy
-from replicator.errors import NoAuthorizer, ReplicatorError, Stopped
+from replicator.errors import ClusterUnavailable, NoAuthorizer, ReplicatorError, Stopped
 from replicator.kafka.admin import AclBinding
 from replicator.kafka.clients import ClusterClient
 from replicator.kafka.retry import Backoff
@@ -43,7 +43,8 @@ from replicator.topics.acl_sync import (
 log = structlog.get_logger(__name__)
 
 _FAILING_CEILING_S = 600.0
-_LISTING_WAIT_S = 1.0  # until the feed's first listing, asked again this often
+_LISTING_WAIT_S = 1.0
+_ROUND_TIMEOUT_S = 60.0  # until the feed's first listing, asked again this often
 _SHOWN = 20  # left-out or changed bindings listed in /status per sync (all are counted)
 
 Selection = Callable[[FeedPlan], TopicSelection | None]
@@ -94,6 +95,8 @@ class AclSyncs:
         self._selection = selection
         self._ledger: KafkaAclLedger | None = None  # made with the first sync
         self._every = settings.acl_sync_interval_ms / 1000
+        # One round is a handful of requests: a frozen cluster holds the other syncs this long.
+        self._round_timeout = max(_ROUND_TIMEOUT_S, 3 * settings.request_timeout_ms / 1000)
         internal = {getattr(settings, name) for name in INTERNAL_TOPIC_FIELDS}
         self.legs: list[_Leg] = []
         for plan in plans:
@@ -166,7 +169,17 @@ class AclSyncs:
             return
         entry.waiting = None
         try:
-            done = await entry.sync.round()
+            async with asyncio.timeout(self._round_timeout):
+                done = await entry.sync.round()
+        except TimeoutError:
+            self._failed(
+                entry,
+                ClusterUnavailable(
+                    f"a round took longer than {self._round_timeout:g} s (a cluster that does "
+                    f"not answer: {entry.leg.source} or {entry.leg.destination})"
+                ),
+            )
+            return
         except NoAuthorizer as exc:
             if exc.cluster != entry.leg.source:
                 self._failed(entry, exc)
@@ -192,6 +205,7 @@ class AclSyncs:
         self._metrics.acl_sync_failures.labels(name).inc()
         if text != entry.last_error:
             log.warning("topic ACL sync failed", sync=name, error=text)
+            entry.backoff.delay(True)  # another cause: something changed, asked again soon
         entry.last_error = text
         entry.due = clock.monotonic() + entry.backoff.delay(error.retriable)
 

@@ -717,3 +717,14 @@ def test_acl_sync_policies_are_checked_where_they_are_set() -> None:
     assert short.variable == "REPLICATOR_ACL_SYNC_INTERVAL_MS"
     moving = load_settings({**BASE, "REPLICATOR_ACL_SYNC": "movable"})
     assert moving.acl_sync.value == "movable" and moving.acl_sync_interval_ms == 60_000
+
+
+def test_the_replica_modes_acl_sync_without_the_replica_mode_is_refused() -> None:
+    flow = {
+        "REPLICATOR_REPLICA_MODE": "false",
+        "REPLICATOR_FLOWS__EU__SOURCE": "dc2",
+        "REPLICATOR_FLOWS__EU__TARGET": "dc1",
+    }
+    refused = config_error({**BASE, **flow, "REPLICATOR_ACL_SYNC": "movable"})
+    assert refused.variable == "REPLICATOR_ACL_SYNC"
+    assert "FLOWS__<NAME>__ACL_SYNC" in refused.message

@@ -405,6 +405,12 @@ def test_mm2_topic_acl_sync_is_on_by_default_as_in_mirror_maker_2(tmp_path: Path
     assert settings.acl_sync_interval_ms == 5_000
     config.write_text(base + "sync.topic.acls.enabled=false\n")
     assert {f.acl_sync.value for f in mm2_translation(config).settings().flows.values()} == {"off"}
+    config.write_text(base + "sync.topic.acls.interval.seconds=-1\n")
+    assert {f.acl_sync.value for f in mm2_translation(config).settings().flows.values()} == {"off"}
+    config.write_text(base + "sync.topic.acls.interval.seconds=0\n")
+    with pytest.raises(ConfigError) as zero:
+        mm2_translation(config)
+    assert "sync.topic.acls.interval.seconds" in zero.value.variable
     config.write_text(base + "sync.topic.acls.enabled=sometimes\n")
     with pytest.raises(ConfigError) as refused:
         mm2_translation(config)

@@ -252,13 +252,16 @@ async def test_replicas_of_one_datacenter_share_what_their_sync_created() -> Non
     assert dc2.bindings == set() and ledger.kept["dc2"] == set()
 
 
-async def test_a_round_that_fails_to_create_is_made_good_by_the_next() -> None:
+async def test_a_refused_round_owns_nothing_and_the_next_makes_it_good() -> None:
     ledger = FakeLedger()
     dc1, dc2 = FakeAcls("dc1", {on_orders("Read")}), RefusingAcls("dc2")
     sync = sync_of(dc1, dc2, ledger)
     with pytest.raises(PermissionError):
         await sync.round()
-    assert ledger.kept["dc2"] == {("dc1", on_primary("Read"))}  # owned before it was asked
+    assert ledger.kept["dc2"] == set(), "refused: nothing made, nothing owned"
+    dc2.bindings.add(on_primary("Read"))  # an operator grants it by hand meanwhile
+    assert (await sync.round()).created == [] and sync.owned == 0
+    dc2.bindings.clear()
     dc2.refusing = False
     assert (await sync.round()).created == [on_primary("Read")]
     assert dc2.bindings == {on_primary("Read")} and sync.owned == 1
@@ -284,3 +287,45 @@ def test_a_ledger_key_names_its_sync_and_binding_and_no_other_record_is_taken_fo
     assert ledger_entry(key_of("g", "dc1", "dc2", "orders", 0)) is None
     assert ledger_entry(handover_key("dc1", "dc2", "orders", 0)) is None
     assert ledger_entry(b"not json") is None
+
+
+async def test_a_replica_forgetting_while_another_creates_leaves_no_binding_unowned() -> None:
+    """Replica one records X and is about to create it; the source binding goes; replica two
+    sees X owned, absent and unwanted, and forgets it; then one's creation lands. One owns it
+    again after creating, so the next round removes it."""
+    ledger = FakeLedger()
+    dc1, dc2 = FakeAcls("dc1", {on_orders("Read")}), FakeAcls("dc2")
+    one, two = sync_of(dc1, dc2, ledger), sync_of(dc1, dc2, ledger)
+    creating = dc2.create
+
+    async def interleaved(bindings: Sequence[AclBinding]) -> None:
+        if bindings:
+            dc1.bindings.clear()
+            dc2.create = creating  # type: ignore[method-assign]
+            await two.round()  # forgets what one recorded
+        await creating(bindings)
+
+    dc2.create = interleaved  # type: ignore[method-assign]
+    await one.round()
+    assert dc2.bindings == {on_primary("Read")}
+    assert ledger.kept["dc2"] == {("dc1", on_primary("Read"))}, "owned again once created"
+    assert (await two.round()).removed == [on_primary("Read")]
+    assert dc2.bindings == set()
+
+
+async def test_two_sources_wanting_one_binding_on_a_target_share_it() -> None:
+    """dc1 and dc2 both hold X (identity names, movable): the sync that made it on dc3 and the
+    one that found it there both own it, so X stays while either source still has it."""
+    ledger = FakeLedger()
+    x = AclBinding("User:app", "topic", "orders", "Read")
+    dc1, dc2, dc3 = FakeAcls("dc1", {x}), FakeAcls("dc2", {x}), FakeAcls("dc3")
+    first, second = movable(dc1, dc3, ledger, ("orders",)), movable(dc2, dc3, ledger, ("orders",))
+    assert (await first.round()).created == [x]
+    assert (await second.round()).created == []
+    assert ledger.kept["dc3"] == {("dc1", x), ("dc2", x)}
+    dc1.bindings.clear()
+    assert (await first.round()).removed == [], "dc2's sync still wants it"
+    assert dc3.bindings == {x} and ledger.kept["dc3"] == {("dc2", x)}
+    dc2.bindings.clear()
+    assert (await second.round()).removed == [x]
+    assert dc3.bindings == set()
